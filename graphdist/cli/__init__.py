@@ -1,0 +1,1 @@
+"""Command-line front ends: parse, validate, call the API. No algorithms here."""

@@ -1,0 +1,32 @@
+"""The only code in graphdist that calls ``torch.distributed``.
+
+Process-group set-up with a timeout, role helpers, and (added by later work)
+collectives that name the rank and operation on failure and count bytes.
+
+Example:
+    >>> from graphdist import comm
+    >>> comm.is_initialized()
+    False
+"""
+
+from graphdist.comm.group import (
+    CommError,
+    barrier,
+    get_rank,
+    get_world_size,
+    init_process_group,
+    is_initialized,
+    is_main_process,
+    shutdown,
+)
+
+__all__ = [
+    "CommError",
+    "barrier",
+    "get_rank",
+    "get_world_size",
+    "init_process_group",
+    "is_initialized",
+    "is_main_process",
+    "shutdown",
+]

@@ -1,0 +1,1 @@
+"""Reference GNNs (GraphSAGE, GCN, GAT) on sampled blocks, and the adapter for user modules."""

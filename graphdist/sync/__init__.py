@@ -1,0 +1,1 @@
+"""Layer-wise gradient sync (DWBP, SACP), halo embedding exchange and model averaging."""

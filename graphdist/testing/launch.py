@@ -1,0 +1,106 @@
+"""Run a function on ``world_size`` spawned processes joined over gloo.
+
+Each child joins a process group through ``file://`` in a fresh temporary
+directory (no free-port race), runs ``fn(rank, world_size, *args)`` and leaves
+the group. A failure in any child fails the caller with that child's traceback;
+a child still running at the deadline is killed and the error names it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any, Callable, Sequence
+
+import torch.multiprocessing as mp
+
+
+class WorkerFailed(RuntimeError):
+    """A spawned worker raised or died; the message names its rank."""
+
+
+class WorkerTimeout(TimeoutError):
+    """Workers were still running at the deadline; the message names them."""
+
+
+def _child(
+    rank: int,
+    fn: Callable[..., Any],
+    world_size: int,
+    init_file: str,
+    backend: str,
+    timeout_s: float,
+    args: Sequence[Any],
+) -> None:
+    # Set before torch.distributed makes any socket: loopback only in tests.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    from graphdist import comm
+
+    comm.init_process_group(rank, world_size, f"file://{init_file}", backend=backend, timeout_s=timeout_s)
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        comm.shutdown()
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int = 2,
+    *args: Any,
+    backend: str = "gloo",
+    timeout: float = 60.0,
+) -> None:
+    """Runs ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes.
+
+    ``fn`` must be importable by the children (a module-level function).
+
+    Args:
+        fn: the worker body.
+        world_size: number of processes (default 2).
+        *args: extra arguments passed to ``fn`` (picklable).
+        backend: process-group backend (default ``gloo``).
+        timeout: seconds before the whole launch is killed (default 60; tests pass a few).
+
+    Raises:
+        WorkerFailed: a worker raised or exited non-zero (its rank and traceback in the message).
+        WorkerTimeout: a worker was still running after ``timeout`` seconds.
+
+    Example:
+        >>> def hello(rank, world_size):
+        ...     assert world_size == 2
+        >>> launch(hello, 2, timeout=30)  # doctest: +SKIP
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1 (got {world_size})")
+    with tempfile.TemporaryDirectory(prefix="graphdist-launch-") as tmp:
+        init_file = os.path.join(tmp, "store")
+        context = mp.start_processes(
+            _child,
+            args=(fn, world_size, init_file, backend, timeout, args),
+            nprocs=world_size,
+            join=False,
+            start_method="spawn",
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    if context.join(timeout=0.2):
+                        return
+                except mp.ProcessRaisedException as exc:
+                    raise WorkerFailed(f"worker rank {exc.error_index} raised:\n{exc}") from None
+                except mp.ProcessExitedException as exc:
+                    raise WorkerFailed(
+                        f"worker rank {exc.error_index} exited with code {exc.exit_code}"
+                        + (f" (signal {exc.signal_name})" if exc.signal_name else "")
+                    ) from None
+                if time.monotonic() > deadline:
+                    alive = [r for r, p in enumerate(context.processes) if p.is_alive()]
+                    raise WorkerTimeout(f"ranks {alive} still running after {timeout:.1f}s; killed")
+        finally:
+            for proc in context.processes:
+                if proc.is_alive():
+                    proc.kill()
+            for proc in context.processes:
+                proc.join(timeout=5)

@@ -1,0 +1,1 @@
+"""Training strategies (minibatch, fullgraph, aggregation): compose store, sampler, model and sync."""
