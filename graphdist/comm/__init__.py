@@ -9,6 +9,19 @@ Example:
     False
 """
 
+from graphdist.comm.collectives import (
+    COUNTER,
+    Handle,
+    all_gather_object,
+    all_reduce,
+    all_reduce_async,
+    all_to_all_v,
+    broadcast,
+    broadcast_object,
+    byte_counts,
+    new_group,
+    reset_byte_counts,
+)
 from graphdist.comm.group import (
     CommError,
     barrier,
@@ -21,6 +34,17 @@ from graphdist.comm.group import (
 )
 
 __all__ = [
+    "COUNTER",
+    "Handle",
+    "all_gather_object",
+    "all_reduce",
+    "all_reduce_async",
+    "all_to_all_v",
+    "broadcast",
+    "broadcast_object",
+    "byte_counts",
+    "new_group",
+    "reset_byte_counts",
     "CommError",
     "barrier",
     "get_rank",

@@ -1,0 +1,252 @@
+"""Collectives with timeouts, clear failures and byte counters.
+
+Every collective here:
+- fails with :class:`CommError` naming this rank and the operation (a peer that
+  died or a link that broke surfaces as an error within the group's timeout,
+  never as a hang);
+- counts the bytes this rank sends, per tag (``grad``, ``feature``, ``sample``,
+  ...), so trainers can report traffic by purpose;
+- stages CUDA tensors through host memory when the group is gloo (mixed
+  CPU/GPU clusters run gloo: CPU ranks cannot join NCCL).
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from graphdist.comm.group import CommError, get_rank, get_world_size, is_initialized
+
+Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
+
+# ----------------------------------------------------------------- counters
+
+
+@dataclass
+class ByteCounter:
+    """Bytes sent and calls, per tag. Thread-safe (the prefetch thread counts too)."""
+
+    sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, tag: str, nbytes: int) -> None:
+        with self._lock:
+            self.sent[tag] += int(nbytes)
+            self.calls[tag] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.sent)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.sent.clear()
+            self.calls.clear()
+
+
+COUNTER = ByteCounter()
+
+
+def byte_counts() -> dict[str, int]:
+    """Bytes this rank has sent, per tag, since the last :func:`reset_byte_counts`."""
+    return COUNTER.snapshot()
+
+
+def reset_byte_counts() -> None:
+    COUNTER.reset()
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _backend(group: Group) -> str:
+    return str(dist.get_backend(group))
+
+
+def _staged(tensor: torch.Tensor, group: Group) -> torch.Tensor:
+    """The tensor to hand to the backend: a host copy of a CUDA tensor under gloo."""
+    if tensor.is_cuda and _backend(group) == "gloo":
+        return tensor.cpu()
+    return tensor
+
+
+def _fail(op: str, exc: BaseException, group: Group = None) -> CommError:
+    size = get_world_size() if group is None else dist.get_world_size(group)
+    return CommError(
+        f"[rank {get_rank()}] {op} failed in a group of {size} ranks: {exc}. "
+        "A peer rank probably died or its link is down; see that rank's log."
+    )
+
+
+def _run(op: str, group: Group, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except CommError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every backend error becomes a CommError
+        raise _fail(op, exc, group) from exc
+
+
+# -------------------------------------------------------------- handles
+
+
+class Handle:
+    """An in-flight asynchronous collective. ``wait()`` finishes it and copies back.
+
+    Example:
+        >>> # h = all_reduce_async(grad); ...; h.wait()
+    """
+
+    def __init__(self, op: str, work: Any, group: Group, on_done: Optional[Callable[[], None]] = None) -> None:
+        self.op = op
+        self._work = work
+        self._group = group
+        self._on_done = on_done
+        self.done = False
+
+    def is_completed(self) -> bool:
+        return self.done or bool(self._work is None or self._work.is_completed())
+
+    def wait(self, timeout_s: Optional[float] = None) -> None:
+        if self.done:
+            return
+        try:
+            if self._work is not None:
+                if timeout_s is None:
+                    self._work.wait()
+                else:
+                    self._work.wait(timeout=datetime.timedelta(seconds=timeout_s))
+        except Exception as exc:  # noqa: BLE001
+            raise _fail(self.op, exc, self._group) from exc
+        if self._on_done is not None:
+            self._on_done()
+        self.done = True
+
+
+# ------------------------------------------------------------ collectives
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, tag: str = "other") -> torch.Tensor:
+    """In-place all-reduce (``sum``, ``max``, ``min``); returns ``tensor``.
+
+    Example:
+        >>> # t = all_reduce(torch.ones(3))  # inside a process group: t == world_size
+    """
+    all_reduce_async(tensor, op=op, group=group, tag=tag).wait()
+    return tensor
+
+
+def all_reduce_async(tensor: torch.Tensor, op: str = "sum", group: Group = None, tag: str = "grad") -> Handle:
+    """Starts an in-place all-reduce and returns at once; ``Handle.wait()`` completes it.
+
+    Bytes counted as a ring all-reduce sends them: ``2 (P-1)/P * nbytes``.
+    """
+    reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+    size = dist.get_world_size(group)
+    nbytes = tensor.numel() * tensor.element_size()
+    COUNTER.add(tag, int(2 * (size - 1) / size * nbytes))
+    staged = _staged(tensor, group)
+    work = _run("all_reduce", group, lambda: dist.all_reduce(staged, op=reduce_op, group=group, async_op=True))
+    on_done = (lambda: tensor.copy_(staged)) if staged is not tensor else None
+    return Handle("all_reduce", work, group, on_done)
+
+
+def all_to_all_v(
+    inputs: Sequence[torch.Tensor], group: Group = None, tag: str = "other"
+) -> list[torch.Tensor]:
+    """Variable-size all-to-all: ``inputs[r]`` goes to rank ``r``; returns what each rank sent here.
+
+    Tensors may have any trailing shape but must agree on it and on dtype across
+    ranks. Sizes are exchanged first (one small all-to-all), then the payload in
+    one ``all_to_all_single``.
+
+    Args:
+        inputs: one tensor per rank (``len(inputs) == world_size``); the entry
+            for this rank is copied locally.
+        group: process group (default: the default group).
+        tag: byte-counter tag.
+
+    Returns:
+        One tensor per source rank.
+
+    Example:
+        >>> # out = all_to_all_v([torch.arange(r + 1) for r in range(world_size)])
+    """
+    size = dist.get_world_size(group)
+    if len(inputs) != size:
+        raise ValueError(f"all_to_all_v: expected one tensor per rank ({size}) (got {len(inputs)})")
+    trailing = tuple(inputs[0].shape[1:])
+    dtype, device = inputs[0].dtype, inputs[0].device
+    send_rows = [int(t.shape[0]) for t in inputs]
+    counts_out = torch.tensor(send_rows, dtype=torch.int64)
+    counts_in = torch.empty_like(counts_out)
+    _run("all_to_all_v(sizes)", group, lambda: dist.all_to_all_single(counts_in, counts_out, group=group))
+    recv_rows = counts_in.tolist()
+    payload = torch.cat([t.reshape(-1, *trailing) for t in inputs]) if inputs else torch.empty(0)
+    row_bytes = int(torch.tensor([], dtype=dtype).element_size() * max(1, _prod(trailing)))
+    me = dist.get_rank(group)
+    COUNTER.add(tag, row_bytes * (sum(send_rows) - send_rows[me]))
+    staged = _staged(payload, group)
+    out = torch.empty((sum(recv_rows), *trailing), dtype=dtype, device=staged.device)
+    _run(
+        "all_to_all_v",
+        group,
+        lambda: dist.all_to_all_single(
+            out, staged.contiguous(), output_split_sizes=recv_rows, input_split_sizes=send_rows, group=group
+        ),
+    )
+    if out.device != device:
+        out = out.to(device)
+    return list(torch.split(out, recv_rows))
+
+
+def all_gather_object(obj: Any, group: Group = None) -> list[Any]:
+    """Every rank's ``obj``, in rank order (small metadata: pickled)."""
+    out: list[Any] = [None] * dist.get_world_size(group)
+    _run("all_gather_object", group, lambda: dist.all_gather_object(out, obj, group=group))
+    return out
+
+
+def broadcast_object(obj: Any, src: int = 0, group: Group = None) -> Any:
+    """Rank ``src``'s ``obj`` on every rank."""
+    box = [obj]
+    _run("broadcast_object", group, lambda: dist.broadcast_object_list(box, src=src, group=group))
+    return box[0]
+
+
+def broadcast(tensor: torch.Tensor, src: int = 0, group: Group = None, tag: str = "other") -> torch.Tensor:
+    """In-place broadcast from ``src``."""
+    if get_rank() == src:
+        COUNTER.add(tag, tensor.numel() * tensor.element_size() * (dist.get_world_size(group) - 1))
+    staged = _staged(tensor, group)
+    _run("broadcast", group, lambda: dist.broadcast(staged, src=src, group=group))
+    if staged is not tensor:
+        tensor.copy_(staged)
+    return tensor
+
+
+def new_group(timeout_s: Optional[float] = None) -> Group:
+    """A new group over all ranks (e.g. for a prefetch thread's collectives).
+
+    Collectives within one group must be issued in the same order on every rank;
+    two threads sharing a group cannot promise that, so each thread gets its own.
+    Must be called by every rank, in the same order.
+    """
+    if not is_initialized():
+        return None
+    kwargs = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+    return _run("new_group", None, lambda: dist.new_group(**kwargs))
+
+
+def _prod(shape: Sequence[int]) -> int:
+    out = 1
+    for s in shape:
+        out *= int(s)
+    return out

@@ -1,0 +1,72 @@
+import os
+import time
+
+import pytest
+import torch
+
+from graphdist.testing import WorkerFailed, launch
+
+
+def _all_to_all_v_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+
+    # rank r sends (r + 1) * (dst + 1) rows of width 3 to rank dst, filled with 100*r + dst
+    inputs = [torch.full(((rank + 1) * (dst + 1), 3), float(100 * rank + dst)) for dst in range(world_size)]
+    comm.reset_byte_counts()
+    out = comm.all_to_all_v(inputs, tag="test")
+    assert len(out) == world_size
+    for src, t in enumerate(out):
+        assert t.shape == ((src + 1) * (rank + 1), 3), (src, t.shape)
+        assert bool((t == 100 * src + rank).all())
+    sent_rows = sum((rank + 1) * (d + 1) for d in range(world_size) if d != rank)
+    assert comm.byte_counts()["test"] == sent_rows * 3 * 4
+
+
+def _empty_parts_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+
+    inputs = [torch.arange(5, dtype=torch.int64) if (rank == 0 and dst == 1) else torch.zeros(0, dtype=torch.int64)
+              for dst in range(world_size)]
+    out = comm.all_to_all_v(inputs)
+    expect = 5 if rank == 1 else 0
+    assert out[0].numel() == expect and all(t.numel() == 0 for t in out[1:])
+
+
+def _async_allreduce_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+
+    t = torch.full((4,), float(rank))
+    h = comm.all_reduce_async(t, tag="grad")
+    h.wait()
+    assert torch.allclose(t, torch.full((4,), float(sum(range(world_size)))))
+    objs = comm.all_gather_object({"rank": rank})
+    assert [o["rank"] for o in objs] == list(range(world_size))
+    assert comm.broadcast_object("hello" if rank == 0 else None) == "hello"
+
+
+def _dead_peer_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+
+    if rank == 1:
+        os._exit(3)  # dies without a word, as a killed worker does
+    comm.all_reduce(torch.ones(1))
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_to_all_v(world_size):
+    launch(_all_to_all_v_body, world_size, timeout=60)
+
+
+def test_all_to_all_v_with_empty_parts():
+    launch(_empty_parts_body, 3, timeout=60)
+
+
+def test_async_allreduce_and_objects():
+    launch(_async_allreduce_body, 3, timeout=60)
+
+
+def test_dead_peer_fails_fast_and_names_rank():
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match=r"rank 1 exited with code 3|\[rank 0\] all_reduce failed"):
+        launch(_dead_peer_body, 2, timeout=20)
+    assert time.monotonic() - start < 40
