@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from typing import Any, Callable, Sequence
 
-import torch.multiprocessing as mp
+from graphdist.launch import WorkerFailed, WorkerTimeout, spawn
 
-
-class WorkerFailed(RuntimeError):
-    """A spawned worker raised or died; the message names its rank."""
-
-
-class WorkerTimeout(TimeoutError):
-    """Workers were still running at the deadline; the message names them."""
+__all__ = ["WorkerFailed", "WorkerTimeout", "launch"]
 
 
 def _child(
@@ -75,32 +68,4 @@ def launch(
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
     with tempfile.TemporaryDirectory(prefix="graphdist-launch-") as tmp:
         init_file = os.path.join(tmp, "store")
-        context = mp.start_processes(
-            _child,
-            args=(fn, world_size, init_file, backend, timeout, args),
-            nprocs=world_size,
-            join=False,
-            start_method="spawn",
-        )
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    if context.join(timeout=0.2):
-                        return
-                except mp.ProcessRaisedException as exc:
-                    raise WorkerFailed(f"worker rank {exc.error_index} raised:\n{exc}") from None
-                except mp.ProcessExitedException as exc:
-                    raise WorkerFailed(
-                        f"worker rank {exc.error_index} exited with code {exc.exit_code}"
-                        + (f" (signal {exc.signal_name})" if exc.signal_name else "")
-                    ) from None
-                if time.monotonic() > deadline:
-                    alive = [r for r, p in enumerate(context.processes) if p.is_alive()]
-                    raise WorkerTimeout(f"ranks {alive} still running after {timeout:.1f}s; killed")
-        finally:
-            for proc in context.processes:
-                if proc.is_alive():
-                    proc.kill()
-            for proc in context.processes:
-                proc.join(timeout=5)
+        spawn(_child, world_size, args=(fn, world_size, init_file, backend, timeout, args), timeout=timeout)

@@ -1,0 +1,215 @@
+"""``TrainConfig``: the one resolved, validated, frozen description of a training run.
+
+Precedence: CLI flag > ``GRAPHDIST_<FIELD>`` environment variable > ``--config``
+YAML file > the default here. Each field's comment says why it has its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+MODELS = ("sage", "gcn", "gat")
+STRATEGIES = ("minibatch",)
+SYNC_MODES = ("dwbp", "ddp", "blocking")
+PARTITION_METHODS = ("metis", "random", "super", "stream")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; validated on construction.
+
+    Example:
+        >>> TrainConfig(layers=2, fanouts=(10, 5)).fanouts
+        (10, 5)
+    """
+
+    # --- Data
+    dataset: str = "synthetic-50k"  # generated, no download: the quickstart works offline
+    partitions: Optional[str] = None  # an existing partition directory (overrides --dataset)
+    partition_method: str = "metis"  # lowest edge cut: least remote traffic for minibatch
+    # --- Model
+    model: str = "sage"
+    hidden: int = 128  # wide enough for the datasets here; small enough for 2 CPU cores
+    layers: int = 2
+    fanouts: tuple[int, ...] = (10, 5)  # from the seeds outward; one per layer; -1 = all
+    dropout: float = 0.5
+    heads: int = 4  # GAT only
+    # --- Optimisation
+    batch_size: int = 512  # per step, across all workers (split by batch share)
+    epochs: int = 5
+    lr: float = 0.005
+    weight_decay: float = 0.0
+    # --- Sync
+    strategy: str = "minibatch"
+    sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
+    # --- System
+    num_workers: int = 2
+    devices: tuple[str, ...] = ("cpu",)  # one entry for all workers, or one per worker
+    threads: int = 1  # torch threads per worker: N workers x 1 thread fill N cores
+    seed: int = 0
+    timeout: float = 180.0  # seconds before a collective fails instead of hanging
+    cache_rows: int = 0  # remote-feature cache rows per worker (0: auto, 10% of remote nodes)
+    prefetch: bool = True
+    eval_every: int = 1
+    log_interval: int = 20  # steps between progress lines
+    run_dir: Optional[str] = None  # default runs/<timestamp>
+    resume: Optional[str] = None
+    predict: Optional[str] = None
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["fanouts"] = list(self.fanouts)
+        d["devices"] = list(self.devices)
+        return d
+
+    def device_of(self, rank: int) -> str:
+        return self.devices[0] if len(self.devices) == 1 else self.devices[rank]
+
+
+def _fail(flag: str, constraint: str, got: Any, hint: str = "") -> ValueError:
+    return ValueError(f"--{flag} {constraint} (got {got!r}){'; ' + hint if hint else ''}")
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raises ``ValueError`` naming the flag, the constraint, the value and what to do."""
+    if cfg.model not in MODELS:
+        raise _fail("model", f"must be one of {', '.join(MODELS)}", cfg.model)
+    if cfg.strategy not in STRATEGIES:
+        raise _fail("strategy", f"must be one of {', '.join(STRATEGIES)}", cfg.strategy)
+    if cfg.sync not in SYNC_MODES:
+        raise _fail("sync", f"must be one of {', '.join(SYNC_MODES)}", cfg.sync)
+    if cfg.partition_method not in PARTITION_METHODS:
+        raise _fail("partition-method", f"must be one of {', '.join(PARTITION_METHODS)}", cfg.partition_method)
+    for name in ("hidden", "layers", "batch_size", "epochs", "num_workers", "threads", "eval_every", "log_interval"):
+        if getattr(cfg, name) < 1:
+            raise _fail(name.replace("_", "-"), "must be >= 1", getattr(cfg, name))
+    if len(cfg.fanouts) != cfg.layers:
+        example = ",".join(str(f) for f in (15, 10, 5, 5, 5, 5)[: cfg.layers])
+        raise ValueError(
+            f"--fanouts has {len(cfg.fanouts)} entries but --layers is {cfg.layers}; "
+            f"give one fan-out per layer, e.g. --fanouts {example}"
+        )
+    if any(f == 0 or f < -1 for f in cfg.fanouts):
+        raise _fail("fanouts", "entries must be positive or -1 (all neighbours)", list(cfg.fanouts))
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise _fail("dropout", "must lie in [0, 1)", cfg.dropout)
+    if cfg.lr <= 0:
+        raise _fail("lr", "must be > 0", cfg.lr)
+    if cfg.timeout <= 0:
+        raise _fail("timeout", "must be > 0 seconds", cfg.timeout)
+    if len(cfg.devices) not in (1, cfg.num_workers):
+        raise _fail(
+            "devices", f"needs 1 entry or one per worker ({cfg.num_workers})", ",".join(cfg.devices),
+            "e.g. --devices cpu or --devices cpu,cuda:0",
+        )
+    for dev in cfg.devices:
+        if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:") and dev[5:].isdigit()):
+            raise _fail("devices", "entries must be cpu, cuda or cuda:<i>", dev)
+
+
+# ----------------------------------------------------------------- resolution
+
+FIELD_NAMES = tuple(f.name for f in fields(TrainConfig))
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Turns a string / YAML value into the field's type."""
+    f = next(f for f in fields(TrainConfig) if f.name == name)
+    typ = str(f.type)
+    if value is None:
+        return None
+    if name in ("fanouts", "devices"):
+        items = value.split(",") if isinstance(value, str) else list(value)
+        items = [str(i).strip() for i in items if str(i).strip()]
+        if name == "fanouts":
+            try:
+                return tuple(int(i) for i in items)
+            except ValueError:
+                raise _fail("fanouts", "must be comma-separated integers, e.g. 15,10,5", value) from None
+        return tuple(items)
+    try:
+        if typ in ("int",):
+            return int(value)
+        if typ in ("float",):
+            return float(value)
+        if typ in ("bool",):
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+    except (TypeError, ValueError):
+        raise _fail(name.replace("_", "-"), f"must be a {typ}", value) from None
+    return str(value)
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Reads a YAML config; keys are field names (dashes or underscores).
+
+    Raises:
+        ValueError: naming an unknown key and listing the known ones.
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--config: no such file {path!r}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--config {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a mapping of option: value (got {type(data).__name__})")
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in FIELD_NAMES:
+            raise ValueError(
+                f"--config {path}: unknown key {key!r}; known keys: {', '.join(n.replace('_', '-') for n in FIELD_NAMES)}"
+            )
+        out[name] = _coerce(name, value)
+    return out
+
+
+def env_overrides(environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+    """``GRAPHDIST_<FIELD>`` variables (e.g. ``GRAPHDIST_NUM_WORKERS=4``) as field values."""
+    env = os.environ if environ is None else environ
+    out = {}
+    for name in FIELD_NAMES:
+        key = f"GRAPHDIST_{name.upper()}"
+        if key in env:
+            out[name] = _coerce(name, env[key])
+    return out
+
+
+def resolve(
+    cli: Mapping[str, Any], config_file: Optional[str] = None, environ: Optional[Mapping[str, str]] = None
+) -> TrainConfig:
+    """Merges default < config file < environment < CLI into a validated ``TrainConfig``.
+
+    Example:
+        >>> resolve({"epochs": 3}, environ={}).epochs
+        3
+    """
+    values: dict[str, Any] = {}
+    if config_file:
+        values.update(load_config_file(config_file))
+    values.update(env_overrides(environ))
+    values.update({k: _coerce(k, v) for k, v in cli.items() if v is not None})
+    if "layers" in values and "fanouts" not in values:
+        # The default fan-outs fit the default depth only: derive a matching list.
+        values["fanouts"] = tuple((15, 10, 5, 5, 5, 5, 5, 5)[: int(values["layers"])])
+    return TrainConfig(**values)
+
+
+def replace(cfg: TrainConfig, **changes: Any) -> TrainConfig:
+    return dataclasses.replace(cfg, **changes)
+
+
+__all__ = ["TrainConfig", "resolve", "load_config_file", "env_overrides", "replace"]

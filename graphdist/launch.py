@@ -1,0 +1,162 @@
+"""Starting workers: the local spawn launcher, and joining under torchrun or SLURM.
+
+On one machine ``graphdist-train --num-workers N`` spawns N processes itself
+(no cluster, no SSH). Under ``torchrun`` (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` set) or ``srun`` (``SLURM_PROCID``,
+``SLURM_NTASKS``, ``SLURM_LOCALID``, first host of ``SLURM_JOB_NODELIST``) the
+process joins the job it was started in instead.
+
+A worker that raises or dies ends the whole local job: the survivors are
+terminated, and the error names the rank. Ctrl-C terminates every worker; no
+orphan is left behind (checkpoints are written atomically, so the last good one
+stays intact).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised or died; the message names its rank."""
+
+
+class WorkerTimeout(TimeoutError):
+    """Workers were still running at the deadline; the message names them."""
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """Where this process runs and how it joins the job.
+
+    Attributes:
+        kind: ``local`` (graphdist spawns the workers), ``torchrun`` or ``slurm``.
+        rank, world_size, local_rank: as the launcher set them (0, 1, 0 for local).
+        master_addr, master_port: rendezvous address for ``env://`` init.
+    """
+
+    kind: str
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    master_addr: Optional[str] = None
+    master_port: Optional[int] = None
+
+    @property
+    def init_method(self) -> str:
+        return f"tcp://{self.master_addr}:{self.master_port}" if self.kind == "slurm" else "env://"
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``gpu[03-05,07],cpu1`` -> ``gpu03``.
+
+    Example:
+        >>> first_slurm_host("node[12-14],big")
+        'node12'
+    """
+    first = re.match(r"([^,\[]+)(\[([^\]]+)\])?", nodelist.strip())
+    if not first:
+        raise ValueError(f"SLURM_JOB_NODELIST: cannot parse {nodelist!r}")
+    prefix, ranges = first.group(1), first.group(3)
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def detect_environment(environ: Optional[dict[str, str]] = None) -> LaunchEnv:
+    """Reads the launcher's variables: torchrun first, then SLURM, else local.
+
+    Example:
+        >>> detect_environment({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+        ...                     "MASTER_ADDR": "h0", "MASTER_PORT": "29500"}).kind
+        'torchrun'
+    """
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return LaunchEnv(
+            kind="torchrun",
+            rank=int(env["RANK"]),
+            world_size=int(env["WORLD_SIZE"]),
+            local_rank=int(env.get("LOCAL_RANK", 0)),
+            master_addr=env.get("MASTER_ADDR"),
+            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+        )
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
+        return LaunchEnv(
+            kind="slurm",
+            rank=int(env["SLURM_PROCID"]),
+            world_size=int(env["SLURM_NTASKS"]),
+            local_rank=int(env.get("SLURM_LOCALID", 0)),
+            master_addr=env.get("MASTER_ADDR") or first_slurm_host(env.get("SLURM_JOB_NODELIST", "localhost")),
+            master_port=int(env.get("MASTER_PORT", 29500)),
+        )
+    return LaunchEnv(kind="local")
+
+
+def spawn(
+    fn: Callable[..., Any],
+    nprocs: int,
+    args: Sequence[Any] = (),
+    timeout: Optional[float] = None,
+    poll_s: float = 0.2,
+) -> None:
+    """Runs ``fn(rank, *args)`` in ``nprocs`` spawned processes and waits for all.
+
+    Args:
+        fn: module-level function (spawned children import it).
+        nprocs: number of processes.
+        args: extra picklable arguments.
+        timeout: seconds before every worker is killed (None: no limit).
+        poll_s: how often the parent checks its children.
+
+    Raises:
+        WorkerFailed: a worker raised (its traceback in the message) or exited non-zero.
+        WorkerTimeout: workers still running at the deadline (named).
+        KeyboardInterrupt: after terminating every worker on Ctrl-C.
+
+    Example:
+        >>> spawn(print, 2, args=("hello",))  # doctest: +SKIP
+    """
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(fn, args=tuple(args), nprocs=nprocs, join=False, start_method="spawn")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                if context.join(timeout=poll_s):
+                    return
+            except mp.ProcessRaisedException as exc:
+                raise WorkerFailed(f"worker rank {exc.error_index} raised:\n{exc}") from None
+            except mp.ProcessExitedException as exc:
+                how = f" (signal {exc.signal_name})" if exc.signal_name else ""
+                raise WorkerFailed(f"worker rank {exc.error_index} exited with code {exc.exit_code}{how}") from None
+            if deadline is not None and time.monotonic() > deadline:
+                alive = [r for r, p in enumerate(context.processes) if p.is_alive()]
+                raise WorkerTimeout(f"ranks {alive} still running after {timeout:.1f}s; killed")
+    finally:
+        _stop_all(context.processes)
+
+
+def _stop_all(processes: Sequence[Any], grace_s: float = 5.0) -> None:
+    """SIGTERM every live worker, then SIGKILL what is left after ``grace_s``."""
+    for proc in processes:
+        if proc.is_alive():
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    for proc in processes:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=2)
