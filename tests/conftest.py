@@ -7,33 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from graphdist.testing.env import require
+from graphdist.testing.env import find_dataset, require  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets"
 
 
-def data_dirs() -> list[Path]:
-    """The dataset directories tests read from: GRAPHDIST_DATA, else ../shared/datasets."""
-    env = os.environ.get("GRAPHDIST_DATA")
-    if env:
-        return [Path(p) for p in env.split(":") if p]
-    return [DEFAULT_DATA]
-
-
 @pytest.fixture
 def dataset_path():
     """Returns a function name -> path of <name>.npz, skipping (or failing in CI) when absent."""
-
-    def find(name: str) -> Path:
-        for d in data_dirs():
-            p = d / f"{name}.npz"
-            if p.exists():
-                return p
-        require(False, f"{name}.npz not found in {':'.join(map(str, data_dirs()))}; set GRAPHDIST_DATA to its folder")
-        raise AssertionError  # unreachable
-
-    return find
+    return find_dataset
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ from graphdist.comm.collectives import (
     broadcast,
     broadcast_object,
     byte_counts,
+    ddp_wrap,
     new_group,
     reset_byte_counts,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "broadcast",
     "broadcast_object",
     "byte_counts",
+    "ddp_wrap",
     "new_group",
     "reset_byte_counts",
     "CommError",

@@ -129,6 +129,36 @@ class Handle:
             self._on_done()
         self.done = True
 
+    def add_done_callback(self, callback: Callable[[], None]) -> bool:
+        """Calls ``callback()`` when the backend finishes the collective, from the backend's thread.
+
+        Used to time collectives without waiting on them (``sync`` reports when each
+        layer's all-reduce completed). The callback must be cheap and must not raise
+        or call collectives: it runs on a communication thread. It fires on completion
+        of the backend work, which may be before ``wait()`` copies a staged tensor back.
+
+        Args:
+            callback: a function of no arguments.
+
+        Returns:
+            ``True`` if the callback was registered (or already ran because there was
+            no backend work), ``False`` where this backend's work has no future; then
+            the caller has no completion time and should fall back to ``wait()``.
+
+        Example:
+            >>> # h = all_reduce_async(buf); h.add_done_callback(lambda: times.append(time.perf_counter()))
+        """
+        if self._work is None:
+            callback()
+            return True
+        try:
+            future = self._work.get_future()
+        except Exception:  # noqa: BLE001 - some backends' work objects have no future
+            return False
+        # The future's value is never read here: an error surfaces through wait().
+        future.then(lambda _fut: callback())
+        return True
+
 
 # ------------------------------------------------------------ collectives
 
@@ -230,6 +260,81 @@ def broadcast(tensor: torch.Tensor, src: int = 0, group: Group = None, tag: str 
     if staged is not tensor:
         tensor.copy_(staged)
     return tensor
+
+
+def ddp_wrap(
+    module: torch.nn.Module,
+    group: Group = None,
+    find_unused_parameters: bool = False,
+    grad_scale: Optional[Callable[[], float]] = None,
+    tag: str = "grad",
+    **kwargs: Any,
+) -> torch.nn.Module:
+    """Wraps ``module`` in torch ``DistributedDataParallel`` over ``group`` (CPU or one device).
+
+    DDP averages gradients over ranks (sum / world size) during backward; a caller
+    that wants a weighted mean scales the loss (``graphdist.sync.LayerwiseSync``
+    with ``mode="ddp"`` does). DDP also broadcasts rank 0's parameters and buffers
+    at construction. Must be called by every rank.
+
+    Args:
+        module: the model; its parameters must live on one device (or the CPU).
+        group: process group (default: the default group).
+        find_unused_parameters: set when some parameters may get no gradient in a
+            step (DDP errors in the next step otherwise); costs a graph traversal.
+        grad_scale: if given, a comm hook replaces DDP's mean: each bucket is
+            multiplied by ``grad_scale()`` (called during backward, once per bucket)
+            and summed over ranks, e.g. ``n_rank / n_total`` for a seed-weighted mean.
+            Without it DDP averages (sum / world size).
+        tag: byte-counter tag of the hook's all-reduces (only with ``grad_scale``).
+        **kwargs: passed to ``DistributedDataParallel`` (e.g. ``bucket_cap_mb``).
+
+    Returns:
+        The wrapped module; ``.module`` is the original.
+
+    Raises:
+        CommError: if DDP's initial parameter broadcast fails.
+
+    Example:
+        >>> # ddp_model = ddp_wrap(model); loss(ddp_model(x)).backward()
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = None
+    devices = {p.device for p in module.parameters()}
+    if len(devices) == 1:
+        device = next(iter(devices))
+        device_ids = [device] if device.type == "cuda" else None
+    ddp = _run(
+        "ddp_wrap",
+        group,
+        lambda: DistributedDataParallel(
+            module,
+            device_ids=device_ids,
+            process_group=group,
+            find_unused_parameters=find_unused_parameters,
+            **kwargs,
+        ),
+    )
+    if grad_scale is not None:
+        ddp.register_comm_hook(state=(group, grad_scale, tag), hook=_scaled_sum_hook)
+    return ddp
+
+
+def _scaled_sum_hook(state: tuple[Group, Callable[[], float], str], bucket):  # noqa: ANN001, ANN201
+    """DDP comm hook: ``sum_r scale_r * grad_r`` over ranks; never blocks (returns a future).
+
+    ``bucket`` and the return value carry no annotations on purpose: DDP compares them with
+    ``dist.GradBucket`` / ``Future[Tensor]`` and this module's postponed (string) annotations
+    would fail that check.
+    """
+    group, grad_scale, tag = state
+    buf = bucket.buffer()
+    buf.mul_(grad_scale())
+    size = dist.get_world_size(group)
+    COUNTER.add(tag, int(2 * (size - 1) / size * buf.numel() * buf.element_size()))
+    future = dist.all_reduce(buf, group=group, async_op=True).get_future()
+    return future.then(lambda fut: fut.value()[0])
 
 
 def new_group(timeout_s: Optional[float] = None) -> Group:

@@ -41,7 +41,10 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
             # torch.from_numpy warns on read-only arrays: a copy-on-write mapping
             # keeps a memory map mapped (no data read); anything else is copied.
             value = _cow_view(value) if isinstance(value, np.memmap) else value.copy()
-        return torch.from_numpy(value)
+        try:
+            return torch.from_numpy(value)
+        except TypeError as exc:  # object, string or non-native byte-order arrays
+            raise ValueError(f"{name}: expected a numeric array (got dtype {value.dtype})") from exc
     try:
         return torch.as_tensor(value)
     except Exception as exc:  # noqa: BLE001 - report which field failed
@@ -49,8 +52,19 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
 
 
 def _cow_view(mm: np.memmap) -> np.ndarray:
-    """A writable copy-on-write mapping of the same file (no data copied)."""
-    return np.memmap(mm.filename, dtype=mm.dtype, mode="c", offset=mm.offset, shape=mm.shape)
+    """A writable copy-on-write mapping of the same bytes of the file (no data copied).
+
+    ``mm`` may be a view of a memory map (``mm[100:]``, ``mm[:, 1]``): numpy copies the
+    parent's ``offset`` onto views, so the view's own start is found from its distance
+    to the array that owns the mapping. Views that are not C-contiguous are copied.
+    """
+    root = mm
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if mm.filename is None or not mm.flags.c_contiguous or not isinstance(root, np.memmap):
+        return np.array(mm)
+    offset = mm.offset + (mm.ctypes.data - root.ctypes.data)
+    return np.memmap(mm.filename, dtype=mm.dtype, mode="c", offset=offset, shape=mm.shape)
 
 
 def check_finite_features(x: torch.Tensor, name: str = "x") -> None:
@@ -183,6 +197,9 @@ class Graph:
         ei = as_tensor(edge_index, "edge_index")
         if ei.dim() != 2 or ei.shape[0] != 2:
             raise ValueError(f"edge_index: expected shape [2, E] (got {tuple(ei.shape)})")
+        if ei.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+            # Casting float ids would silently truncate 1.7 to 1: refuse instead.
+            raise ValueError(f"edge_index: expected an integer dtype (got {ei.dtype})")
         ei = ei.to(torch.int64)
         if num_nodes is None:
             x = node_data.get("x")

@@ -18,3 +18,20 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true but {reason}")
     pytest.skip(reason)
+
+
+def find_dataset(name: str) -> "Path":
+    """``<name>.npz`` in ``GRAPHDIST_DATA`` (``:``-separated), else ``../shared/datasets`` beside the repo.
+
+    Skips the calling test when it is absent (fails when ``CI=true``), saying how to point at it.
+    """
+    from pathlib import Path
+
+    env = os.environ.get("GRAPHDIST_DATA")
+    repo = Path(__file__).resolve().parents[2]
+    dirs = [Path(p) for p in env.split(":") if p] if env else [repo.parent / "shared" / "datasets"]
+    for d in dirs:
+        if (d / f"{name}.npz").exists():
+            return d / f"{name}.npz"
+    require(False, f"{name}.npz not found in {':'.join(map(str, dirs))}; set GRAPHDIST_DATA to its folder")
+    raise AssertionError("unreachable")

@@ -1,0 +1,198 @@
+"""The Python API: ``train(...)`` for one call, ``Trainer`` for finer control.
+
+Example:
+    >>> import graphdist as gd
+    >>> result = gd.train(None, dataset="cora", num_workers=2, epochs=2)  # doctest: +SKIP
+    >>> result.best["test_acc"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+
+from graphdist.config import TrainConfig, replace
+
+logger = logging.getLogger("graphdist")
+
+
+@dataclass
+class TrainResult:
+    """What a run produced.
+
+    Attributes:
+        history: one record per epoch (as in ``metrics.jsonl``).
+        run_dir: the run directory (config, metrics, checkpoint, plots).
+        final: the last epoch's record.
+        best: the record of the epoch with the best validation accuracy (test accuracy read there).
+    """
+
+    history: list[dict[str, Any]]
+    run_dir: Path
+    final: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, Any] = field(default_factory=dict)
+
+
+def best_epoch(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record with the highest ``val_acc`` (first one on ties; the last record without any)."""
+    scored = [r for r in history if r.get("val_acc") is not None]
+    if not scored:
+        return history[-1] if history else {}
+    return max(scored, key=lambda r: r["val_acc"])
+
+
+def check_model_picklable(model: torch.nn.Module) -> None:
+    """Fails at once, with what to do, when spawned workers could not rebuild ``model``.
+
+    Spawned workers unpickle the model: its class must be importable. A class in
+    a script's ``__main__`` works (spawn re-runs the script as ``__mp_main__``, so
+    guard it with ``if __name__ == "__main__":``); one typed into a notebook or REPL does not.
+    """
+    main = sys.modules.get("__main__")
+    interactive = main is None or not getattr(main, "__file__", None)
+    classes = {type(m) for m in model.modules()}
+    from_main = sorted(c.__name__ for c in classes if c.__module__ == "__main__")
+    if from_main and interactive:
+        raise ValueError(
+            f"model class(es) {', '.join(from_main)} are defined interactively (notebook/REPL), so spawned "
+            "workers cannot import them; move them into a .py module and import it, or run with --num-workers 1"
+        )
+    try:
+        pickle.dumps(model)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"the model cannot be sent to spawned workers (pickling failed: {exc})") from exc
+
+
+class Trainer:
+    """Prepares partitions and a run directory, then trains on local or torchrun/SLURM workers.
+
+    Args:
+        config: the resolved ``TrainConfig``.
+        model: a user ``torch.nn.Module`` with ``forward(x, blocks)``; None builds ``config.model``.
+
+    Example:
+        >>> # Trainer(TrainConfig(dataset="cora", epochs=2)).fit().best
+    """
+
+    def __init__(self, config: TrainConfig, model: Optional[torch.nn.Module] = None) -> None:
+        self.config = config
+        self.model = model
+        if model is not None and not hasattr(model, "layer_forward"):
+            logger.info("user model has no layer_forward: evaluation uses full-neighbour blocks on the whole model")
+
+    # ----------------------------------------------------------- partitions
+    def prepare_partitions(self) -> Path:
+        """The partition directory to train on: given, or made once into the cache."""
+        cfg = self.config
+        from partition.api import partition, read_meta
+
+        if cfg.partitions:
+            path = Path(cfg.partitions)
+            if not path.is_dir():
+                raise FileNotFoundError(f"--partitions {path}: no such directory; make one with graphdist-partition")
+            meta = read_meta(path)
+        else:
+            from graphdist.data import load_graph
+
+            cache = Path(os.environ.get("GRAPHDIST_CACHE", Path.home() / ".cache" / "graphdist"))
+            name = Path(cfg.dataset).stem if os.sep in cfg.dataset else cfg.dataset
+            path = cache / "partitions" / f"{name}-{cfg.partition_method}-{cfg.num_workers}-s{cfg.seed}-h1"
+            if not (path / "meta.json").exists():
+                logger.info("partitioning %s into %d parts (%s) at %s", cfg.dataset, cfg.num_workers,
+                            cfg.partition_method, path)
+                graph = load_graph(cfg.dataset)
+                partition(graph, cfg.num_workers, method=cfg.partition_method, out=path, seed=cfg.seed, force=True)
+            meta = read_meta(path)
+        if int(meta["num_parts"]) != cfg.num_workers:
+            raise ValueError(
+                f"--partitions {path} has {meta['num_parts']} parts but --num-workers is {cfg.num_workers}; "
+                f"use --num-workers {meta['num_parts']} or repartition with --num-parts {cfg.num_workers}"
+            )
+        return path
+
+    # ----------------------------------------------------------------- run
+    def fit(self) -> TrainResult:
+        """Trains; returns the history and the run directory. Raises ``WorkerFailed`` naming a failed rank."""
+        from graphdist import runlog
+        from graphdist.launch import detect_environment, spawn
+        from graphdist.trainers.run import spawned_worker, worker_main
+
+        cfg = self.config
+        env = detect_environment()
+        run_dir = Path(cfg.resume or cfg.run_dir or runlog.default_run_dir())
+        if env.kind != "local":
+            if cfg.partitions is None:
+                raise ValueError("under torchrun/SLURM pass --partitions DIR (partition once, before the job)")
+            part_dir = Path(cfg.partitions)
+            history = worker_main(env.rank, env.world_size, cfg, str(part_dir), str(run_dir), env.init_method,
+                                  model=self.model)
+            return self._result(history, run_dir)
+        part_dir = self.prepare_partitions()
+        resolved = replace(cfg, partitions=str(part_dir), run_dir=str(run_dir))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not cfg.resume:
+            stale = run_dir / runlog.METRICS_NAME
+            if stale.exists():
+                stale.unlink()
+        runlog.write_config(run_dir, resolved.to_dict())
+        logger.info("config: %s", resolved.to_dict())
+        if self.model is not None and cfg.num_workers > 1:
+            check_model_picklable(self.model)
+        with tempfile.TemporaryDirectory(prefix="graphdist-init-") as tmp:
+            init = f"file://{os.path.join(tmp, 'store')}"
+            if cfg.num_workers == 1:
+                history = worker_main(0, 1, resolved, str(part_dir), str(run_dir), init, model=self.model)
+            else:
+                spawn(spawned_worker, cfg.num_workers,
+                      args=(cfg.num_workers, resolved, str(part_dir), str(run_dir), init, self.model))
+                history = runlog.read_metrics(run_dir)
+        return self._result(history, run_dir)
+
+    @staticmethod
+    def _result(history: list[dict[str, Any]], run_dir: Path) -> TrainResult:
+        return TrainResult(history=history, run_dir=run_dir, final=history[-1] if history else {},
+                           best=best_epoch(history))
+
+
+def train(
+    model: Optional[torch.nn.Module] = None,
+    partitions: Union[str, Path, None] = None,
+    strategy: str = "minibatch",
+    num_workers: int = 2,
+    epochs: int = 5,
+    lr: float = 0.005,
+    **options: Any,
+) -> TrainResult:
+    """Trains ``model`` (or the configured reference model) on a partitioned graph.
+
+    Args:
+        model: any ``torch.nn.Module`` with ``forward(x, blocks)`` (PyG layers work on
+            ``(x, x[:b.num_dst]), b.edge_index``); None builds ``options["model"]`` (default GraphSAGE).
+        partitions: a partition directory, or None with ``dataset=...`` to partition on the fly.
+        strategy: ``minibatch``.
+        num_workers: workers to spawn locally (ignored under torchrun/SLURM).
+        epochs, lr: optimisation.
+        **options: any other ``TrainConfig`` field (``hidden``, ``fanouts``, ``sync``, ``dataset``, ...).
+
+    Returns:
+        ``TrainResult`` with the history, the best-validation record and the run directory.
+
+    Example:
+        >>> # res = train(MyGNN(...), "parts/cora-2", num_workers=2, epochs=20, fanouts=(10, 5))
+    """
+    if "fanouts" in options:
+        options["fanouts"] = tuple(options["fanouts"])
+        options.setdefault("layers", len(options["fanouts"]))
+    if "devices" in options and isinstance(options["devices"], str):
+        options["devices"] = tuple(options["devices"].split(","))
+    cfg = TrainConfig(partitions=str(partitions) if partitions else None, strategy=strategy,
+                      num_workers=num_workers, epochs=epochs, lr=lr, **options)
+    return Trainer(cfg, model=model).fit()

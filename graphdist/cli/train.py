@@ -1,0 +1,182 @@
+"""graphdist-train: train a GNN on a partitioned graph, locally or under torchrun/SLURM.
+
+Run book:
+
+    # one machine, the embedded default: GraphSAGE on a generated graph, 2 local workers
+    graphdist-train
+    # a dataset, partitioned on the fly into the cache
+    graphdist-train --dataset cora --num-workers 2 --epochs 20
+    # an existing partition directory
+    graphdist-partition --dataset pubmed --num-parts 4 --out parts/pubmed-4
+    graphdist-train --partitions parts/pubmed-4 --num-workers 4 --model sage --fanouts 15,10
+    # two machines (same flags; torchrun sets RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)
+    torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint host0:29400 \\
+        -m graphdist.cli.train --partitions parts/pubmed-4
+    # resume, predict
+    graphdist-train --resume runs/20261129-120000
+    graphdist-train --predict runs/20261129-120000
+
+Precedence: CLI flag > GRAPHDIST_<FIELD> environment variable > --config YAML > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any, Optional, Sequence
+
+EPILOG = """examples:
+  graphdist-train                                   # generated graph, 2 workers, a few minutes
+  graphdist-train --dataset cora --epochs 20 --num-workers 2
+  graphdist-train --partitions parts/pubmed-4 --num-workers 4 --sync blocking
+  graphdist-train --config run.yaml --lr 0.01       # flags override the file
+  graphdist-train --resume runs/<name>              # continue from the last checkpoint
+  graphdist-train --predict runs/<name>             # predictions + embeddings by original node id
+"""
+
+
+def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
+    """A dashed flag with its underscore alias (torchrun's convention); unset = None."""
+    names = [flag]
+    if "-" in flag[2:]:
+        names.append("--" + flag[2:].replace("-", "_"))
+    group.add_argument(*names, default=None, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="graphdist-train",
+        description="Train a GNN with distributed sampling and wait-free layer-wise gradient sync.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    data = p.add_argument_group("Data")
+    _add(data, "--dataset", metavar="NAME|PATH",
+         help="cora, citeseer, pubmed, synthetic-<N> (e.g. synthetic-100k) or a path (default synthetic-50k)")
+    _add(data, "--partitions", metavar="DIR", help="an existing partition directory (graphdist-partition)")
+    _add(data, "--partition-method", choices=["metis", "random", "super", "stream"],
+         help="how --dataset is partitioned on the fly (default metis)")
+    model = p.add_argument_group("Model")
+    _add(model, "--model", choices=["sage", "gcn", "gat"], help="reference model (default sage)")
+    _add(model, "--hidden", type=int, help="hidden width (default 128)")
+    _add(model, "--layers", type=int, help="GNN layers (default 2)")
+    _add(model, "--fanouts", metavar="K1,K2,..",
+         help="neighbours per layer from the seeds outward, -1 = all (default 10,5)")
+    _add(model, "--dropout", type=float, help="dropout (default 0.5)")
+    _add(model, "--heads", type=int, help="GAT attention heads (default 4)")
+    opt = p.add_argument_group("Optimisation")
+    _add(opt, "--batch-size", type=int, help="seeds per step over all workers (default 512)")
+    _add(opt, "--epochs", type=int, help="epochs (default 5)")
+    _add(opt, "--lr", type=float, help="Adam learning rate (default 0.005)")
+    _add(opt, "--weight-decay", type=float, help="Adam weight decay (default 0)")
+    sync = p.add_argument_group("Sync")
+    _add(sync, "--strategy", choices=["minibatch"], help="training strategy (default minibatch)")
+    _add(sync, "--sync", choices=["dwbp", "ddp", "blocking"],
+         help="gradient sync: wait-free layer-wise (dwbp, default), torch DDP, or blocking allreduce")
+    system = p.add_argument_group("System")
+    _add(system, "--num-workers", type=int, help="local workers to spawn (default 2; torchrun sets its own)")
+    _add(system, "--devices", metavar="D1,D2,..", help="cpu (default), or one per worker, e.g. cpu,cuda:0")
+    _add(system, "--threads", type=int, help="torch threads per worker (default 1)")
+    _add(system, "--seed", type=int, help="random seed (default 0)")
+    _add(system, "--timeout", type=float, help="seconds before a collective fails instead of hanging (default 180)")
+    _add(system, "--cache-rows", type=int, help="remote-feature cache rows per worker (default 0 = all halo nodes)")
+    system.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
+                        help="sample in the training thread (no background prefetch)")
+    _add(system, "--log-interval", type=int, help="steps between progress lines (default 20)")
+    _add(system, "--eval-every", type=int, help="evaluate every N epochs (default 1)")
+    _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")
+    _add(system, "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    _add(system, "--predict", metavar="RUN_DIR", help="write predictions and embeddings of RUN_DIR's model")
+    _add(system, "--config", metavar="FILE", help="YAML file of options (flags override it)")
+    system.add_argument("--dry-run", action="store_const", const=True, default=None,
+                        help="load the data, print its statistics and the resolved config, train nothing")
+    return p
+
+
+def _cli_values(ns: argparse.Namespace) -> dict[str, Any]:
+    values = {k: v for k, v in vars(ns).items() if v is not None and k != "config"}
+    return values
+
+
+def _resolve(argv: Optional[Sequence[str]]):
+    from graphdist.config import TrainConfig, resolve
+    from graphdist import runlog
+
+    ns = build_parser().parse_args(argv)
+    values = _cli_values(ns)
+    config_file = ns.config
+    if ns.resume and not config_file:
+        # A resume continues the saved run: its config is the base, flags still override.
+        saved = runlog.read_config(ns.resume)
+        values = {**{k: v for k, v in saved.items() if k in TrainConfig.__dataclass_fields__ and k not in
+                     ("resume", "predict", "dry_run")}, **values}
+    return resolve(values, config_file)
+
+
+def dry_run(cfg) -> None:
+    from graphdist.data import load_graph
+
+    if cfg.partitions:
+        from partition.api import read_meta
+
+        meta = read_meta(cfg.partitions)
+        print(f"partitions {cfg.partitions}: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, "
+              f"{meta['num_parts']} parts ({meta['method']})")
+        return
+    graph = load_graph(cfg.dataset)
+    deg = graph.degrees().float()
+    print(graph)
+    print(f"degree: mean {deg.mean():.1f}, median {deg.median():.0f}, max {int(deg.max()):,}")
+    print("resolved config:", cfg.to_dict())
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``graphdist-train``; returns the exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    from graphdist.launch import WorkerFailed, WorkerTimeout
+
+    try:
+        cfg = _resolve(argv)
+        if cfg.dry_run:
+            dry_run(cfg)
+            return 0
+        if cfg.predict:
+            from graphdist.predict import predict
+
+            out = predict(cfg.predict, num_workers=None)
+            print(f"predictions written to {out}")
+            return 0
+        from graphdist.api import Trainer
+
+        result = Trainer(cfg).fit()
+    except KeyboardInterrupt:
+        print("graphdist-train: interrupted; workers stopped (the last completed epoch's checkpoint is intact)",
+              file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, WorkerFailed, WorkerTimeout, RuntimeError, OSError) as exc:
+        first = str(exc).strip().splitlines()
+        detail = _root_cause(str(exc))
+        print(f"graphdist-train: error: {first[0] if first else type(exc).__name__}{detail}", file=sys.stderr)
+        return 1
+    best = result.best
+    if best:
+        acc = best.get("test_acc")
+        print(f"done: {len(result.history)} epochs, run directory {result.run_dir}"
+              + (f", test accuracy at best validation epoch {best['epoch']}: {100 * acc:.2f}%" if acc is not None else ""))
+    return 0
+
+
+def _root_cause(text: str) -> str:
+    """The last exception line of a worker traceback, so one line says why."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return ""
+    for line in reversed(lines):
+        if ":" in line and not line.startswith("File "):
+            return f" -- {line}"
+    return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

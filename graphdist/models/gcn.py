@@ -1,0 +1,177 @@
+"""GCN on message-flow blocks, normalised by GLOBAL degrees when the trainer provides them.
+
+Kipf & Welling's layer is ``h_v = sum_{u in N(v) + v} x_u W / sqrt((d_u+1)(d_v+1)) + b``.
+On a sampled block the degrees that matter are the full graph's, which the block does
+not know; so the trainer calls :func:`gcn_norm_block` with each source node's global
+in-degree. That returns a block with one self-loop edge per destination row (first in
+its CSR row) and ``edge_weight = 1/sqrt((d_u+1)(d_v+1))``; the layer then sums
+``edge_weight * x_u`` over the block's edges and nothing else. With full neighbourhoods
+this is exactly PyG's ``GCNConv`` on the whole graph.
+
+When ``block.edge_weight`` is None the layer falls back to the block's own in-degree
+``k_v`` (the sampled neighbours): ``h_v = (x_v + sum_{u in block N(v)} x_u) W / (k_v + 1)``,
+a right (random-walk) normalisation that needs no global information. It differs from the
+symmetric normalisation even with full neighbourhoods (``1/(d_v+1)`` for every neighbour
+instead of ``1/sqrt((d_u+1)(d_v+1))``), so a model trained one way should be evaluated
+the same way.
+
+Example:
+    >>> model = GCN(16, 32, 4, num_layers=2, dropout=0.5)
+    >>> # blocks = [gcn_norm_block(b, global_in_degree[b_src_global_ids]) for b in blocks]
+    >>> # logits = model(x, blocks)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from graphdist.models.ops import aggregate, block_indptr, in_degree, relu_dropout_
+from graphdist.models.sage import _check_blocks, _check_dims
+
+
+def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
+    """A copy of ``block`` with self loops and symmetric GCN edge weights from global degrees.
+
+    Assumes the graph has no self loops of its own (a self-loop edge already in the block
+    would be counted twice).
+
+    Args:
+        block: a block (duck-typed; a dataclass is copied with ``dataclasses.replace``).
+        src_degree: global in-degree of each of the block's ``num_src`` source nodes
+            (destination nodes are the first ``num_dst`` sources, so their degrees are
+            ``src_degree[:num_dst]``).
+
+    Returns:
+        A block of the same type with ``num_dst`` more edges (self loop first in each row),
+        ``indptr``/``src``/``dst`` updated and ``edge_weight`` set.
+
+    Raises:
+        ValueError: if ``src_degree`` does not have ``num_src`` entries.
+
+    Example:
+        >>> # normed = gcn_norm_block(block, deg[global_ids_of_block_sources])
+    """
+    num_src, num_dst = int(block.num_src), int(block.num_dst)
+    if src_degree.numel() != num_src:
+        raise ValueError(f"Expected src_degree with num_src={num_src} entries (got {src_degree.numel()})")
+    indptr = block_indptr(block)
+    counts = indptr.diff()
+    rows = torch.arange(num_dst, dtype=torch.int64, device=indptr.device)
+    new_indptr = indptr + torch.arange(num_dst + 1, dtype=torch.int64, device=indptr.device)
+    total = int(new_indptr[-1])
+    src = torch.empty(total, dtype=torch.int64, device=indptr.device)
+    dst = torch.empty(total, dtype=torch.int64, device=indptr.device)
+    loop_pos = new_indptr[:-1]
+    is_edge = torch.ones(total, dtype=torch.bool, device=indptr.device)
+    is_edge[loop_pos] = False
+    src[loop_pos], dst[loop_pos] = rows, rows
+    src[is_edge] = block.src
+    dst[is_edge] = torch.repeat_interleave(rows, counts, output_size=int(block.src.numel()))
+    inv_sqrt = (src_degree.to(torch.float32) + 1.0).rsqrt()
+    weight = inv_sqrt[src] * inv_sqrt[dst]
+    return _replace(block, src=src, dst=dst, indptr=new_indptr, edge_weight=weight)
+
+
+def _replace(block: Any, **changes: Any) -> Any:
+    if dataclasses.is_dataclass(block):
+        out = dataclasses.replace(block, **changes)
+    else:
+        out = copy.copy(block)
+        for key, value in changes.items():
+            setattr(out, key, value)
+    # A cache copied along (copy.copy) would describe the old edges.
+    if "_graphdist_cache" in getattr(out, "__dict__", {}):
+        del out.__dict__["_graphdist_cache"]
+    return out
+
+
+class GCNLayer(nn.Module):
+    """One GCN layer on a block (see the module docstring for the two normalisations).
+
+    Args:
+        in_dim: input feature size.
+        out_dim: output feature size.
+
+    Example:
+        >>> GCNLayer(8, 4).weight.shape
+        torch.Size([4, 8])
+    """
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # Glorot, as GCNConv.
+        bound = math.sqrt(6.0 / (self.in_dim + self.out_dim))
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor, block: Any) -> torch.Tensor:
+        # Transform first when that shrinks the rows the sparse product moves.
+        if self.out_dim < self.in_dim:
+            return _propagate(x @ self.weight.t(), block) + self.bias
+        return torch.addmm(self.bias, _propagate(x, block), self.weight.t())
+
+    @torch.no_grad()
+    def load_gcnconv(self, conv: nn.Module) -> None:
+        """Copies a PyG ``GCNConv``'s weights into this layer."""
+        self.weight.copy_(conv.lin.weight)
+        self.bias.copy_(conv.bias)
+
+
+def _propagate(x: torch.Tensor, block: Any) -> torch.Tensor:
+    if getattr(block, "edge_weight", None) is not None:
+        return aggregate(x, block, "weighted")
+    # Fallback: (self + sampled neighbours) / (k_v + 1).
+    k = in_degree(block).to(x.dtype).unsqueeze(1)
+    return (aggregate(x, block, "sum") + x[: int(block.num_dst)]) / (k + 1.0)
+
+
+class GCN(nn.Module):
+    """Reference GCN: ``num_layers`` :class:`GCNLayer` with ReLU and dropout between.
+
+    Args:
+        in_dim: input feature size.
+        hidden: hidden size.
+        out_dim: number of classes.
+        num_layers: number of layers (one block per layer).
+        dropout: dropout after each hidden ReLU (default 0.5, Kipf & Welling).
+
+    Example:
+        >>> model = GCN(16, 32, 4, num_layers=2)
+        >>> # logits = model(x, [gcn_norm_block(b, deg_b) for b, deg_b in zip(blocks, degs)])
+    """
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5) -> None:
+        super().__init__()
+        _check_dims(in_dim, hidden, out_dim, num_layers, dropout)
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+        self.layers = nn.ModuleList(GCNLayer(dims[i], dims[i + 1]) for i in range(num_layers))
+        self.num_layers, self.dropout = num_layers, float(dropout)
+
+    def layer_forward(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
+        """Layer ``i`` on one block, including ReLU and dropout for hidden layers."""
+        h = self.layers[i](x, block)
+        if i < self.num_layers - 1:
+            h = relu_dropout_(h, self.dropout, self.training)
+        return h
+
+    def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
+        """Logits for the seeds of ``blocks[-1]``."""
+        _check_blocks(blocks, self.num_layers)
+        for i, block in enumerate(blocks):
+            x = self.layer_forward(i, x, block)
+        return x
+
+
+__all__ = ["GCN", "GCNLayer", "gcn_norm_block"]

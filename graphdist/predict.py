@@ -1,0 +1,75 @@
+"""``graphdist-train --predict RUN_DIR``: predictions and embeddings for every node, by original id.
+
+Workers load their partitions and the run's checkpoint, run exact layer-wise
+inference, and rank 0 writes ``RUN_DIR/predictions.npz`` with ``orig_id``
+(sorted), ``pred`` (class), ``logits`` and ``embedding`` (the last hidden layer).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from graphdist.config import TrainConfig
+
+PREDICTIONS_NAME = "predictions.npz"
+
+
+def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, init_method: str) -> None:
+    from graphdist import comm
+    from graphdist.checkpoint import load_checkpoint
+    from graphdist.trainers.minibatch import build_worker, layerwise_inference
+    from graphdist.trainers.run import setup_logging
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    setup_logging(rank)
+    torch.set_num_threads(cfg.threads)
+    comm.init_process_group(rank, world_size, init_method, timeout_s=cfg.timeout)
+    try:
+        state = build_worker(rank, world_size, cfg, cfg.partitions)
+        state.model.load_state_dict(load_checkpoint(Path(run_dir))["model"])
+        logits, hidden = layerwise_inference(state, keep_hidden=True)
+        part = state.partition
+        inner = part.global_ids[: part.num_inner]
+        orig = part.orig_ids.index_select(0, inner) if hasattr(part.orig_ids, "index_select") else torch.as_tensor(
+            np.asarray(part.orig_ids)[inner.numpy()])
+        pieces = comm.all_gather_object((orig, logits, hidden))
+        if rank == 0:
+            orig_all = torch.cat([p[0] for p in pieces]).numpy()
+            order = np.argsort(orig_all, kind="stable")
+            logits_all = torch.cat([p[1] for p in pieces]).numpy()[order]
+            hidden_all = torch.cat([p[2] for p in pieces]).numpy()[order]
+            out = Path(run_dir) / PREDICTIONS_NAME
+            tmp = out.with_name(f".{out.name}.tmp.npz")
+            np.savez(tmp, orig_id=orig_all[order], pred=logits_all.argmax(axis=1), logits=logits_all,
+                     embedding=hidden_all)
+            os.replace(tmp, out)
+    finally:
+        comm.shutdown()
+
+
+def predict(run_dir: str, num_workers: Optional[int] = None) -> Path:
+    """Writes ``run_dir/predictions.npz``; returns its path.
+
+    Example:
+        >>> # predict("runs/cora") -> Path("runs/cora/predictions.npz")
+    """
+    from graphdist import runlog
+    from graphdist.config import resolve
+    from graphdist.launch import spawn
+
+    saved = runlog.read_config(Path(run_dir))
+    saved = {k: v for k, v in saved.items() if k not in ("resume", "predict", "dry_run")}
+    cfg = resolve(saved, environ={})
+    if not cfg.partitions:
+        raise ValueError(f"{run_dir}/config.yaml names no partition directory")
+    world = num_workers or cfg.num_workers
+    with tempfile.TemporaryDirectory(prefix="graphdist-init-") as tmp:
+        init = f"file://{os.path.join(tmp, 'store')}"
+        spawn(_predict_worker, world, args=(world, cfg, str(run_dir), init))
+    return Path(run_dir) / PREDICTIONS_NAME

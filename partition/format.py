@@ -1,0 +1,476 @@
+"""The on-disk partition directory: writer (staged, checksummed) and reader (memory-mapped, verified).
+
+Layout (``FORMAT_VERSION`` 1)::
+
+    parts/pubmed-4/
+    ├── meta.json          format_version, command + args, dataset, method, seed, halo_hops,
+    │                      num_nodes, num_edges, num_parts, feature_dim, num_classes, masks,
+    │                      part_offsets, per-part counts, edge_cut, {file: sha256, bytes}
+    ├── node_map.npy       int64 [N]  new global id -> part
+    ├── orig_ids.npy       int64 [N]  new global id -> original id
+    ├── part-0/
+    │   ├── indptr.npy     int64 [num_rows + 1]  rows: inner nodes, then (h >= 2) halo rows
+    │   ├── indices.npy    int64 [nnz]           in-neighbours as local ids (inner + halo)
+    │   ├── global_ids.npy int64 [num_local]     local -> new global id (inner first)
+    │   ├── halo_owner.npy int64 [num_halo]      part owning each halo node
+    │   ├── x.npy          float32 [num_inner, F]   inner nodes only, if the graph has x
+    │   ├── y.npy          int64 [num_inner]        if the graph has y
+    │   └── masks.npy      bool [3, num_inner]      train, val, test rows (absent ones all False)
+    └── part-1/ ...
+
+The writer fills a hidden temporary sibling (``.<name>.tmp-<pid>-<rand>``) and
+renames it into place last, so a run that raises leaves no output directory
+and one that is killed leaves only a hidden temporary directory, never
+something that looks complete. The reader maps every array copy-on-write
+(``np.load(mmap_mode="c")``): opening a part reads nothing large.
+
+Example:
+    >>> from graphdist.testing import tiny_graph, tiny_partition
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "tiny-2"
+    >>> with staged_directory(out) as tmp:
+    ...     _ = write_partition_files(tmp, tiny_graph(), tiny_partition().numpy(), 2)
+    >>> load_partition(out, 1).num_inner
+    5
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Union
+
+import numpy as np
+import torch
+
+from graphdist.data.graph import MASK_NAMES, Graph
+from partition.csr import graph_arrays
+from partition.halo import PartArrays, Relabel, build_part
+
+FORMAT_VERSION = 1
+META = "meta.json"
+_HASH_BLOCK = 1 << 22  # 4 MiB reads when verifying: bounded memory on large files
+
+PathLike = Union[str, os.PathLike]
+
+
+class PartitionFormatError(ValueError):
+    """A partition directory is missing, from another format version, or corrupted; names the file."""
+
+
+# ================================================================== writing
+@contextlib.contextmanager
+def staged_directory(out: PathLike, force: bool = False) -> Iterator[Path]:
+    """Yields a fresh temporary sibling of ``out``; renames it to ``out`` if the block succeeds.
+
+    Checks happen on entry, before any expensive work: ``out`` exists (and no
+    ``force``), its parent cannot be created or written. On any exception (or
+    KeyboardInterrupt) inside the block the temporary directory is removed.
+
+    Args:
+        out: the final directory.
+        force: replace an existing partition directory (one with ``meta.json``) or empty directory.
+
+    Raises:
+        FileExistsError: ``out`` exists and ``force`` is False, or is not a partition directory.
+        PermissionError / OSError: the parent is not writable.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "p"
+        >>> with staged_directory(out) as tmp:
+        ...     _ = (tmp / "meta.json").write_text("{}")
+        >>> sorted(p.name for p in out.iterdir())
+        ['meta.json']
+    """
+    out = Path(out)
+    _check_replaceable(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"--out: cannot write into {out.parent} (permission denied); choose another --out")
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        _commit(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _check_replaceable(out: Path, force: bool) -> None:
+    if not out.exists() and not out.is_symlink():
+        return
+    if not force:
+        raise FileExistsError(f"--out: {out} already exists; pass --force to replace it or choose another --out")
+    # --force never deletes something that is not ours: a typo must not erase a home directory.
+    if out.is_dir() and not out.is_symlink() and ((out / META).exists() or not any(out.iterdir())):
+        return
+    raise FileExistsError(
+        f"--out: {out} exists and is not a partition directory (no {META}); refusing to replace it even with --force"
+    )
+
+
+def _commit(tmp: Path, out: Path, force: bool) -> None:
+    """Renames ``tmp`` to ``out``; an existing ``out`` (force) is moved aside first, then removed."""
+    old = None
+    if out.exists():
+        _check_replaceable(out, force)  # it may have appeared while we worked
+        old = out.parent / f".{out.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class _HashingFile:
+    """A write-only file object that hashes what passes through (one read of the data, not two)."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        self.size += view.nbytes
+        return self._fh.write(view)
+
+
+def save_array(root: Path, relpath: str, array: np.ndarray, files: dict[str, dict[str, Any]]) -> None:
+    """``np.save`` to ``root/relpath``, recording its sha256 and size in ``files``."""
+    path = root / relpath
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        sink = _HashingFile(fh)
+        # A non-file sink makes numpy write in bounded chunks through our hash.
+        np.save(sink, np.ascontiguousarray(array), allow_pickle=False)  # type: ignore[arg-type]
+    files[relpath] = {"sha256": sink.sha256.hexdigest(), "bytes": sink.size}
+
+
+def write_partition_files(
+    root: Path,
+    graph: Graph,
+    parts: np.ndarray,
+    num_parts: int,
+    halo_hops: int = 1,
+    meta_extra: Optional[dict[str, Any]] = None,
+    on_relabel: Optional[Callable[[int], None]] = None,
+    on_write: Optional[Callable[[int], None]] = None,
+) -> dict[str, Any]:
+    """Writes every array and ``meta.json`` of a partition into ``root``; returns the meta.
+
+    Parts are built and written one at a time, so memory holds one part's
+    arrays at once, never the whole relabelled graph.
+
+    Args:
+        root: an empty directory (normally from `staged_directory`).
+        graph: the partitioned graph.
+        parts: int ``[N]`` part of every node (original ids).
+        num_parts: number of parts (parts may be empty).
+        halo_hops: halo depth h >= 1.
+        meta_extra: entries merged into ``meta.json`` (command, args, dataset, method, seed...).
+        on_relabel, on_write: progress callbacks, called with the part id after it is built / written.
+    """
+    parts = _check_parts(parts, graph.num_nodes, num_parts)
+    relabel = Relabel.from_parts(parts, num_parts)
+    indptr, indices = graph_arrays(graph)
+    files: dict[str, dict[str, Any]] = {}
+    part_meta = []
+    scratch = np.full(graph.num_nodes, -1, dtype=np.int64)
+    for p in range(num_parts):
+        arrays = build_part(indptr, indices, relabel, p, halo_hops, scratch)
+        if on_relabel:
+            on_relabel(p)
+        inner = relabel.orig_ids[relabel.part_offsets[p] : relabel.part_offsets[p + 1]]
+        _write_part(root, p, arrays, graph, inner, files)
+        part_meta.append(_part_counts(arrays, graph, inner))
+        if on_write:
+            on_write(p)
+        del arrays
+    save_array(root, "node_map.npy", relabel.node_map(), files)
+    save_array(root, "orig_ids.npy", relabel.orig_ids, files)
+    meta = _meta(graph, num_parts, halo_hops, relabel, part_meta, files, meta_extra or {})
+    with open(root / META, "w") as fh:
+        json.dump(meta, fh, indent=1)
+        fh.write("\n")
+    return meta
+
+
+def _check_parts(parts: Any, num_nodes: int, num_parts: int) -> np.ndarray:
+    parts = parts.numpy() if isinstance(parts, torch.Tensor) else np.asarray(parts)
+    if parts.shape != (num_nodes,):
+        raise ValueError(f"parts: expected shape [{num_nodes}] (got {tuple(parts.shape)})")
+    if not np.issubdtype(parts.dtype, np.integer):
+        raise ValueError(f"parts: expected an integer array (got {parts.dtype})")
+    if parts.size and (int(parts.min()) < 0 or int(parts.max()) >= num_parts):
+        raise ValueError(f"parts: ids must lie in [0, {num_parts}) (got {int(parts.min())}..{int(parts.max())})")
+    return parts.astype(np.int64, copy=False)
+
+
+def _write_part(
+    root: Path, p: int, arrays: PartArrays, graph: Graph, inner: np.ndarray, files: dict[str, dict[str, Any]]
+) -> None:
+    d = f"part-{p}"
+    save_array(root, f"{d}/indptr.npy", arrays.indptr, files)
+    save_array(root, f"{d}/indices.npy", arrays.indices, files)
+    save_array(root, f"{d}/global_ids.npy", arrays.global_ids, files)
+    save_array(root, f"{d}/halo_owner.npy", arrays.halo_owner, files)
+    # Inner rows only: halo features live on their owner and are fetched at run time.
+    if graph.x is not None:
+        save_array(root, f"{d}/x.npy", graph.x.numpy()[inner], files)
+    if graph.y is not None:
+        save_array(root, f"{d}/y.npy", graph.y.numpy()[inner].astype(np.int64, copy=False), files)
+    masks = [getattr(graph, m) for m in MASK_NAMES]
+    if any(m is not None for m in masks):
+        # One contiguous row per mask, so each maps to a dense tensor.
+        stacked = np.zeros((len(MASK_NAMES), inner.size), dtype=bool)
+        for j, m in enumerate(masks):
+            if m is not None:
+                stacked[j] = m.numpy()[inner]
+        save_array(root, f"{d}/masks.npy", stacked, files)
+
+
+def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray) -> dict[str, Any]:
+    inner_edges = int(arrays.indptr[arrays.num_inner])
+    counts: dict[str, Any] = {
+        "num_inner": arrays.num_inner,
+        "num_halo": arrays.num_halo,
+        "halo_by_hop": arrays.halo_by_hop,
+        "num_rows": arrays.num_rows,
+        "num_edges": int(arrays.indices.size),
+        "num_inner_edges": inner_edges,
+        # In-edges of inner nodes whose source is another part's node.
+        "num_cut_edges": int(np.count_nonzero(arrays.indices[:inner_edges] >= arrays.num_inner)),
+    }
+    for name in MASK_NAMES:
+        mask = getattr(graph, name)
+        counts[f"num_{name.split('_')[0]}"] = None if mask is None else int(mask.numpy()[inner].sum())
+    if graph.y is not None:
+        y = graph.y.numpy()[inner]
+        counts["label_counts"] = np.bincount(y[y >= 0], minlength=graph.num_classes).tolist()
+    return counts
+
+
+def _meta(
+    graph: Graph,
+    num_parts: int,
+    halo_hops: int,
+    relabel: Relabel,
+    part_meta: list[dict[str, Any]],
+    files: dict[str, dict[str, Any]],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    cut = sum(p["num_cut_edges"] for p in part_meta)
+    meta: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "dataset": graph.name,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "num_parts": num_parts,
+        "halo_hops": halo_hops,
+        "feature_dim": graph.num_features,
+        "num_classes": graph.num_classes,
+        "masks": [m for m in MASK_NAMES if getattr(graph, m) is not None],
+        "edge_cut": cut / max(graph.num_edges, 1),
+        "part_offsets": relabel.part_offsets.tolist(),
+    }
+    meta.update(extra)
+    meta["parts"] = part_meta
+    meta["files"] = files
+    return meta
+
+
+# ================================================================== reading
+@dataclass(eq=False)
+class Partition:
+    """One part of a partition directory, arrays memory-mapped.
+
+    Local ids: ``0 .. num_inner-1`` are the inner nodes (global
+    ``part_offsets[part_id] + local``), then the halo nodes. CSR rows are local
+    ids ``0 .. num_rows-1`` (inner nodes, then for ``halo_hops >= 2`` the halo
+    nodes within ``halo_hops - 1`` hops); columns are local ids over all nodes.
+
+    Example:
+        >>> # part = load_partition("parts/cora-4", 0)
+        >>> # part.owner(part.global_ids[part.num_inner:]) equals part.halo_owner
+    """
+
+    part_id: int
+    num_parts: int
+    meta: dict
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    global_ids: torch.Tensor
+    num_inner: int
+    halo_owner: torch.Tensor
+    part_offsets: torch.Tensor
+    x: Optional[torch.Tensor]
+    y: Optional[torch.Tensor]
+    train_mask: Optional[torch.Tensor]
+    val_mask: Optional[torch.Tensor]
+    test_mask: Optional[torch.Tensor]
+    orig_ids: torch.Tensor
+
+    @property
+    def num_local(self) -> int:
+        """Inner plus halo nodes."""
+        return int(self.global_ids.numel())
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the local CSR (inner nodes, plus halo rows when ``halo_hops >= 2``)."""
+        return int(self.indptr.numel()) - 1
+
+    @property
+    def num_halo(self) -> int:
+        return self.num_local - self.num_inner
+
+    @property
+    def inner_global_range(self) -> tuple[int, int]:
+        """``(start, stop)``: this part owns new global ids ``start <= g < stop``."""
+        return int(self.part_offsets[self.part_id]), int(self.part_offsets[self.part_id + 1])
+
+    def owner(self, global_ids: torch.Tensor) -> torch.Tensor:
+        """Part owning each new global id (binary search over ``part_offsets``)."""
+        ids = torch.as_tensor(global_ids, dtype=torch.int64)
+        return torch.searchsorted(self.part_offsets, ids, right=True) - 1
+
+    def global_indices(self) -> torch.Tensor:
+        """The CSR column ids mapped to new global ids."""
+        return self.global_ids[self.indices]
+
+
+def read_meta(path: PathLike) -> dict:
+    """Reads and checks ``meta.json`` of a partition directory.
+
+    Raises:
+        PartitionFormatError: missing or unreadable ``meta.json``, or another format version.
+
+    Example:
+        >>> # read_meta("parts/cora-4")["num_parts"]
+    """
+    root = Path(path)
+    file = root / META
+    if not root.is_dir():
+        raise PartitionFormatError(f"{root}: not a directory (expected a partition directory with {META})")
+    if not file.exists():
+        raise PartitionFormatError(f"{file}: missing; {root} is not a partition directory (or its write was interrupted)")
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PartitionFormatError(f"{file}: unreadable ({exc}); rewrite the partition with --force") from None
+    version = meta.get("format_version") if isinstance(meta, dict) else None
+    if version != FORMAT_VERSION:
+        raise PartitionFormatError(
+            f"{file}: format_version {version!r} is not supported (expected {FORMAT_VERSION}); "
+            "re-run graphdist-partition with this version"
+        )
+    return meta
+
+
+def verify_files(path: PathLike, meta: dict, names: Optional[list[str]] = None) -> None:
+    """Checks size and sha256 of ``names`` (default: every file in ``meta``) against ``meta.json``.
+
+    Raises:
+        PartitionFormatError: naming the first missing or mismatching file.
+    """
+    root = Path(path)
+    files = meta.get("files", {})
+    for name in names if names is not None else sorted(files):
+        if name not in files:
+            raise PartitionFormatError(f"{root / name}: not listed in {META}; the directory is inconsistent")
+        _verify_one(root / name, files[name])
+
+
+def _verify_one(file: Path, expected: dict[str, Any]) -> None:
+    if not file.exists():
+        raise PartitionFormatError(f"{file}: missing (listed in {META}); rewrite the partition with --force")
+    size = file.stat().st_size
+    if size != expected.get("bytes"):
+        raise PartitionFormatError(f"{file}: size {size} differs from {expected.get('bytes')} in {META}; file is corrupted")
+    digest = hashlib.sha256()
+    with open(file, "rb") as fh:
+        while block := fh.read(_HASH_BLOCK):
+            digest.update(block)
+    if digest.hexdigest() != expected.get("sha256"):
+        raise PartitionFormatError(f"{file}: sha256 mismatch with {META}; file is corrupted, rewrite the partition")
+
+
+def part_files(meta: dict, part_id: int) -> list[str]:
+    """The files ``load_partition`` reads for ``part_id`` (relative paths)."""
+    prefix = f"part-{part_id}/"
+    return sorted(f for f in meta.get("files", {}) if f.startswith(prefix)) + ["orig_ids.npy"]
+
+
+def load_partition(path: PathLike, part_id: int, verify: bool = True) -> Partition:
+    """Opens part ``part_id`` of a partition directory, memory-mapped.
+
+    Args:
+        path: the partition directory.
+        part_id: which part, ``0 <= part_id < num_parts``.
+        verify: check sha256 of the files this part reads (default True; False for speed).
+
+    Returns:
+        The `Partition`; arrays are copy-on-write memory maps (nothing large read eagerly).
+
+    Raises:
+        PartitionFormatError: naming the missing, unreadable or corrupted file.
+        ValueError: ``part_id`` out of range.
+
+    Example:
+        >>> # part = load_partition("parts/cora-4", 0)
+        >>> # part.x.shape[0] == part.num_inner
+    """
+    root = Path(path)
+    meta = read_meta(root)
+    num_parts = int(meta["num_parts"])
+    if not 0 <= int(part_id) < num_parts:
+        raise ValueError(f"part_id: expected 0 <= part_id < {num_parts} (got {part_id})")
+    if verify:
+        verify_files(root, meta, part_files(meta, part_id))
+    d = f"part-{part_id}"
+    files = meta.get("files", {})
+    masks = _load(root, f"{d}/masks.npy") if f"{d}/masks.npy" in files else None
+    present = set(meta.get("masks", []))
+    mask = {
+        name: (torch.from_numpy(masks[j]) if masks is not None and name in present else None)
+        for j, name in enumerate(MASK_NAMES)
+    }
+    return Partition(
+        part_id=int(part_id),
+        num_parts=num_parts,
+        meta=meta,
+        indptr=torch.from_numpy(_load(root, f"{d}/indptr.npy")),
+        indices=torch.from_numpy(_load(root, f"{d}/indices.npy")),
+        global_ids=torch.from_numpy(_load(root, f"{d}/global_ids.npy")),
+        num_inner=int(meta["parts"][part_id]["num_inner"]),
+        halo_owner=torch.from_numpy(_load(root, f"{d}/halo_owner.npy")),
+        part_offsets=torch.tensor(meta["part_offsets"], dtype=torch.int64),
+        x=torch.from_numpy(_load(root, f"{d}/x.npy")) if f"{d}/x.npy" in files else None,
+        y=torch.from_numpy(_load(root, f"{d}/y.npy")) if f"{d}/y.npy" in files else None,
+        train_mask=mask["train_mask"],
+        val_mask=mask["val_mask"],
+        test_mask=mask["test_mask"],
+        orig_ids=torch.from_numpy(_load(root, "orig_ids.npy")),
+    )
+
+
+def _load(root: Path, relpath: str) -> np.ndarray:
+    """Copy-on-write memory map of one array; errors name the file."""
+    file = root / relpath
+    try:
+        return np.load(file, mmap_mode="c", allow_pickle=False)
+    except FileNotFoundError:
+        raise PartitionFormatError(f"{file}: missing; rewrite the partition with --force") from None
+    except (OSError, ValueError) as exc:
+        raise PartitionFormatError(f"{file}: unreadable as .npy ({exc}); file is corrupted") from None

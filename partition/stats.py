@@ -1,0 +1,216 @@
+"""Partition quality: edge cut, balance, replication, label-distribution distance.
+
+Stats of a written partition come from its ``meta.json`` alone (the writer
+records per-part counts and label histograms), so ``graphdist-partition
+--stats DIR`` reads no array. Stats of an in-memory ``(graph, parts)`` pair
+compute the same numbers directly (1-hop halo).
+
+Example:
+    >>> from graphdist.testing import tiny_graph, tiny_partition
+    >>> s = partition_stats(tiny_graph(), tiny_partition())
+    >>> s.inner_nodes, s.halo_nodes, round(s.edge_cut, 3)
+    ([5, 5], [2, 2], 0.167)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from graphdist.data.graph import Graph
+from partition.csr import graph_arrays
+
+
+@dataclass
+class PartitionStats:
+    """Per-part counts and whole-partition quality figures.
+
+    ``edges`` are the in-edges of each part's inner nodes (directed counts);
+    ``edge_cut`` is the fraction of all edges whose ends lie in different parts;
+    balances are max/mean; ``replication_factor`` is (inner + halo) / N;
+    ``label_tvd[p]`` is the total variation distance between part p's label
+    distribution and the global one (None for a part without labelled nodes).
+    """
+
+    num_parts: int
+    num_nodes: int
+    num_edges: int
+    inner_nodes: list[int]
+    halo_nodes: list[int]
+    edges: list[int]
+    train_nodes: Optional[list[int]]
+    cut_edges: int
+    edge_cut: float
+    node_balance: float
+    edge_balance: float
+    train_balance: Optional[float]
+    replication_factor: float
+    label_tvd: Optional[list[Optional[float]]]
+    mean_label_tvd: Optional[float]
+    max_label_tvd: Optional[float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        """A fixed-width table, one row per part, then one summary line."""
+        return format_table(self)
+
+
+def partition_stats(
+    source: Union[str, os.PathLike, Graph], parts: Optional[Any] = None, num_parts: Optional[int] = None
+) -> PartitionStats:
+    """Statistics of a partition directory, or of a graph and its part assignment.
+
+    Args:
+        source: a partition directory, or a `Graph`.
+        parts: int ``[N]`` part per node (required with a graph).
+        num_parts: number of parts (default ``max(parts) + 1``).
+
+    Returns:
+        `PartitionStats`.
+
+    Raises:
+        PartitionFormatError: for a directory with a bad ``meta.json``.
+        ValueError: a graph without ``parts``.
+
+    Example:
+        >>> from graphdist.testing import tiny_graph, tiny_partition
+        >>> partition_stats(tiny_graph(), tiny_partition()).node_balance
+        1.0
+    """
+    if isinstance(source, Graph):
+        if parts is None:
+            raise ValueError("parts: required when source is a Graph (got None)")
+        return _stats_from_graph(source, parts, num_parts)
+    from partition.format import read_meta
+
+    meta = read_meta(Path(source))
+    return _summarise(meta["num_nodes"], meta["num_edges"], meta["parts"])
+
+
+def _stats_from_graph(graph: Graph, parts: Any, num_parts: Optional[int]) -> PartitionStats:
+    parts = parts.numpy() if isinstance(parts, torch.Tensor) else np.asarray(parts)
+    parts = parts.astype(np.int64, copy=False)
+    n = graph.num_nodes
+    p_count = int(num_parts if num_parts is not None else (parts.max() + 1 if n else 1))
+    indptr, indices = graph_arrays(graph)
+    dst_part = np.repeat(parts, np.diff(indptr))
+    src = indices.astype(np.int64, copy=False)
+    cut = parts[src] != dst_part
+    # Halo of part p: distinct sources outside p of edges into p.
+    keys = np.unique(dst_part[cut] * n + src[cut])
+    halo = np.bincount(keys // max(n, 1), minlength=p_count)
+    degrees = np.diff(indptr)
+    edges = np.bincount(parts, weights=degrees, minlength=p_count).astype(np.int64)
+    cut_per_part = np.bincount(dst_part[cut], minlength=p_count)
+    inner = np.bincount(parts, minlength=p_count)
+    train = None if graph.train_mask is None else np.bincount(parts[graph.train_mask.numpy()], minlength=p_count)
+    labels = None
+    if graph.y is not None:
+        y = graph.y.numpy()
+        ok = y >= 0
+        c = max(graph.num_classes, 1)
+        labels = np.bincount(parts[ok] * c + y[ok], minlength=p_count * c).reshape(p_count, c)
+    rows: list[dict[str, Any]] = []
+    for p in range(p_count):
+        row: dict[str, Any] = {
+            "num_inner": int(inner[p]),
+            "num_halo": int(halo[p]),
+            "num_inner_edges": int(edges[p]),
+            "num_cut_edges": int(cut_per_part[p]),
+            "num_train": None if train is None else int(train[p]),
+        }
+        if labels is not None:
+            row["label_counts"] = labels[p].tolist()
+        rows.append(row)
+    return _summarise(n, graph.num_edges, rows)
+
+
+def _summarise(num_nodes: int, num_edges: int, rows: list[dict[str, Any]]) -> PartitionStats:
+    inner = [int(r["num_inner"]) for r in rows]
+    halo = [int(r["num_halo"]) for r in rows]
+    edges = [int(r.get("num_inner_edges", r.get("num_edges", 0))) for r in rows]
+    train = [r.get("num_train") for r in rows]
+    train_list = None if any(t is None for t in train) else [int(t) for t in train]
+    cut = sum(int(r["num_cut_edges"]) for r in rows)
+    tvd = _label_tvd([r.get("label_counts") for r in rows])
+    known = [t for t in tvd if t is not None] if tvd is not None else []
+    return PartitionStats(
+        num_parts=len(rows),
+        num_nodes=num_nodes,
+        num_edges=num_edges,
+        inner_nodes=inner,
+        halo_nodes=halo,
+        edges=edges,
+        train_nodes=train_list,
+        cut_edges=cut,
+        edge_cut=cut / max(num_edges, 1),
+        node_balance=_balance(inner),
+        edge_balance=_balance(edges),
+        train_balance=None if train_list is None else _balance(train_list),
+        replication_factor=(sum(inner) + sum(halo)) / max(num_nodes, 1),
+        label_tvd=tvd,
+        mean_label_tvd=float(np.mean(known)) if known else None,
+        max_label_tvd=float(np.max(known)) if known else None,
+    )
+
+
+def _balance(values: list[int]) -> float:
+    """max / mean; 1.0 is perfect, and an all-zero list counts as balanced."""
+    mean = sum(values) / max(len(values), 1)
+    return max(values) / mean if mean > 0 else 1.0
+
+
+def _label_tvd(counts: list[Optional[list[int]]]) -> Optional[list[Optional[float]]]:
+    if not counts or any(c is None for c in counts):
+        return None
+    width = max(len(c) for c in counts)  # type: ignore[arg-type]
+    mat = np.zeros((len(counts), width), dtype=np.float64)
+    for p, c in enumerate(counts):
+        mat[p, : len(c)] = c  # type: ignore[arg-type]
+    total = mat.sum()
+    if total == 0:
+        return None
+    glob = mat.sum(axis=0) / total
+    out: list[Optional[float]] = []
+    for row in mat:
+        s = row.sum()
+        out.append(None if s == 0 else float(0.5 * np.abs(row / s - glob).sum()))
+    return out
+
+
+def format_table(stats: PartitionStats) -> str:
+    """Renders `PartitionStats` as a table plus a one-line summary.
+
+    Example:
+        >>> from graphdist.testing import tiny_graph, tiny_partition
+        >>> print(format_table(partition_stats(tiny_graph(), tiny_partition())).splitlines()[0])
+        part      inner       halo      edges      train  label TVD
+    """
+    lines = [f"{'part':>4} {'inner':>10} {'halo':>10} {'edges':>10} {'train':>10} {'label TVD':>10}"]
+    for p in range(stats.num_parts):
+        train = "-" if stats.train_nodes is None else f"{stats.train_nodes[p]:,}"
+        tvd = stats.label_tvd[p] if stats.label_tvd is not None else None
+        tvd_s = "-" if tvd is None else f"{tvd:.3f}"
+        lines.append(
+            f"{p:>4} {stats.inner_nodes[p]:>10,} {stats.halo_nodes[p]:>10,} {stats.edges[p]:>10,} {train:>10} {tvd_s:>10}"
+        )
+    summary = [
+        f"edge cut {stats.edge_cut:.4f} ({stats.cut_edges:,} of {stats.num_edges:,} edges)",
+        f"node balance {stats.node_balance:.3f}",
+        f"edge balance {stats.edge_balance:.3f}",
+    ]
+    if stats.train_balance is not None:
+        summary.append(f"train balance {stats.train_balance:.3f}")
+    summary.append(f"replication {stats.replication_factor:.3f}")
+    if stats.mean_label_tvd is not None and not math.isnan(stats.mean_label_tvd):
+        summary.append(f"label TVD mean {stats.mean_label_tvd:.3f} max {stats.max_label_tvd:.3f}")
+    lines.append(" | ".join(summary))
+    return "\n".join(lines)

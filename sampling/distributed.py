@@ -1,0 +1,258 @@
+"""Distributed sampling: the same ``NeighborSource`` / ``FeatureSource`` interfaces over partitions.
+
+Each worker holds one partition (its inner nodes' in-neighbour rows and feature
+rows). Per hop, ``DistNeighborSource`` sends the frontier nodes owned by other
+parts to their owners in one variable-size all-to-all, the owners sample them
+from their own rows and answer in a second one. ``NeighborSampler`` is used
+unchanged on top of it, so relabelling and block building are shared with the
+local sampler.
+
+``DistFeatureSource`` serves feature rows the same way, through a cache of the
+hottest remote nodes: halo nodes ranked by how many of this part's edges point
+at them (PaGraph's out-degree rule, measured from the worker's own view).
+
+Every rank must make the same sequence of calls (each hop and each gather is a
+collective): the loader runs the same number of batches on every worker, and a
+worker with no seeds left still joins with an empty request. Calls from a
+prefetch thread must use a process group of their own (``group=``), never the
+one gradient sync uses.
+
+Example:
+    >>> # part = load_partition("parts/cora-2", rank)
+    >>> # sampler = NeighborSampler(DistNeighborSource(part, group=g), [10, 5], seed=rank)
+    >>> # features = DistFeatureSource(part, group=g, cache_rows=10_000)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from graphdist import comm
+from graphdist.data.graph import ranges
+from sampling.base import FeatureSource, NeighborSource
+from sampling.neighbor import sample_csr
+
+__all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
+
+
+def _split_by_owner(nodes: Tensor, owners: Tensor, num_parts: int) -> tuple[list[Tensor], Tensor]:
+    """Nodes grouped by owner (one tensor per part) and the permutation that grouped them."""
+    order = torch.argsort(owners, stable=True)
+    counts = torch.bincount(owners, minlength=num_parts).tolist()
+    return list(torch.split(nodes.index_select(0, order), counts)), order
+
+
+class DistNeighborSource(NeighborSource):
+    """Samples neighbours of any global node; remote ones by their owner, in one all-to-all per hop.
+
+    Args:
+        partition: this worker's ``Partition`` (its rank = its part id).
+        group: process group for the collectives (a prefetch thread needs its own).
+        seed: seeds the generator that serves other workers' requests (checkpointed).
+
+    Example:
+        >>> # src = DistNeighborSource(part); NeighborSampler(src, [15, 10], seed=rank)
+    """
+
+    def __init__(self, partition: Any, group: Any = None, seed: int = 0) -> None:
+        self.partition = partition
+        self.group = group
+        self.num_parts = int(partition.num_parts)
+        self.offset = int(partition.part_offsets[partition.part_id])
+        # Rows are inner nodes in global-id order; columns mapped to global ids once, here,
+        # so answers need no translation per request.
+        self.indptr = partition.indptr[: partition.num_inner + 1]
+        self.indices = partition.global_ids.index_select(0, partition.indices[: int(self.indptr[-1])].to(torch.int64))
+        self.serve_generator = torch.Generator().manual_seed(int(seed) * 7919 + partition.part_id)
+        self.remote_requests = 0
+        self.local_requests = 0
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.partition.part_offsets[-1])
+
+    def get_state(self) -> Tensor:
+        return self.serve_generator.get_state()
+
+    def set_state(self, state: Optional[Tensor]) -> None:
+        if state is not None:
+            self.serve_generator.set_state(state)
+
+    def sample_neighbors(
+        self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
+    ) -> tuple[Tensor, Tensor]:
+        nodes = nodes.to(torch.int64)
+        me = self.partition.part_id
+        owners = self.partition.owner(nodes)
+        requests, order = _split_by_owner(nodes, owners, self.num_parts)
+        self.local_requests += int(requests[me].numel())
+        self.remote_requests += int(nodes.numel() - requests[me].numel())
+        asked = comm.all_to_all_v(requests, group=self.group, tag="sample")
+        replies = []
+        for src_rank, ids in enumerate(asked):
+            # Own requests use the caller's generator (seeded sampling is then reproducible
+            # on one worker); other ranks' requests use the serving generator.
+            gen = generator if src_rank == me else self.serve_generator
+            nbrs, counts = sample_csr(self.indptr, self.indices, ids - self.offset, fanout, replace, gen)
+            replies.append(torch.cat([counts, nbrs]))
+        answers = comm.all_to_all_v(replies, group=self.group, tag="sample")
+        return _reassemble(answers, [r.numel() for r in requests], order)
+
+
+def _reassemble(answers: list[Tensor], asked_counts: list[int], order: Tensor) -> tuple[Tensor, Tensor]:
+    """Puts owner-grouped answers ``[counts..., neighbours...]`` back in the caller's node order."""
+    counts_grouped = torch.cat([a[:n] for a, n in zip(answers, asked_counts)])
+    nbrs_grouped = torch.cat([a[n:] for a, n in zip(answers, asked_counts)])
+    n = counts_grouped.numel()
+    # Segment g of the grouped list belongs to node order[g]: reorder whole segments.
+    counts = torch.empty(n, dtype=torch.int64)
+    counts[order] = counts_grouped
+    grouped_starts = torch.cumsum(counts_grouped, 0) - counts_grouped
+    starts_in_order = torch.empty(n, dtype=torch.int64)
+    starts_in_order[order] = grouped_starts
+    positions = ranges(starts_in_order, counts)
+    return nbrs_grouped.index_select(0, positions), counts
+
+
+def fetch_rows(partition: Any, table: Tensor, nodes: Tensor, group: Any = None, tag: str = "feature") -> Tensor:
+    """Rows of ``nodes`` from whichever worker owns them; a collective (one request, one reply).
+
+    Args:
+        partition: this worker's ``Partition`` (for ownership).
+        table: ``[num_inner, F]`` rows of this worker's inner nodes (features or embeddings).
+        nodes: int64 global ids (any owner; may be empty, the call is still collective).
+        group: process group.
+        tag: byte-counter tag.
+
+    Returns:
+        ``[len(nodes), F]`` rows in ``nodes`` order.
+    """
+    nodes = nodes.to(torch.int64)
+    offset = int(partition.part_offsets[partition.part_id])
+    owners = partition.owner(nodes)
+    requests, order = _split_by_owner(nodes, owners, int(partition.num_parts))
+    asked = comm.all_to_all_v(requests, group=group, tag=tag)
+    replies = [table.index_select(0, ids - offset) for ids in asked]
+    answers = comm.all_to_all_v(replies, group=group, tag=tag)
+    out = torch.empty((nodes.numel(), *table.shape[1:]), dtype=table.dtype)
+    out[order] = torch.cat(answers)
+    return out
+
+
+@dataclass
+class CacheStats:
+    """Remote-feature traffic: rows asked for, served from the cache, fetched over the network."""
+
+    local_rows: int = 0
+    cache_hits: int = 0
+    fetched_rows: int = 0
+
+    @property
+    def remote_rows(self) -> int:
+        return self.cache_hits + self.fetched_rows
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cache_hits / self.remote_rows if self.remote_rows else 0.0
+
+
+class DistFeatureSource(FeatureSource):
+    """Feature rows of any global node: own rows locally, hot remote rows from a cache, the rest fetched.
+
+    Args:
+        partition: this worker's ``Partition``.
+        group: process group (one per thread that gathers).
+        cache_rows: remote rows to cache; ``None`` = every halo node (``cache_mib`` permitting).
+        cache_mib: a cap on the cache's memory in MiB (None = no cap).
+
+    The cache is filled once, collectively, at construction: every rank must
+    construct its source at the same point.
+    """
+
+    def __init__(
+        self,
+        partition: Any,
+        group: Any = None,
+        cache_rows: Optional[int] = None,
+        cache_mib: Optional[float] = None,
+        features: Optional[Tensor] = None,
+    ) -> None:
+        self.partition = partition
+        self.group = group
+        self.x = partition.x if features is None else features
+        if self.x is None:
+            raise ValueError(f"partition {partition.part_id}: has no features (x.npy) to serve")
+        self.offset = int(partition.part_offsets[partition.part_id])
+        self.num_parts = int(partition.num_parts)
+        self.stats = CacheStats()
+        self._build_cache(cache_rows, cache_mib)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.x.dtype
+
+    # ---------------------------------------------------------------- cache
+    def _hot_halo_nodes(self, limit: int) -> Tensor:
+        """Halo nodes by how many local edges reference them, most first (global ids)."""
+        part = self.partition
+        num_halo = part.num_local - part.num_inner
+        if num_halo == 0 or limit <= 0:
+            return torch.zeros(0, dtype=torch.int64)
+        refs = torch.bincount(part.indices.to(torch.int64), minlength=part.num_local)[part.num_inner :]
+        top = torch.argsort(refs, descending=True, stable=True)[:limit]
+        return part.global_ids[part.num_inner + top]
+
+    def _build_cache(self, cache_rows: Optional[int], cache_mib: Optional[float]) -> None:
+        num_halo = self.partition.num_local - self.partition.num_inner
+        limit = num_halo if cache_rows is None else min(int(cache_rows), num_halo)
+        if cache_mib is not None:
+            row_bytes = self.num_features * self.x.element_size()
+            limit = min(limit, int(cache_mib * 2**20 // max(row_bytes, 1)))
+        hot = self._hot_halo_nodes(limit)
+        # Sorted ids give a binary-search lookup without an O(num_nodes) array.
+        self.cache_ids, _ = torch.sort(hot)
+        self.cache_rows = self._fetch(self.cache_ids)
+        self.stats = CacheStats()
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self.cache_rows.numel() * self.cache_rows.element_size())
+
+    def _cache_lookup(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
+        """(hit mask, cache slot) for each node."""
+        if self.cache_ids.numel() == 0:
+            return torch.zeros(nodes.numel(), dtype=torch.bool), torch.zeros(nodes.numel(), dtype=torch.int64)
+        slot = torch.searchsorted(self.cache_ids, nodes).clamp_(max=self.cache_ids.numel() - 1)
+        return self.cache_ids.index_select(0, slot) == nodes, slot
+
+    # ---------------------------------------------------------------- fetch
+    def _fetch(self, nodes: Tensor) -> Tensor:
+        return fetch_rows(self.partition, self.x, nodes, group=self.group, tag="feature")
+
+    def gather(self, nodes: Tensor, out: Optional[Tensor] = None) -> Tensor:
+        """Rows of ``nodes``; a collective (every rank calls it, possibly with no nodes)."""
+        nodes = nodes.to(torch.int64)
+        n = nodes.numel()
+        if out is None:
+            out = torch.empty((n, self.num_features), dtype=self.x.dtype)
+        local = (nodes >= self.offset) & (nodes < self.offset + int(self.partition.num_inner))
+        local_idx = local.nonzero().view(-1)
+        out[local_idx] = self.x.index_select(0, nodes.index_select(0, local_idx) - self.offset)
+        remote_idx = (~local).nonzero().view(-1)
+        remote = nodes.index_select(0, remote_idx)
+        hit, slot = self._cache_lookup(remote)
+        out[remote_idx[hit]] = self.cache_rows.index_select(0, slot[hit])
+        miss_idx = remote_idx[~hit]
+        out[miss_idx] = self._fetch(nodes.index_select(0, miss_idx))
+        self.stats.local_rows += int(local_idx.numel())
+        self.stats.cache_hits += int(hit.sum())
+        self.stats.fetched_rows += int(miss_idx.numel())
+        return out

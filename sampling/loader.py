@@ -1,0 +1,361 @@
+"""``NodeLoader``: batches of seeds -> sampled blocks with features and labels, prefetched.
+
+A background thread samples and gathers batch t+1 while the caller trains on batch t
+(HyScale-GNN's two-stage prefetch: gather into a host buffer, pinned only when a CUDA device
+is the target, then copy to the device). ``loader.stats`` says how long the caller waited.
+
+Buffers: with ``reuse_buffers=True`` (the default) ``batch.x`` is a view into one of a few
+host buffers that are recycled, because allocating a fresh ``[num_input_nodes, F]`` tensor per
+batch costs page faults comparable to the gather itself. The ``x`` of batch t therefore stays
+valid until batch t+2 is requested; clone it to keep it longer, or pass ``reuse_buffers=False``.
+
+Distributed use: the loader itself never communicates, but a distributed sampler or feature
+source called from the prefetch thread does. Those collectives must run on a process group of
+their own, never the one gradient sync uses: within one group every rank must issue
+collectives in the same order, which two threads sharing a group cannot promise (it deadlocks
+or mismatches silently). ``num_batches`` makes every worker run the same number of steps: short
+workers pad with extra batches of random seeds of their own, long ones stop early.
+
+Thread counts: the prefetch thread uses torch's intra-op pool like the caller, so with
+``torch.set_num_threads(1)`` the two threads simply share the process; sampling kernels release
+the GIL, so the overlap is real on two or more cores, and on fewer the background thread slows
+the step it overlaps.
+
+Example:
+    >>> from graphdist.testing import random_graph
+    >>> from sampling import NeighborSampler
+    >>> g = random_graph(100, seed=0)
+    >>> loader = NodeLoader(g, torch.arange(100), NeighborSampler(g, [5, 5], seed=0), batch_size=32, seed=0)
+    >>> sizes = [b.seed_nodes.numel() for b in loader]
+    >>> batch = next(iter(loader))
+    >>> sizes, bool((batch.x[:, 0] == batch.input_nodes).all())
+    ([32, 32, 32, 4], True)
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Union
+
+import torch
+from torch import Tensor
+
+from graphdist.data.graph import Graph
+from sampling.base import FeatureSource, LocalFeatureSource, SampledBatch, Sampler
+
+__all__ = ["NodeLoader", "LoaderStats"]
+
+logger = logging.getLogger(__name__)
+
+# How long the prefetch thread waits on a full queue before re-checking for a stop request.
+_POLL_S = 0.05
+LabelSource = Union[Tensor, Callable[[Tensor], Tensor]]
+
+
+@dataclass
+class LoaderStats:
+    """Where a loader's time went since the last ``reset()``.
+
+    Attributes:
+        batches: batches handed to the caller.
+        wait_s: time the caller spent blocked waiting for a batch (all of sampling and
+            gathering when ``prefetch=False``).
+        sample_s: time spent in ``sampler.sample`` (in the prefetch thread when prefetching).
+        gather_s: time spent gathering features/labels and copying to the device.
+    """
+
+    batches: int = 0
+    wait_s: float = 0.0
+    sample_s: float = 0.0
+    gather_s: float = 0.0
+
+    @property
+    def hidden_fraction(self) -> float:
+        """Share of sampling + gathering time the caller did not wait for (1.0 = fully hidden)."""
+        work = self.sample_s + self.gather_s
+        return 0.0 if work <= 0 else max(0.0, 1.0 - self.wait_s / work)
+
+    def reset(self) -> None:
+        self.batches, self.wait_s, self.sample_s, self.gather_s = 0, 0.0, 0.0, 0.0
+
+
+class _Failure:
+    """An exception raised in the prefetch thread, re-raised in the caller's."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_DONE = object()
+
+
+class _BufferRing:
+    """A few reusable host buffers (pinned when copying to CUDA), grown on demand."""
+
+    def __init__(self, slots: int, num_features: int, dtype: torch.dtype, pin: bool) -> None:
+        self.buffers: list[Optional[Tensor]] = [None] * slots
+        self.num_features, self.dtype, self.pin = num_features, dtype, pin
+        self.next = 0
+
+    def take(self, rows: int) -> Tensor:
+        slot = self.next
+        self.next = (self.next + 1) % len(self.buffers)
+        buf = self.buffers[slot]
+        if buf is None or buf.shape[0] < rows:
+            # 25% headroom: input-node counts vary from batch to batch.
+            cap = max(rows + rows // 4, 1)
+            buf = torch.empty((cap, self.num_features), dtype=self.dtype, pin_memory=self.pin)
+            self.buffers[slot] = buf
+        return buf[:rows]
+
+
+class NodeLoader:
+    """Iterates over seed nodes in batches, yielding ``SampledBatch`` with ``x`` and ``y`` filled.
+
+    Args:
+        data: a ``Graph`` (features ``graph.x``, labels ``graph.y``), a ``FeatureSource``
+            (e.g. a partition's distributed one; give ``labels``), or None for no features.
+        seeds: int64 node ids, or a bool mask over nodes (e.g. ``graph.train_mask``).
+        sampler: any ``Sampler`` (neighbour, cluster, distributed).
+        batch_size: seeds per batch (>= 1).
+        shuffle: new random order each epoch. Default True.
+        drop_last: drop the last incomplete batch. Default False.
+        prefetch: sample and gather the next batch in a background thread. Default True.
+        labels: label per seed id: a tensor indexed by node id or a function ``ids -> labels``;
+            default ``graph.y`` for a ``Graph``. None with a ``FeatureSource``: no ``y``.
+        seed: seeds the loader's shuffle/padding generator (the sampler has its own); None
+            draws one from torch's global RNG. Default None.
+        num_batches: exact batches per epoch, so that every distributed worker runs the same
+            number of steps: extra batches take random seeds of this loader's own; fewer drop the
+            rest of the epoch. Default None (``ceil`` or ``floor`` of ``len(seeds)/batch_size``).
+        device: move each batch there in the prefetch thread (CUDA: via pinned buffers).
+        reuse_buffers: gather ``x`` into recycled buffers (valid until batch t+2 is requested).
+            Default True.
+        prefetch_depth: batches prepared ahead. Default 1.
+
+    Raises:
+        ValueError: on bad arguments, naming the argument and what was received.
+
+    Example:
+        >>> from graphdist.testing import tiny_graph
+        >>> from sampling import NeighborSampler
+        >>> g = tiny_graph()
+        >>> loader = NodeLoader(g, g.train_mask, NeighborSampler(g, [2], seed=0), batch_size=2, shuffle=False)
+        >>> [b.seed_nodes.tolist() for b in loader], len(loader)
+        ([[0, 2], [4, 6], [8]], 3)
+    """
+
+    def __init__(
+        self,
+        data: Union[Graph, FeatureSource, None],
+        seeds: Any,
+        sampler: Sampler,
+        batch_size: int,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        prefetch: bool = True,
+        labels: Optional[LabelSource] = None,
+        seed: Optional[int] = None,
+        num_batches: Optional[int] = None,
+        device: Optional[Union[str, torch.device]] = None,
+        reuse_buffers: bool = True,
+        prefetch_depth: int = 1,
+    ) -> None:
+        self.features, default_labels = _resolve_data(data)
+        self.labels: Optional[LabelSource] = labels if labels is not None else default_labels
+        self.seeds = _resolve_seeds(seeds)
+        if not isinstance(sampler, Sampler):
+            raise ValueError(f"sampler: expected a sampling.Sampler (got {type(sampler).__name__})")
+        if batch_size < 1:
+            raise ValueError(f"batch_size: expected >= 1 (got {batch_size})")
+        if num_batches is not None and num_batches < 0:
+            raise ValueError(f"num_batches: expected >= 0 or None (got {num_batches})")
+        if prefetch_depth < 1:
+            raise ValueError(f"prefetch_depth: expected >= 1 (got {prefetch_depth})")
+        self.sampler, self.batch_size = sampler, int(batch_size)
+        self.shuffle, self.drop_last, self.prefetch = bool(shuffle), bool(drop_last), bool(prefetch)
+        self.num_batches, self.prefetch_depth = num_batches, int(prefetch_depth)
+        self.device = torch.device(device) if device is not None else None
+        self.reuse_buffers = bool(reuse_buffers)
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.generator = torch.Generator().manual_seed(seed)
+        self.epoch = 0
+        self.stats = LoaderStats()
+        self._ring: Optional[_BufferRing] = None
+        self._stop: Optional[threading.Event] = None
+        self._thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------- epoch plan
+    def natural_num_batches(self) -> int:
+        """Batches one pass over the seeds gives (before any ``num_batches`` override)."""
+        n = self.seeds.numel()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __len__(self) -> int:
+        return self.num_batches if self.num_batches is not None else self.natural_num_batches()
+
+    def _plan(self) -> list[Tensor]:
+        """This epoch's seed batches, drawn in the caller's thread so prefetching cannot reorder RNG use."""
+        n, bs = self.seeds.numel(), self.batch_size
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        seeds = self.seeds.index_select(0, order)
+        batches = list(torch.split(seeds, bs))[: self.natural_num_batches()]
+        want = len(self)
+        if want <= len(batches):
+            return batches[:want]
+        return batches + [self._padding_batch(seeds) for _ in range(want - len(batches))]
+
+    def _padding_batch(self, shuffled: Tensor) -> Tensor:
+        n = shuffled.numel()
+        if n == 0:
+            return shuffled  # a worker with no seeds still takes part in every step
+        size = min(self.batch_size, n)
+        start = int(torch.randint(0, n - size + 1, (1,), generator=self.generator))
+        # A window of a random permutation: distinct seeds, random, no extra O(n) work.
+        return shuffled[start : start + size]
+
+    # ------------------------------------------------------------- one batch
+    def _make(self, seeds: Tensor) -> SampledBatch:
+        t0 = time.perf_counter()
+        batch = self.sampler.sample(seeds)
+        t1 = time.perf_counter()
+        self._gather(batch)
+        self.stats.sample_s += t1 - t0
+        self.stats.gather_s += time.perf_counter() - t1
+        return batch
+
+    def _gather(self, batch: SampledBatch) -> None:
+        if self.features is not None:
+            out = None
+            if self.reuse_buffers:
+                out = self._buffers().take(batch.input_nodes.numel())
+            batch.x = self.features.gather(batch.input_nodes, out=out)
+        if self.labels is not None:
+            lab = self.labels
+            batch.y = lab.index_select(0, batch.seed_nodes) if isinstance(lab, Tensor) else lab(batch.seed_nodes)
+        if self.device is not None and self.device.type != "cpu":
+            moved = batch.to(self.device, non_blocking=True)
+            batch.blocks, batch.input_nodes, batch.seed_nodes = moved.blocks, moved.input_nodes, moved.seed_nodes
+            batch.x, batch.y = moved.x, moved.y
+            if self.device.type == "cuda":
+                # The copy ran on this thread's current stream; finish it before the pinned
+                # buffer is recycled and before the caller's stream reads the batch.
+                torch.cuda.current_stream(self.device).synchronize()
+
+    def _buffers(self) -> _BufferRing:
+        if self._ring is None:
+            assert self.features is not None
+            # Batch t's slot is rewritten only after batch t+2 is requested (see module doc).
+            slots = self.prefetch_depth + 3 if self.prefetch else 2
+            pin = self.device is not None and self.device.type == "cuda"
+            self._ring = _BufferRing(slots, self.features.num_features, self.features.dtype, pin)
+        return self._ring
+
+    # ------------------------------------------------------------- iteration
+    def __iter__(self) -> Iterator[SampledBatch]:
+        self._stop_previous()
+        plan = self._plan()
+        self.epoch += 1
+        return self._iter_prefetch(plan) if self.prefetch else self._iter_sync(plan)
+
+    def _iter_sync(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
+        for seeds in plan:
+            t0 = time.perf_counter()
+            batch = self._make(seeds)
+            self.stats.wait_s += time.perf_counter() - t0
+            self.stats.batches += 1
+            yield batch
+
+    def _iter_prefetch(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
+        q: queue.Queue = queue.Queue(maxsize=self.prefetch_depth)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._produce, args=(plan, q, stop), name="graphdist-prefetch", daemon=True)
+        self._stop, self._thread = stop, thread
+        thread.start()
+        try:
+            while True:
+                t0 = time.perf_counter()
+                item = q.get()
+                self.stats.wait_s += time.perf_counter() - t0
+                if item is _DONE:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.exc
+                self.stats.batches += 1
+                yield item
+        finally:
+            # Early exit (break, exception): unblock the producer and wait for it, so the
+            # sampler's scratch state is never used by two threads at once.
+            stop.set()
+            while thread.is_alive():
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    thread.join(timeout=_POLL_S)
+            self._stop, self._thread = None, None
+
+    def _produce(self, plan: list[Tensor], q: queue.Queue, stop: threading.Event) -> None:
+        try:
+            for seeds in plan:
+                if stop.is_set():
+                    return
+                item: Any = self._make(seeds)
+                if not _put(q, item, stop):
+                    return
+            _put(q, _DONE, stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            _put(q, _Failure(exc), stop)
+
+    def _stop_previous(self) -> None:
+        # A new epoch started before the last one was exhausted: its producer must be gone
+        # before a new one touches the sampler (whose scratch state is single-threaded).
+        if self._stop is not None and self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        self._stop, self._thread = None, None
+
+    # ------------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch counter and RNG states (loader and sampler), for resuming at an epoch boundary."""
+        return {"epoch": self.epoch, "generator": self.generator.get_state(), "sampler": self.sampler.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+        self.generator.set_state(state["generator"])
+        self.sampler.set_state(state.get("sampler"))
+
+
+def _put(q: queue.Queue, item: Any, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _resolve_data(data: Union[Graph, FeatureSource, None]) -> tuple[Optional[FeatureSource], Optional[LabelSource]]:
+    if data is None:
+        return None, None
+    if isinstance(data, Graph):
+        features = LocalFeatureSource(data.x) if data.x is not None else None
+        return features, data.y
+    if isinstance(data, FeatureSource):
+        return data, None
+    raise ValueError(f"data: expected a Graph, a FeatureSource or None (got {type(data).__name__})")
+
+
+def _resolve_seeds(seeds: Any) -> Tensor:
+    seeds = torch.as_tensor(seeds)
+    if seeds.dtype == torch.bool:
+        return seeds.nonzero().view(-1)
+    if seeds.dtype.is_floating_point or seeds.dim() != 1:
+        raise ValueError(f"seeds: expected a 1-D int tensor of node ids or a bool mask (got {seeds.dtype}, "
+                         f"shape {tuple(seeds.shape)})")
+    return seeds.to(torch.int64)

@@ -1,0 +1,508 @@
+"""load_graph: named datasets, .npz, OGB directories, PyG inputs, edge lists, and its errors."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphdist.data import loaders
+from graphdist.data.loaders import cache_dir, dataset_dirs, find_dataset, load_graph, read_table
+
+# From ../shared/datasets/README.md: nodes, directed edges, features, classes, train/val/test.
+PLANETOID = {
+    "cora": (2708, 10556, 1433, 7, (140, 500, 1000)),
+    "citeseer": (3327, 9104, 3703, 6, (120, 500, 1000)),
+    "pubmed": (19717, 88648, 500, 3, (60, 500, 1000)),
+}
+
+
+def edge_set(edge_index) -> set[tuple[int, int]]:
+    return set(map(tuple, np.asarray(edge_index).T.tolist()))
+
+
+def write_gz(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+
+
+# ------------------------------------------------------------------ named real datasets
+@pytest.mark.parametrize("name", sorted(PLANETOID))
+def test_planetoid_names_load_with_published_counts(name, dataset_path):
+    path = dataset_path(name)  # skips (or fails when CI=true) if the data is missing
+    nodes, edges, features, classes, (train, val, test) = PLANETOID[name]
+    g = load_graph(name)
+    assert g.name == name
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (nodes, edges, features, classes)
+    assert (int(g.train_mask.sum()), int(g.val_mask.sum()), int(g.test_mask.sum())) == (train, val, test)
+    assert not bool((g.train_mask & g.test_mask).any())
+    assert g.x.dtype == torch.float32 and g.y.dtype == torch.int64
+    # Both directions as stored, no edge lost or invented on the way into CSR.
+    with np.load(path) as archive:
+        assert edge_set(g.edge_index()) == edge_set(archive["edge_index"])
+    assert edge_set(g.edge_index()) == {(d, s) for s, d in edge_set(g.edge_index())}
+    assert torch.equal(load_graph(path).indices, g.indices)  # the path loads the same graph
+
+
+def test_citeseer_keeps_unlabelled_nodes_out_of_the_masks(dataset_path):
+    dataset_path("citeseer")
+    g = load_graph("citeseer")
+    unlabelled = g.y == -1
+    assert int(unlabelled.sum()) == 15
+    assert not bool((unlabelled & (g.train_mask | g.val_mask | g.test_mask)).any())
+
+
+def test_names_are_case_insensitive(dataset_path):
+    dataset_path("cora")
+    assert load_graph("Cora").num_nodes == 2708
+
+
+def test_planetoid_raw_folder_opens_through_pyg(dataset_path, tmp_path):
+    # A torch_geometric Planetoid folder (raw/ind.cora.*) is processed in the cache, not in place.
+    raw_source = dataset_path("cora").parent / "raw" / "cora"
+    if not raw_source.is_dir():
+        pytest.skip(f"{raw_source} not present")
+    raw = tmp_path / "Cora" / "raw"
+    raw.mkdir(parents=True)
+    for file in raw_source.iterdir():
+        (raw / file.name).symlink_to(file)
+    g = load_graph(tmp_path / "Cora")
+    assert (g.num_nodes, g.num_edges, g.num_features) == (2708, 10556, 1433)
+    assert int(g.train_mask.sum()) == 140
+    assert not (tmp_path / "Cora" / "processed").exists()
+    assert any((cache_dir() / "pyg-local").rglob("data.pt"))
+
+
+# ------------------------------------------------------------------ locations and name lookup
+def test_dataset_dirs_and_cache_dir_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRAPHDIST_DATA", f"{tmp_path / 'a'}{os.pathsep}{os.pathsep}{tmp_path / 'b'}")
+    monkeypatch.setenv("GRAPHDIST_CACHE", str(tmp_path / "cache"))
+    assert dataset_dirs() == [tmp_path / "a", tmp_path / "b"]
+    assert cache_dir() == tmp_path / "cache" and not (tmp_path / "cache").exists()
+    assert cache_dir(create=True).is_dir()
+    monkeypatch.delenv("GRAPHDIST_CACHE")
+    assert cache_dir() == Path.home() / ".cache" / "graphdist"
+    monkeypatch.delenv("GRAPHDIST_DATA")
+    assert dataset_dirs() == []
+
+
+def small_npz(path: Path, n: int = 4) -> None:
+    src = np.arange(n - 1)
+    np.savez(path, edge_index=np.stack([np.r_[src, src + 1], np.r_[src + 1, src]]),
+             x=np.eye(n, dtype=np.float32), y=np.arange(n) % 2)
+
+
+def test_named_lookup_prefers_data_dirs_in_order_then_the_cache(monkeypatch, tmp_path):
+    first, second, cache = tmp_path / "first", tmp_path / "second", tmp_path / "cache"
+    for d in (first, second, cache):
+        d.mkdir()
+    small_npz(second / "cora.npz", n=4)
+    small_npz(cache / "cora.npz", n=6)
+    monkeypatch.setenv("GRAPHDIST_DATA", f"{first}{os.pathsep}{second}")
+    monkeypatch.setenv("GRAPHDIST_CACHE", str(cache))
+    assert find_dataset("cora") == second / "cora.npz"
+    assert load_graph("cora").num_nodes == 4
+    (second / "cora.npz").unlink()
+    assert load_graph("cora").num_nodes == 6  # falls back to the cache
+
+
+def offline(monkeypatch, tmp_path) -> Path:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("GRAPHDIST_DATA", str(empty))
+    monkeypatch.delenv("GRAPHDIST_OFFLINE", raising=False)
+    return empty
+
+
+def test_offline_lookup_fails_fast_saying_where_it_looked(monkeypatch, tmp_path):
+    empty = offline(monkeypatch, tmp_path)
+    calls = []
+    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: calls.append(a) or False)
+    monkeypatch.setattr(loaders, "_download_planetoid", lambda *a: pytest.fail("must not download offline"))
+    with pytest.raises(FileNotFoundError) as info:
+        load_graph("pubmed")
+    message = str(info.value)
+    assert "Dataset 'pubmed' not found" in message
+    assert f"GRAPHDIST_DATA ({empty})" in message and str(cache_dir()) in message
+    assert "network is unreachable" in message and "Set GRAPHDIST_DATA" in message
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_download_can_be_disabled(monkeypatch, tmp_path, how):
+    offline(monkeypatch, tmp_path)
+    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: pytest.fail("must not probe"))
+    if how == "environment":
+        monkeypatch.setenv("GRAPHDIST_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="downloading is disabled"):
+        load_graph("cora", download=how != "argument")
+
+
+def test_failed_download_is_reported_with_its_cause(monkeypatch, tmp_path):
+    offline(monkeypatch, tmp_path)
+    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: True)
+
+    def broken(name, root):
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(loaders, "_download_planetoid", broken)
+    with pytest.raises(FileNotFoundError, match=re.escape("downloading it failed (OSError: connection reset)")):
+        load_graph("citeseer")
+    assert not (cache_dir() / "citeseer.npz").exists()
+
+
+def test_downloaded_dataset_is_converted_into_the_cache_once(monkeypatch, tmp_path):
+    from torch_geometric.data import Data
+
+    offline(monkeypatch, tmp_path)
+    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: True)
+    downloads = []
+
+    def fake(name, root):
+        downloads.append((name, root))
+        n = 5
+        return Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), x=torch.rand(n, 3),
+                    y=torch.arange(n) % 2, train_mask=torch.arange(n) < 2, val_mask=torch.arange(n) == 2,
+                    test_mask=torch.arange(n) > 2)
+
+    monkeypatch.setattr(loaders, "_download_planetoid", fake)
+    g = load_graph("cora")
+    assert (g.num_nodes, g.num_edges, int(g.train_mask.sum())) == (5, 4, 2)
+    assert (cache_dir() / "cora.npz").is_file()
+    assert downloads == [("cora", cache_dir() / "pyg")]
+    assert load_graph("cora").num_nodes == 5 and len(downloads) == 1  # the cache answers now
+    assert not list(cache_dir().glob(".*tmp"))
+
+
+def test_network_probe_gives_up_quickly_on_an_unroutable_address():
+    # 192.0.2.0/24 is TEST-NET-1: never routed, so the probe must return False.
+    assert loaders._network_reachable("192.0.2.1", 9, timeout=0.5) is False
+
+
+def test_synthetic_names():
+    g = load_graph("synthetic-2500")
+    assert g.num_nodes == 2500 and g.num_features == 100 and g.name == "synthetic-2500"
+    assert load_graph("synthetic-3k").num_nodes == 3000
+
+
+@pytest.mark.parametrize("name", ["coraa", "ogbn-arxiv", "synthetic-", "synthetic-abc", "synthetic-0"])
+def test_unknown_names_list_the_known_ones_and_the_formats(name):
+    with pytest.raises(ValueError) as info:
+        load_graph(name)
+    message = str(info.value)
+    assert f"Unknown dataset {name!r}" in message
+    for part in ("cora", "citeseer", "pubmed", "synthetic-<N>", ".npz", "OGB", "edge-list"):
+        assert part in message
+
+
+def test_missing_paths_raise_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'nope.npz'}: no such file or directory")):
+        load_graph(tmp_path / "nope.npz")
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        load_graph(str(tmp_path / "graphs" / "cora"))
+
+
+def test_unrecognised_inputs(tmp_path):
+    (tmp_path / "notes.json").write_text("{}")
+    with pytest.raises(ValueError, match=re.escape("unrecognised file type '.json'")):
+        load_graph(tmp_path / "notes.json")
+    (tmp_path / "emptydir").mkdir()
+    with pytest.raises(ValueError, match="got a directory with none of raw/edge.csv.gz"):
+        load_graph(tmp_path / "emptydir")
+    with pytest.raises(ValueError, match="name_or_path: expected a str, path, Graph or torch_geometric Data"):
+        load_graph(42)
+
+
+# ------------------------------------------------------------------ .npz
+def test_npz_dense_and_csr_features_give_the_same_graph(tmp_path):
+    n = 6
+    rng = np.random.default_rng(0)
+    x = (rng.random((n, 5)) < 0.4).astype(np.float32) * rng.random((n, 5), dtype=np.float32)
+    x[3] = 0  # an all-zero row
+    edge_index = np.array([[0, 1, 2, 5], [1, 0, 5, 2]])
+    common = dict(edge_index=edge_index, y=np.array([0, 1, 0, 1, -1, 2]), train_mask=np.arange(n) < 3,
+                  val_mask=np.arange(n) == 3, test_mask=np.arange(n) == 5)
+    np.savez_compressed(tmp_path / "dense.npz", x=x, **common)
+    rows, cols = np.nonzero(x)
+    np.savez_compressed(tmp_path / "sparse.npz", x_indptr=np.r_[0, np.cumsum(np.bincount(rows, minlength=n))],
+                        x_indices=cols, x_data=x[rows, cols], x_shape=np.array([n, 5]), **common)
+    dense, sparse = load_graph(tmp_path / "dense.npz"), load_graph(tmp_path / "sparse.npz")
+    assert dense.name == "dense"
+    assert torch.equal(dense.x, torch.from_numpy(x)) and torch.equal(sparse.x, dense.x)
+    assert edge_set(dense.edge_index()) == edge_set(edge_index)
+    for field in ("indptr", "indices", "y", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(dense, field), getattr(sparse, field)), field
+
+
+def test_uncompressed_npz_features_are_memory_mapped_and_scanned_once(tmp_path):
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.savez(tmp_path / "g.npz", edge_index=np.array([[0, 1], [1, 0]]), x=x)
+    mapped = loaders._npz_member_memmap(tmp_path / "g.npz", "x")
+    assert isinstance(mapped, np.memmap) and np.array_equal(mapped, x)
+    assert torch.equal(load_graph(tmp_path / "g.npz").x, torch.from_numpy(x))
+    np.savez_compressed(tmp_path / "c.npz", x=x)
+    assert loaders._npz_member_memmap(tmp_path / "c.npz", "x") is None  # deflated: read normally
+    x[2, 1] = np.inf
+    np.savez(tmp_path / "bad.npz", edge_index=np.array([[0, 1], [1, 0]]), x=x)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'bad.npz'}: x: features must be finite (got NaN or inf in row 2)")):
+        load_graph(tmp_path / "bad.npz")
+
+
+def test_npz_without_features_takes_the_node_count_from_the_edges(tmp_path):
+    np.savez(tmp_path / "bare.npz", edge_index=np.array([[0, 3], [3, 0]]))
+    g = load_graph(tmp_path / "bare.npz")
+    assert g.num_nodes == 4 and g.x is None and g.y is None
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"x": np.zeros((2, 2), np.float32)}, "expected key 'edge_index' (got keys ['x'])"),
+        ({"edge_index": np.zeros((3, 2), np.int64)}, "edge_index: expected shape [2, E] (got (3, 2))"),
+        ({"edge_index": np.zeros((2, 2), np.float32)}, "edge_index: expected integer node ids (got dtype float32)"),
+        ({"edge_index": np.array([[0, -1], [1, 0]])}, "edge_index: expected node ids >= 0 (got -1)"),
+        ({"edge_index": np.array([[0, 3], [1, 0]]), "x": np.zeros((3, 2), np.float32)},
+         "edge_index: node ids must lie in [0, 3) (got 3)"),
+        ({"edge_index": np.array([[0], [1]]), "x": np.zeros(3, np.float32)}, "expected x of shape [N, F] (got (3,))"),
+        ({"edge_index": np.array([[0], [1]]), "x": np.zeros((2, 2)), "y": np.array([0.5, 1.0])},
+         "y: expected integer labels (-1 = unlabelled) (got dtype float64)"),
+        ({"edge_index": np.array([[0], [1]]), "x": np.zeros((2, 2)), "train_mask": np.array([True, False, True])},
+         "train_mask: expected shape [2] (got (3,))"),
+        ({"edge_index": np.array([[0], [1]]), "x_indptr": np.array([0, 1])},
+         "CSR features need x_indptr, x_indices, x_data and x_shape (missing ['x_indices', 'x_data', 'x_shape'])"),
+        ({"edge_index": np.array([[0], [1]]), "x_indptr": np.array([0, 1]), "x_indices": np.array([0]),
+          "x_data": np.array([1.0]), "x_shape": np.array([2, 2])}, "expected x_indptr of length N + 1 = 3 (got shape (2,))"),
+        ({"edge_index": np.array([[0], [1]]), "x_indptr": np.array([0, 1, 1]), "x_indices": np.array([4]),
+          "x_data": np.array([1.0]), "x_shape": np.array([2, 2])}, "expected x_indices in [0, 2) (got 4..4)"),
+        ({"edge_index": np.array([[0], [1]]), "x_indptr": np.array([0, 0, 1]), "x_indices": np.array([1]),
+          "x_data": np.array([np.nan]), "x_shape": np.array([2, 2])}, "x: features must be finite (got NaN or inf in row 1)"),
+    ],
+)
+def test_npz_errors_name_the_file_and_key(tmp_path, arrays, message):
+    path = tmp_path / "broken.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: ") + ".*" + re.escape(message)):
+        load_graph(path)
+
+
+def test_a_corrupt_npz_is_a_clear_error(tmp_path):
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="expected a numpy .npz archive"):
+        load_graph(tmp_path / "junk.npz")
+
+
+# ------------------------------------------------------------------ OGB directories
+def write_ogb_csv(root: Path, edges: np.ndarray, n: int, feat: np.ndarray, labels: list, splits: dict) -> None:
+    raw = root / "raw"
+    write_gz(raw / "edge.csv.gz", "".join(f"{s},{d}\n" for s, d in edges))
+    write_gz(raw / "num-node-list.csv.gz", f"{n}\n")
+    write_gz(raw / "num-edge-list.csv.gz", f"{len(edges)}\n")
+    write_gz(raw / "node-feat.csv.gz", "".join(",".join(f"{v:.6g}" for v in row) + "\n" for row in feat))
+    write_gz(raw / "node-label.csv.gz", "".join(f"{v}\n" for v in labels))
+    for kind, parts in splits.items():
+        for part, ids in parts.items():
+            write_gz(root / "split" / kind / f"{part}.csv.gz", "".join(f"{i}\n" for i in ids))
+
+
+OGB_EDGES = np.array([[0, 1], [1, 2], [2, 0], [3, 2]])
+OGB_SPLIT = {"time": {"train": [0, 1], "valid": [2], "test": [3, 4]}}
+
+
+def test_ogb_csv_directory(tmp_path):
+    root = tmp_path / "ogbn_arxiv"
+    feat = np.arange(10, dtype=np.float32).reshape(5, 2) / 4
+    write_ogb_csv(root, OGB_EDGES, 5, feat, [1, 0, "nan", 2, 1], OGB_SPLIT)  # node 4 is isolated
+    g = load_graph(root)
+    assert g.name == "ogbn-arxiv"
+    assert g.num_nodes == 5 and g.num_edges == 4  # arxiv is directed: stored as is
+    assert edge_set(g.edge_index()) == edge_set(OGB_EDGES.T)
+    assert g.degrees().tolist() == [1, 1, 2, 0, 0]
+    assert torch.allclose(g.x, torch.from_numpy(feat))
+    assert g.y.tolist() == [1, 0, -1, 2, 1]  # NaN = unlabelled
+    assert g.train_mask.tolist() == [True, True, False, False, False]
+    assert g.val_mask.tolist() == [False, False, True, False, False]
+    assert g.test_mask.tolist() == [False, False, False, True, True]
+
+
+def test_ogb_undirected_datasets_get_their_inverse_edges(tmp_path):
+    root = tmp_path / "ogbn_products"
+    write_ogb_csv(root, OGB_EDGES, 5, np.zeros((5, 1)), [0] * 5, {"sales_ranking": {"train": [0]}})
+    g = load_graph(root)
+    assert g.num_edges == 8
+    assert edge_set(g.edge_index()) == edge_set(OGB_EDGES.T) | edge_set(OGB_EDGES.T[::-1])
+    assert load_graph(root, add_inverse_edge=False).num_edges == 4
+    assert g.val_mask is None  # only train was given
+
+
+def test_ogb_binary_directory(tmp_path):
+    root = tmp_path / "ogbn_papers100M"
+    (root / "raw").mkdir(parents=True)
+    feat = np.random.default_rng(0).random((5, 3)).astype(np.float32)
+    # papers100M's data.npz is uncompressed: its node_feat is memory-mapped, not read.
+    np.savez(root / "raw" / "data.npz", edge_index=OGB_EDGES.T.copy(), node_feat=feat,
+             num_nodes_list=np.array([5]), num_edges_list=np.array([4]))
+    np.savez_compressed(root / "raw" / "node-label.npz", node_label=np.array([[3.0], [np.nan], [1.0], [0.0], [np.nan]]))
+    for part, ids in OGB_SPLIT["time"].items():
+        write_gz(root / "split" / "time" / f"{part}.csv.gz", "".join(f"{i}\n" for i in ids))
+    g = load_graph(root)
+    assert g.name == "ogbn-papers100M"
+    assert (g.num_nodes, g.num_edges) == (5, 4)
+    assert torch.equal(g.x, torch.from_numpy(feat))
+    assert g.y.tolist() == [3, -1, 1, 0, -1]
+    assert int(g.train_mask.sum()) == 2 and int(g.test_mask.sum()) == 2
+
+
+def test_ogb_errors(tmp_path):
+    root = tmp_path / "ogbn_x"
+    write_ogb_csv(root, OGB_EDGES, 5, np.zeros((4, 1)), [0] * 5, {"a": {"train": [0]}, "b": {"train": [1]}})
+    with pytest.raises(ValueError, match=re.escape("expected 5 feature rows, one per node (got 4)")):
+        load_graph(root)
+    write_gz(root / "raw" / "node-feat.csv.gz", "0\n" * 5)
+    with pytest.raises(ValueError, match=re.escape("expected one split folder or split=<name> (got ['a', 'b'])")):
+        load_graph(root)
+    assert load_graph(root, split="b").train_mask.tolist() == [False, True, False, False, False]
+    with pytest.raises(ValueError, match=re.escape("expected split='c' to be one of ['a', 'b']")):
+        load_graph(root, split="c")
+    write_gz(root / "raw" / "node-label.csv.gz", "0,1\n" * 5)
+    with pytest.raises(ValueError, match="expected one label column"):
+        load_graph(root, split="a")
+    write_gz(root / "raw" / "node-label.csv.gz", "0\n" * 5)
+    write_gz(root / "split" / "a" / "train.csv.gz", "7\n")
+    with pytest.raises(ValueError, match=re.escape("train.csv.gz: expected node ids in [0, 5) (got 7..7)")):
+        load_graph(root, split="a")
+    (root / "raw" / "num-node-list.csv.gz").unlink()
+    with pytest.raises(ValueError, match="num-node-list.csv.gz next to"):
+        load_graph(root)
+
+
+def test_heterogeneous_ogb_is_refused(tmp_path):
+    write_gz(tmp_path / "ogbn_mag" / "raw" / "num-node-dict.csv.gz", "paper\n1\n")
+    with pytest.raises(ValueError, match="heterogeneous OGB datasets"):
+        load_graph(tmp_path / "ogbn_mag")
+
+
+# ------------------------------------------------------------------ PyG inputs
+def test_pyg_data_object():
+    from torch_geometric.data import Data
+
+    data = Data(edge_index=torch.tensor([[0, 1, 2], [1, 2, 0]]), x=torch.ones(3, 2), y=torch.tensor([0, 1, 0]))
+    g = load_graph(data)
+    assert (g.num_nodes, g.num_edges) == (3, 3) and edge_set(g.edge_index()) == {(0, 1), (1, 2), (2, 0)}
+    assert load_graph(g) is g
+
+
+def test_heterogeneous_pyg_data_is_refused():
+    from torch_geometric.data import HeteroData
+
+    with pytest.raises(ValueError, match=re.escape("expected a homogeneous torch_geometric Data (got HeteroData)")):
+        load_graph(HeteroData())
+
+
+def test_arguments_that_do_not_apply_warn(tmp_path):
+    with pytest.warns(UserWarning, match=re.escape("features, split ignored")):
+        g = load_graph("synthetic-100", features=np.zeros((100, 2)), split="time")
+    assert g.num_features == 100
+    (tmp_path / "e.csv").write_text("0,1\n")
+    with pytest.warns(UserWarning, match="add_inverse_edge ignored"):
+        load_graph(tmp_path / "e.csv", add_inverse_edge=True)
+
+
+def test_saved_pyg_dataset_directory(tmp_path):
+    from torch_geometric.data import Data, InMemoryDataset
+
+    data = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), x=torch.rand(3, 4), y=torch.tensor([2, 0, 1]),
+                train_mask=torch.tensor([True, False, False]))
+    (tmp_path / "MyGraph" / "processed").mkdir(parents=True)
+    InMemoryDataset.save([data], str(tmp_path / "MyGraph" / "processed" / "data.pt"))
+    g = load_graph(tmp_path / "MyGraph")
+    assert (g.num_nodes, g.num_edges, g.num_features) == (3, 2, 4)
+    assert torch.equal(g.x, data.x) and g.train_mask.tolist() == [True, False, False]
+    # Several graphs are a graph-classification dataset, not one graph to partition.
+    InMemoryDataset.save([data, data], str(tmp_path / "MyGraph" / "processed" / "data.pt"))
+    with pytest.raises(ValueError, match="holds 2 graphs; expected one node-property graph"):
+        load_graph(tmp_path / "MyGraph")
+    torch.save({"not": "a dataset"}, tmp_path / "MyGraph" / "processed" / "data.pt")
+    with pytest.raises(ValueError, match="could not open this directory offline|expected a saved PyG dataset"):
+        load_graph(tmp_path / "MyGraph")
+
+
+# ------------------------------------------------------------------ edge lists
+EDGES_TEXT = "# a comment\nsrc,dst\n0,1\n1,2\n  # indented comment\n2,0\n\n3,1\n"
+
+
+@pytest.mark.parametrize(
+    "filename, text",
+    [
+        ("g.csv", EDGES_TEXT),
+        ("g.tsv", EDGES_TEXT.replace(",", "\t")),
+        ("g.txt", EDGES_TEXT.replace(",", " ").replace("src dst\n", "")),
+        ("g.edges", EDGES_TEXT.replace(",", ";").replace("\n", "\r\n")),
+        ("g.csv.gz", EDGES_TEXT),
+        ("g.csv", "0,1,0.5\n1,2,1.5\n2,0,2.0\n3,1,1\n"),  # a weight column is ignored
+    ],
+)
+def test_edge_list_formats(tmp_path, filename, text):
+    path = tmp_path / filename
+    if filename.endswith(".gz"):
+        write_gz(path, text)
+    else:
+        path.write_bytes(text.encode())
+    g = load_graph(path)
+    assert g.name == "g"
+    assert g.num_nodes == 4 and edge_set(g.edge_index()) == {(0, 1), (1, 2), (2, 0), (3, 1)}
+
+
+def test_edge_list_with_feature_and_label_files(tmp_path):
+    (tmp_path / "e.csv").write_text("0,1\n1,0\n")
+    x = np.arange(10, dtype=np.float32).reshape(5, 2)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "y.txt").write_text("0\n1\n1\n0\n2\n")
+    g = load_graph(tmp_path / "e.csv", features=tmp_path / "x.npy", labels=tmp_path / "y.txt")
+    assert g.num_nodes == 5  # isolated nodes 2-4 come from the feature rows
+    assert torch.equal(g.x, torch.from_numpy(x)) and g.y.tolist() == [0, 1, 1, 0, 2]
+    (tmp_path / "x.csv").write_text("# features\n" + "".join(f"{a},{b}\n" for a, b in x))
+    g2 = load_graph(tmp_path / "e.csv", features=tmp_path / "x.csv", labels=np.array([0, 1, 1, 0, 2]))
+    assert torch.equal(g2.x, g.x) and torch.equal(g2.y, g.y)
+    assert load_graph(tmp_path / "e.csv", num_nodes=7).num_nodes == 7
+
+
+def test_edge_list_errors(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0,1\n1,x\n")
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: expected integers separated by commas, tabs or spaces (got 'x')")):
+        load_graph(bad)
+    bad.write_text("0,1\n1,2,3\n")
+    with pytest.raises(ValueError, match="expected 2 columns on every line"):
+        load_graph(bad)
+    bad.write_text("0\n1\n")
+    with pytest.raises(ValueError, match=re.escape("expected at least two columns, src and dst (got 1)")):
+        load_graph(bad)
+    bad.write_text("0,-1\n")
+    with pytest.raises(ValueError, match=re.escape("expected node ids >= 0 (got -1)")):
+        load_graph(bad)
+    bad.write_text("0,4\n")
+    with pytest.raises(ValueError, match=re.escape("edge_index: node ids must lie in [0, 3) (got 4)")):
+        load_graph(bad, num_nodes=3)
+    bad.write_text("0,1\n")
+    with pytest.raises(ValueError, match=re.escape("expected the same number of rows (got 3 and 2)")):
+        load_graph(bad, features=np.zeros((3, 1), np.float32), labels=np.array([0, 1]))
+    with pytest.raises(FileNotFoundError, match="features: .*missing.npy: no such file"):
+        load_graph(bad, features=tmp_path / "missing.npy")
+    with pytest.raises(ValueError, match=re.escape("features: x: features must be finite (got NaN or inf in row 1)")):
+        load_graph(bad, features=np.array([[0.0], [np.nan]], np.float32))
+
+
+def test_read_table_handles_chunk_boundaries(tmp_path, monkeypatch):
+    monkeypatch.setattr(loaders, "_TEXT_CHUNK", 7)  # forces many chunks cut mid-line
+    rows = [(i, i * 3 + 1) for i in range(50)]
+    (tmp_path / "t.csv").write_text("a,b\n# c\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    table = read_table(tmp_path / "t.csv", np.int64, allow_header=True)
+    assert table.tolist() == [list(r) for r in rows]
+    (tmp_path / "empty.csv").write_text("# nothing\n")
+    assert read_table(tmp_path / "empty.csv", np.int64, columns=2).shape == (0, 2)

@@ -1,0 +1,143 @@
+"""The distributed sampler and feature fetch against the local sampler on the whole graph."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphdist.data import Graph
+from graphdist.testing import launch, random_graph
+
+FANOUT_ALL = [-1, -1]
+
+
+def _partition(graph: Graph, num_parts: int, out: Path, method: str = "random") -> Path:
+    from partition.api import partition
+
+    return Path(partition(graph, num_parts, method=method, out=out, seed=1))
+
+
+def _edge_sets(batch, orig: torch.Tensor) -> list[set]:
+    """Per block, the set of (source, destination) edges in original ids."""
+    ids = orig.index_select(0, batch.input_nodes)
+    return [set(zip(ids[b.src].tolist(), ids[b.dst].tolist())) for b in batch.blocks]
+
+
+def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph) -> None:
+    from partition.api import load_partition
+    from sampling.neighbor import NeighborSampler
+    from sampling.distributed import DistNeighborSource
+
+    part = load_partition(part_dir, rank)
+    orig = torch.as_tensor(part.orig_ids).to(torch.int64)
+    sampler = NeighborSampler(DistNeighborSource(part), FANOUT_ALL, seed=rank)
+    local = NeighborSampler(graph, FANOUT_ALL, seed=0)
+    # Seeds: every third node owned by this rank plus, for the sampler's sake, nothing else.
+    lo, hi = part.inner_global_range
+    seeds = torch.arange(lo, hi, 3, dtype=torch.int64)
+    batch = sampler.sample(seeds)
+    expected = local.sample(orig.index_select(0, seeds))
+    assert _edge_sets(batch, orig) == _edge_sets(expected, torch.arange(graph.num_nodes))
+    assert orig.index_select(0, batch.input_nodes).tolist()[: seeds.numel()] == orig.index_select(0, seeds).tolist()
+
+
+def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) -> None:
+    from partition.api import load_partition
+    from sampling.distributed import DistFeatureSource
+
+    part = load_partition(part_dir, rank)
+    orig = torch.as_tensor(part.orig_ids).to(torch.float32)
+    cached = DistFeatureSource(part, cache_rows=None)
+    uncached = DistFeatureSource(part, cache_rows=0)
+    gen = torch.Generator().manual_seed(rank)
+    nodes = torch.randint(0, num_nodes, (200,), generator=gen)
+    a, b = cached.gather(nodes), uncached.gather(nodes)
+    # x = original node id, so every fetched row names the node it belongs to.
+    assert torch.equal(a[:, 0], orig.index_select(0, nodes))
+    assert torch.equal(a, b)
+    assert cached.stats.cache_hits > 0 and uncached.stats.cache_hits == 0
+    assert cached.stats.fetched_rows < uncached.stats.fetched_rows
+
+
+def _uniform_body(rank: int, world_size: int, part_dir: str, hub_new: int, degree: int, k: int, draws: int) -> None:
+    from scipy.stats import chi2
+
+    from partition.api import load_partition
+    from sampling.neighbor import NeighborSampler
+    from sampling.distributed import DistNeighborSource
+
+    part = load_partition(part_dir, rank)
+    sampler = NeighborSampler(DistNeighborSource(part), [k], seed=100 + rank)
+    asker = int(part.owner(torch.tensor([hub_new]))[0] + 1) % world_size  # a rank that does not own the hub
+    counts: dict[int, int] = {}
+    for _ in range(draws):
+        seeds = torch.tensor([hub_new]) if rank == asker else torch.zeros(0, dtype=torch.int64)
+        batch = sampler.sample(seeds)
+        if rank == asker:
+            block = batch.blocks[-1]
+            picked = batch.input_nodes[block.src].tolist()
+            assert len(picked) == k and len(set(picked)) == k  # without replacement
+            for node in picked:
+                counts[node] = counts.get(node, 0) + 1
+    if rank == asker:
+        assert len(counts) == degree
+        expected = draws * k / degree
+        stat = sum((c - expected) ** 2 / expected for c in counts.values())
+        assert stat < chi2.ppf(0.999, degree - 1), stat
+
+
+def _uneven_body(rank: int, world_size: int, part_dir: str) -> None:
+    from partition.api import load_partition
+    from sampling.neighbor import NeighborSampler
+    from sampling.distributed import DistFeatureSource, DistNeighborSource
+
+    part = load_partition(part_dir, rank)
+    sampler = NeighborSampler(DistNeighborSource(part), [3, 2], seed=rank)
+    features = DistFeatureSource(part, cache_rows=0)
+    lo, hi = part.inner_global_range
+    mine = torch.arange(lo, hi)[: 4 * (rank + 1)]  # rank r has r + 1 batches of 4
+    # Every rank runs as many steps as the busiest one; the others join with empty batches.
+    for step in range(world_size):
+        seeds = mine[4 * step : 4 * step + 4]
+        batch = sampler.sample(seeds)
+        x = features.gather(batch.input_nodes)
+        assert x.shape[0] == batch.input_nodes.numel()
+        assert batch.seed_nodes.numel() == (4 if step <= rank else 0)
+
+
+@pytest.fixture(scope="module")
+def small_graph() -> Graph:
+    return random_graph(80, avg_degree=6, seed=3)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_full_fanout_equals_local_sampler(tmp_path, small_graph, world_size):
+    part_dir = _partition(small_graph, world_size, tmp_path / "parts")
+    launch(_same_as_local_body, world_size, str(part_dir), small_graph, timeout=90)
+
+
+def test_remote_features_and_cache(tmp_path, small_graph):
+    part_dir = _partition(small_graph, 3, tmp_path / "parts")
+    launch(_features_body, 3, str(part_dir), small_graph.num_nodes, timeout=90)
+
+
+def test_distributed_sampling_is_uniform(tmp_path):
+    degree, k, draws = 12, 4, 600
+    # A hub (node 0) with `degree` in-neighbours, plus a ring so every node has edges.
+    n = 40
+    ring = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+    hub = torch.stack([torch.arange(1, degree + 1), torch.zeros(degree, dtype=torch.int64)])
+    graph = Graph.from_edge_index(torch.cat([ring, hub], dim=1), num_nodes=n,
+                                  x=torch.arange(n, dtype=torch.float32).view(-1, 1))
+    degree = int(graph.degrees()[0])  # the hub's own ring edge counts too
+    part_dir = _partition(graph, 2, tmp_path / "parts")
+    import numpy as np
+
+    orig_ids = np.load(part_dir / "orig_ids.npy")
+    hub_new = int(np.nonzero(orig_ids == 0)[0][0])
+    launch(_uniform_body, 2, str(part_dir), hub_new, degree, k, draws, timeout=120)
+
+
+def test_uneven_seed_counts_do_not_hang(tmp_path, small_graph):
+    part_dir = _partition(small_graph, 3, tmp_path / "parts")
+    launch(_uneven_body, 3, str(part_dir), timeout=60)

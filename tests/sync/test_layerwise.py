@@ -1,0 +1,196 @@
+"""Layer-wise sync == blocking all-reduce == DDP == one process on the concatenated batch; DWBP is wait-free."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from graphdist.testing import launch
+
+STEPS = 4
+LR = 0.1
+
+
+class _Net(nn.Module):
+    """Three layers plus one never used (registered last: the first-step order is wrong)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(4, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+        self.unused = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+def _shares(step: int, world_size: int) -> list[int]:
+    """Uneven batch shares; rank 0 has no samples at step 1."""
+    if step == 1:
+        return [0] + [r + 2 for r in range(1, world_size)]
+    if step % 2 == 0:
+        return [r + 1 for r in range(world_size)]
+    return [world_size - r for r in range(world_size)]
+
+
+def _data(world_size: int):
+    gen = torch.Generator().manual_seed(123)
+    out = []
+    for step in range(STEPS):
+        total = sum(_shares(step, world_size))
+        out.append((torch.randn(total, 4, generator=gen), torch.randn(total, 3, generator=gen)))
+    return out
+
+
+def _loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if out.shape[0] == 0:
+        return out.sum() * 0.0  # an empty share still runs backward
+    return nn.functional.mse_loss(out, y)  # mean over this rank's samples
+
+
+def _reference(world_size: int) -> _Net:
+    torch.manual_seed(7)
+    net = _Net()
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    for x, y in _data(world_size):
+        opt.zero_grad()
+        _loss(net(x), y).backward()
+        opt.step()
+    return net
+
+
+def _train(rank: int, world_size: int, mode: str, sync_cls=None):
+    from graphdist.sync import LayerwiseSync
+
+    torch.manual_seed(7)
+    net = _Net()
+    sync = (sync_cls or LayerwiseSync)(net, mode=mode, find_unused_parameters=(mode == "ddp"))
+    model = sync.model
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    timelines, stats = [], []
+    for step, (x, y) in enumerate(_data(world_size)):
+        shares = _shares(step, world_size)
+        lo = sum(shares[:rank])
+        xs, ys = x[lo : lo + shares[rank]], y[lo : lo + shares[rank]]
+        opt.zero_grad()
+        sync.begin_step(int(xs.shape[0]))
+        _loss(model(xs), ys).backward()
+        stats.append(sync.finish())
+        opt.step()
+        timelines.append(list(sync.timeline))
+        assert stats[-1].total_seeds == x.shape[0], (stats[-1].total_seeds, x.shape[0])
+    return net, sync, timelines, stats
+
+
+def _assert_same(net: nn.Module, ref: nn.Module, what: str) -> None:
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=lambda m: f"{what} {name}: {m}")
+
+
+class _WaitInHook:
+    """A deliberately blocking DWBP: launches and waits at once inside the hook."""
+
+    @staticmethod
+    def make():
+        from graphdist.sync import LayerwiseSync
+
+        class WaitingSync(LayerwiseSync):
+            def _launch(self, index: int) -> None:
+                super()._launch(index)
+                self._wait(index)
+
+        return WaitingSync
+
+
+def _body(rank: int, world_size: int) -> None:
+    from graphdist.sync import wait_free_witness
+
+    warnings.simplefilter("ignore")
+    ref = _reference(world_size)
+    for mode in ("dwbp", "blocking", "ddp"):
+        net, sync, timelines, stats = _train(rank, world_size, mode)
+        _assert_same(net, ref, mode)
+        if mode == "dwbp":
+            # The first step learns the launch order: the unused layer moves last.
+            assert [layer.name for layer in sync.layers] == ["fc3", "fc2", "fc1", "unused"], sync.layers
+            for tl in timelines[1:]:
+                assert wait_free_witness(tl, "fc3"), tl
+            assert all(s.comm_s > 0 and 0.0 <= s.hidden_fraction <= 1.0 for s in stats)
+            assert sync.summary.steps == STEPS
+        if mode == "blocking":
+            assert not any(wait_free_witness(tl, "fc3") for tl in timelines)
+    # Launching and waiting inside the hook gives the same numbers but fails the check.
+    net, sync, timelines, _ = _train(rank, world_size, "dwbp", _WaitInHook.make())
+    _assert_same(net, ref, "wait-in-hook")
+    assert not any(wait_free_witness(tl, "fc3") for tl in timelines[1:])
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_layerwise_equals_blocking_ddp_and_single_process(world_size):
+    launch(_body, world_size, timeout=90)
+
+
+# ------------------------------------------------------------ in-process
+
+
+def test_without_process_group_gradients_stay_local_and_steps_are_timed():
+    from graphdist.sync import LayerwiseSync
+
+    torch.manual_seed(0)
+    net = _Net()
+    with pytest.warns(UserWarning, match="nothing to synchronise"):
+        sync = LayerwiseSync(net)
+    x, y = torch.randn(5, 4), torch.randn(5, 3)
+    sync.begin_step(5)
+    _loss(net(x), y).backward()
+    grads = [p.grad.clone() for p in net.fc3.parameters()]
+    stats = sync.finish()
+    assert [g.equal(p.grad) for g, p in zip(grads, net.fc3.parameters())] == [True, True]
+    assert stats.total_seeds == 5 and stats.comm_s == 0.0 and stats.backward_s >= 0.0
+    assert [k for k, _, _ in sync.timeline if k == "ready"] == ["ready"] * 3  # unused never ready
+    with pytest.raises(RuntimeError, match="finish\\(\\) without begin_step"):
+        sync.finish()
+    with pytest.raises(RuntimeError, match="outside begin_step"):
+        _loss(net(x), y).backward()
+
+
+def test_layers_discovery_and_explicit_grouping():
+    from torch_geometric.nn import GraphSAGE as PygSAGE
+
+    from graphdist.sync import LayerwiseSync, discover_layers
+
+    pyg = PygSAGE(4, 8, num_layers=2, out_channels=3)
+    names = [layer.name for layer in discover_layers(pyg)]
+    assert "convs" not in names and "convs.0.lin_l" in names and "convs.1.lin_r" in names
+    net = _Net()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sync = LayerwiseSync(net, layers=[[net.fc1, net.fc2], net.fc3, [net.unused.weight, net.unused.bias]])
+        assert [layer.name for layer in sync.layers] == ["group2", "fc3", "group0"]
+        with pytest.raises(ValueError, match="exactly one layer .*unused"):
+            LayerwiseSync(net, layers=[net.fc1, net.fc2, net.fc3])
+        with pytest.raises(ValueError, match="one layer only"):
+            LayerwiseSync(net, layers=[net.fc1, net.fc1, net.fc2, net.fc3, net.unused])
+        with pytest.raises(ValueError, match="Expected mode one of"):
+            LayerwiseSync(net, mode="async")
+
+
+def test_dwbp_timing_model_hand_computed():
+    from graphdist.sync import dwbp_timing
+
+    # F=1; b=(1,1); c=(0.5,0.5): S=(2,3), E=(2.5,3.5); T_dwbp=max(3,3.5)=3.5, T_seq=4 -> 0.5/1.
+    p = dwbp_timing(1.0, [1.0, 1.0], [0.5, 0.5])
+    assert (p.t_seq, p.t_dwbp, p.sync_end) == (4.0, 3.5, (2.5, 3.5))
+    assert p.hidden_fraction == pytest.approx(0.5)
+    # A slow first collective queues the next one (FIFO): S=(1,2,3), E=(4,5,5.5).
+    p = dwbp_timing(0.0, [1.0, 1.0, 1.0], [3.0, 1.0, 0.5])
+    assert p.sync_end == (4.0, 5.0, 5.5) and p.t_dwbp == 5.5 and p.t_seq == 7.5
+    assert p.hidden_fraction == pytest.approx(2.0 / 4.5)
+    # Communication shorter than the remaining backward is fully hidden except the last layer's.
+    p = dwbp_timing(2.0, [2.0, 2.0], [1.0, 0.25])
+    assert p.t_dwbp == 6.25 and p.hidden_fraction == pytest.approx(1.0 / 1.25)
+    assert dwbp_timing(1.0, [1.0], [0.0]).hidden_fraction == 0.0
+    with pytest.raises(ValueError, match="one comm time per layer"):
+        dwbp_timing(0.0, [1.0], [])

@@ -1,0 +1,134 @@
+"""End to end: the CLI and the API on cora with 1-2 workers (short runs)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+FAST = ["--hidden", "32", "--fanouts", "5,5", "--batch-size", "70", "--log-interval", "1000", "--timeout", "30"]
+
+
+def _cli(*args, timeout=240, env=None):
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "graphdist.cli.train", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=full_env)
+
+
+def _params(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory):
+    """cora split with metis into 1 and 2 parts, once for the module."""
+    from graphdist.data import load_graph
+    from graphdist.testing.env import find_dataset
+    from partition.api import partition
+
+    graph = load_graph(find_dataset("cora"))
+    root = tmp_path_factory.mktemp("parts")
+    return {n: partition(graph, n, method="metis", out=root / f"cora-{n}", seed=0) for n in (1, 2)}
+
+
+def test_cli_two_workers_writes_run_dir(tmp_path, cora_parts):
+    run = tmp_path / "run"
+    res = _cli("--partitions", str(cora_parts[2]), "--num-workers", "2", "--epochs", "2", "--run-dir", str(run), *FAST)
+    assert res.returncode == 0, res.stderr + res.stdout
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2]
+    for key in ("loss", "val_acc", "test_acc", "epoch_time_s", "seeds_per_s", "bytes_sent", "hidden_fraction"):
+        assert key in records[-1], key
+    assert records[-1]["bytes_sent"].get("grad", 0) > 0
+    assert (run / "checkpoint.pt").exists() and (run / "config.yaml").exists()
+    assert (run / "loss_acc.png").stat().st_size > 0 and (run / "time_breakdown.png").stat().st_size > 0
+    torch.load(run / "checkpoint.pt", weights_only=True)  # loadable without pickle
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_resume_is_bit_identical(tmp_path, cora_parts, workers):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    common = ["--partitions", str(cora_parts[workers]), "--num-workers", str(workers), *FAST]
+    assert _cli(*common, "--epochs", "2", "--run-dir", str(straight)).returncode == 0
+    first = _cli(*common, "--epochs", "1", "--run-dir", str(resumed))
+    assert first.returncode == 0, first.stderr
+    second = _cli("--resume", str(resumed), "--epochs", "2")
+    assert second.returncode == 0, second.stderr + second.stdout
+    a, b = _params(straight), _params(resumed)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2]
+
+
+def test_predict_keyed_by_original_ids(tmp_path, cora_parts):
+    run = tmp_path / "run"
+    assert _cli("--partitions", str(cora_parts[2]), "--num-workers", "2", "--epochs", "1", "--run-dir", str(run),
+                *FAST).returncode == 0
+    res = _cli("--predict", str(run))
+    assert res.returncode == 0, res.stderr
+    out = np.load(run / "predictions.npz")
+    assert out["orig_id"].tolist() == list(range(2708))
+    assert out["pred"].shape == (2708,) and out["embedding"].shape[0] == 2708
+    assert out["logits"].shape == (2708, 7)
+    assert set(np.unique(out["pred"])) <= set(range(7))
+
+
+@pytest.mark.parametrize("mode", ["raise", "kill"])
+def test_failing_worker_ends_job_naming_rank(tmp_path, cora_parts, mode):
+    from graphdist.api import train
+    from graphdist.launch import WorkerFailed
+    from graphdist.models import GraphSAGE
+    from graphdist.testing.faults import FailingModel
+
+    model = FailingModel(GraphSAGE(1433, 16, 7, num_layers=2), rank=1, mode=mode, at_call=2)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="rank 1"):
+        train(model, cora_parts[2], num_workers=2, epochs=2, fanouts=(5, 5), hidden=16, batch_size=70,
+              timeout=20, run_dir=str(tmp_path / "run"))
+    assert time.monotonic() - start < 90
+
+
+def test_custom_pyg_gat_model_trains(tmp_path, cora_parts):
+    from graphdist.api import train
+    from graphdist.testing.models import PygGAT
+
+    res = train(PygGAT(1433, 8, 7, heads=2), cora_parts[2], num_workers=2, epochs=2, fanouts=(5, 5),
+                batch_size=70, run_dir=str(tmp_path / "run"), timeout=30)
+    assert [r["epoch"] for r in res.history] == [1, 2]
+    assert res.history[-1]["loss"] < res.history[0]["loss"] * 1.5
+    assert 0.0 <= res.best["test_acc"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--num-workers", "3"], "has 2 parts but --num-workers is 3"),
+        (["--fanouts", "5,5,5"], "--fanouts has 3 entries but --layers is 2"),
+    ],
+)
+def test_cli_errors_with_partitions(cora_parts, args, message):
+    res = _cli("--partitions", str(cora_parts[2]), "--epochs", "1", *args)
+    assert res.returncode != 0
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_cli_error_missing_directory(tmp_path):
+    res = _cli("--partitions", str(tmp_path / "nope"))
+    assert res.returncode != 0 and "no such directory" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_error_bad_config_key(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("epochs: 2\nlearning_rate: 0.1\n")
+    res = _cli("--config", str(cfg))
+    assert res.returncode != 0 and "unknown key 'learning_rate'" in res.stderr and "Traceback" not in res.stderr
