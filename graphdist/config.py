@@ -16,6 +16,7 @@ MODELS = ("sage", "gcn", "gat")
 STRATEGIES = ("minibatch",)
 SYNC_MODES = ("dwbp", "ddp", "blocking")
 PARTITION_METHODS = ("metis", "random", "super", "stream")
+FEATURE_NORMS = ("none", "row")
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,11 @@ class TrainConfig:
     fanouts: tuple[int, ...] = (10, 5)  # from the seeds outward; one per layer; -1 = all
     dropout: float = 0.5
     heads: int = 4  # GAT only
+    feature_norm: str = "none"  # "row": divide each feature row by its sum (Planetoid's usual preprocessing)
     # --- Optimisation
     batch_size: int = 512  # per step, across all workers (split by batch share)
     epochs: int = 5
+    max_steps: int = 0  # steps per epoch cap (0 = a full pass over the train nodes): benchmarks, smoke runs
     lr: float = 0.005
     weight_decay: float = 0.0
     # --- Sync
@@ -86,6 +89,8 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("strategy", f"must be one of {', '.join(STRATEGIES)}", cfg.strategy)
     if cfg.sync not in SYNC_MODES:
         raise _fail("sync", f"must be one of {', '.join(SYNC_MODES)}", cfg.sync)
+    if cfg.feature_norm not in FEATURE_NORMS:
+        raise _fail("feature-norm", f"must be one of {', '.join(FEATURE_NORMS)}", cfg.feature_norm)
     if cfg.partition_method not in PARTITION_METHODS:
         raise _fail("partition-method", f"must be one of {', '.join(PARTITION_METHODS)}", cfg.partition_method)
     for name in ("hidden", "layers", "batch_size", "epochs", "num_workers", "threads", "eval_every", "log_interval"):

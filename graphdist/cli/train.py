@@ -65,9 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
          help="neighbours per layer from the seeds outward, -1 = all (default 10,5)")
     _add(model, "--dropout", type=float, help="dropout (default 0.5)")
     _add(model, "--heads", type=int, help="GAT attention heads (default 4)")
+    _add(model, "--feature-norm", choices=["none", "row"],
+         help="row: divide each feature row by its sum, as usual for cora/citeseer/pubmed (default none)")
     opt = p.add_argument_group("Optimisation")
     _add(opt, "--batch-size", type=int, help="seeds per step over all workers (default 512)")
     _add(opt, "--epochs", type=int, help="epochs (default 5)")
+    _add(opt, "--max-steps", type=int, help="cap on steps per epoch (default 0 = every train node once)")
     _add(opt, "--lr", type=float, help="Adam learning rate (default 0.005)")
     _add(opt, "--weight-decay", type=float, help="Adam weight decay (default 0)")
     sync = p.add_argument_group("Sync")

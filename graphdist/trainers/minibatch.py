@@ -129,13 +129,16 @@ def build_worker(
     sampler = NeighborSampler(neighbor_source, cfg.fanouts, seed=cfg.seed * 1000 + rank)
     num_remote = part.num_local - part.num_inner
     cache_rows = cfg.cache_rows if cfg.cache_rows > 0 else None
-    features = DistFeatureSource(part, group=sample_group, cache_rows=cache_rows)
+    features = DistFeatureSource(part, group=sample_group, cache_rows=cache_rows,
+                                 features=normalize_features(part.x, cfg.feature_norm))
 
     inner_ids = torch.arange(part.num_inner, dtype=torch.int64) + int(part.part_offsets[rank])
     train_seeds = inner_ids[part.train_mask.to(torch.bool)] if part.train_mask is not None else inner_ids
     counts = comm.all_gather_object(int(train_seeds.numel()))
     steps = steps_per_epoch(counts, cfg.batch_size)
     batch = local_batch_size(int(train_seeds.numel()), steps)
+    if cfg.max_steps:
+        steps = min(steps, cfg.max_steps)
 
     labels = part.y.to(torch.int64) if part.y is not None else None
     loader = NodeLoader(
@@ -171,6 +174,18 @@ def build_worker(
         optimizer=optimizer, sync=sync, loader=loader, sampler=sampler, neighbor_source=neighbor_source,
         features=features, sample_group=sample_group, train_seeds=train_seeds, steps_per_epoch=steps,
     )
+
+
+def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
+    """``row``: each row divided by its sum (rows summing to 0 stay 0); ``none``: ``x`` itself.
+
+    Example:
+        >>> normalize_features(torch.tensor([[1.0, 3.0], [0.0, 0.0]]), "row").tolist()
+        [[0.25, 0.75], [0.0, 0.0]]
+    """
+    if how == "none":
+        return x
+    return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
 
 
 class _GlobalLabels:
@@ -281,7 +296,7 @@ def layerwise_inference(state: WorkerState, keep_hidden: bool = False) -> torch.
     dst = torch.repeat_interleave(torch.arange(num_inner), indptr[1:] - indptr[:-1], output_size=src.numel())
     block = Block(src=src, dst=dst, num_src=part.num_local, num_dst=num_inner, indptr=indptr).to(state.device)
     halo_ids = part.global_ids[num_inner:]
-    h = part.x
+    h = state.features.x
     hidden = h
     for i in range(model.num_layers):
         halo = fetch_rows(part, h, halo_ids, group=None, tag="eval")
