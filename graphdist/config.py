@@ -57,7 +57,7 @@ class TrainConfig:
     timeout: float = 180.0  # seconds before a collective fails instead of hanging
     cache_rows: int = 0  # remote-feature cache rows per worker (0: auto, 10% of remote nodes)
     prefetch: bool = True
-    eval_every: int = 1
+    eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     log_interval: int = 20  # steps between progress lines
     run_dir: Optional[str] = None  # default runs/<timestamp>
     resume: Optional[str] = None
@@ -93,7 +93,7 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("feature-norm", f"must be one of {', '.join(FEATURE_NORMS)}", cfg.feature_norm)
     if cfg.partition_method not in PARTITION_METHODS:
         raise _fail("partition-method", f"must be one of {', '.join(PARTITION_METHODS)}", cfg.partition_method)
-    for name in ("hidden", "layers", "batch_size", "epochs", "num_workers", "threads", "eval_every", "log_interval"):
+    for name in ("hidden", "layers", "batch_size", "epochs", "num_workers", "threads", "log_interval"):
         if getattr(cfg, name) < 1:
             raise _fail(name.replace("_", "-"), "must be >= 1", getattr(cfg, name))
     if len(cfg.fanouts) != cfg.layers:

@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     system.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
                         help="sample in the training thread (no background prefetch)")
     _add(system, "--log-interval", type=int, help="steps between progress lines (default 20)")
-    _add(system, "--eval-every", type=int, help="evaluate every N epochs (default 1)")
+    _add(system, "--eval-every", type=int, help="evaluate every N epochs, and after the last (default 1; 0 = never)")
     _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")
     _add(system, "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     _add(system, "--predict", metavar="RUN_DIR", help="write predictions and embeddings of RUN_DIR's model")

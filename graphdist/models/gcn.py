@@ -152,6 +152,10 @@ class GCN(nn.Module):
         >>> # logits = model(x, [gcn_norm_block(b, deg_b) for b, deg_b in zip(blocks, degs)])
     """
 
+    # The trainer sees this and hands every block its sources' global in-degrees
+    # (gcn_norm_block), so sampled training and evaluation use GCN's own normalisation.
+    needs_global_degrees = True
+
     def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5) -> None:
         super().__init__()
         _check_dims(in_dim, hidden, out_dim, num_layers, dropout)

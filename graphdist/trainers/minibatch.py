@@ -65,6 +65,7 @@ class WorkerState:
     sample_group: Any
     train_seeds: torch.Tensor
     steps_per_epoch: int
+    with_degrees: bool = False  # features carry a last column of global in-degrees (GCN)
     start_epoch: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -129,8 +130,19 @@ def build_worker(
     sampler = NeighborSampler(neighbor_source, cfg.fanouts, seed=cfg.seed * 1000 + rank)
     num_remote = part.num_local - part.num_inner
     cache_rows = cfg.cache_rows if cfg.cache_rows > 0 else None
-    features = DistFeatureSource(part, group=sample_group, cache_rows=cache_rows,
-                                 features=normalize_features(part.x, cfg.feature_norm))
+    num_classes = int(part.meta.get("num_classes") or 0)
+    if model is None:
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank
+        extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
+        model = build_model(cfg.model, part.x.shape[1], cfg.hidden, num_classes, cfg.layers,
+                            dropout=cfg.dropout, **extra)
+    table = normalize_features(part.x, cfg.feature_norm)
+    with_degrees = bool(getattr(model, "needs_global_degrees", False))
+    if with_degrees:
+        # Global in-degrees travel as one extra feature column: remote nodes' degrees then come
+        # with their features (same fetch, same cache) and the batch carries them.
+        table = torch.cat([table, inner_degrees(part).to(table.dtype).view(-1, 1)], dim=1)
+    features = DistFeatureSource(part, group=sample_group, cache_rows=cache_rows, features=table)
 
     inner_ids = torch.arange(part.num_inner, dtype=torch.int64) + int(part.part_offsets[rank])
     train_seeds = inner_ids[part.train_mask.to(torch.bool)] if part.train_mask is not None else inner_ids
@@ -153,12 +165,6 @@ def build_worker(
         seed=cfg.seed * 1000 + rank + 17,
     )
 
-    num_classes = int(part.meta.get("num_classes") or 0)
-    if model is None:
-        torch.manual_seed(cfg.seed)  # same initial weights on every rank
-        extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
-        model = build_model(cfg.model, features.num_features, cfg.hidden, num_classes, cfg.layers,
-                            dropout=cfg.dropout, **extra)
     model = model.to(device)
     _broadcast_parameters(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -173,6 +179,7 @@ def build_worker(
         rank=rank, world_size=world_size, cfg=cfg, device=device, partition=part, model=model,
         optimizer=optimizer, sync=sync, loader=loader, sampler=sampler, neighbor_source=neighbor_source,
         features=features, sample_group=sample_group, train_seeds=train_seeds, steps_per_epoch=steps,
+        with_degrees=with_degrees,
     )
 
 
@@ -186,6 +193,22 @@ def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
     if how == "none":
         return x
     return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+
+
+def inner_degrees(part: Any) -> torch.Tensor:
+    """Global in-degree of this part's inner nodes: their CSR rows hold every in-neighbour."""
+    indptr = part.indptr[: part.num_inner + 1]
+    return indptr[1:] - indptr[:-1]
+
+
+def model_inputs(x: torch.Tensor, blocks: list[Any], with_degrees: bool) -> tuple[torch.Tensor, list[Any]]:
+    """Splits the degree column off ``x`` and normalises the blocks with it (GCN); else as given."""
+    if not with_degrees:
+        return x, blocks
+    from graphdist.models import gcn_norm_block
+
+    degrees = x[:, -1]
+    return x[:, :-1], [gcn_norm_block(b, degrees[: b.num_src]) for b in blocks]
 
 
 class _GlobalLabels:
@@ -224,7 +247,8 @@ def train_epoch(state: WorkerState, epoch: int, on_step: Optional[Callable[[int,
         n = int(batch.seed_nodes.numel())
         opt.zero_grad(set_to_none=False)
         sync.begin_step(n)
-        out = sync.model(batch.x, batch.blocks)  # the DDP wrapper in ddp mode
+        x, blocks = model_inputs(batch.x, batch.blocks, state.with_degrees)
+        out = sync.model(x, blocks)  # the DDP wrapper in ddp mode
         if n:
             loss = F.cross_entropy(out, batch.y)
         else:
@@ -294,9 +318,14 @@ def layerwise_inference(state: WorkerState, keep_hidden: bool = False) -> torch.
     indptr = part.indptr[: num_inner + 1].clone()
     src = part.indices[: int(indptr[-1])].to(torch.int64)
     dst = torch.repeat_interleave(torch.arange(num_inner), indptr[1:] - indptr[:-1], output_size=src.numel())
-    block = Block(src=src, dst=dst, num_src=part.num_local, num_dst=num_inner, indptr=indptr).to(state.device)
+    block = Block(src=src, dst=dst, num_src=part.num_local, num_dst=num_inner, indptr=indptr)
     halo_ids = part.global_ids[num_inner:]
     h = state.features.x
+    if state.with_degrees:
+        # Local table = inner rows then halo rows: the degree column of both, as one "x".
+        halo_degrees = fetch_rows(part, h[:, -1:], halo_ids, group=None, tag="eval")
+        h, (block,) = h[:, :-1], model_inputs(torch.cat([h[:, -1:], halo_degrees]), [block], True)[1]
+    block = block.to(state.device)
     hidden = h
     for i in range(model.num_layers):
         halo = fetch_rows(part, h, halo_ids, group=None, tag="eval")
@@ -327,7 +356,8 @@ def sampled_inference(state: WorkerState, nodes_local: torch.Tensor, chunk: int 
         batch = sampler.sample(seeds)
         x = state.features.gather(batch.input_nodes)
         if seeds.numel():
-            blocks = [b.to(state.device) for b in batch.blocks]
+            x, blocks = model_inputs(x, batch.blocks, state.with_degrees)
+            blocks = [b.to(state.device) for b in blocks]
             outs.append(model(x.to(state.device), blocks).cpu())
     return torch.cat(outs) if outs else torch.zeros(0)
 

@@ -100,7 +100,10 @@ def worker_main(
     from graphdist import runlog
     from graphdist.trainers.minibatch import build_worker, evaluate, reduce_epoch, train_epoch
 
+    from graphdist.launch import tune_allocator
+
     setup_logging(rank)
+    tune_allocator()
     torch.set_num_threads(cfg.threads)
     all_cuda = all(d.startswith("cuda") for d in cfg.devices)
     if all_cuda and cfg.device_of(rank).startswith("cuda"):
@@ -126,7 +129,7 @@ def worker_main(
             record["time_compute_s"] = stats.compute_s
             record["time_comm_s"] = stats.comm_exposed_s
             record["cache_hit_rate"] = state.features.stats.hit_rate
-            if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
+            if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
                 t0 = time.perf_counter()
                 record.update(evaluate(state))
                 record["eval_time_s"] = time.perf_counter() - t0

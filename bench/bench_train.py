@@ -1,0 +1,225 @@
+"""Training benchmark: accuracy against single-process, and throughput against DGL and 1 worker.
+
+Three parts (each runs the real ``graphdist-train`` CLI in a subprocess and reads its
+``metrics.jsonl``):
+
+- ``--accuracy``: cora and pubmed (public split), GraphSAGE, test accuracy at the
+  best-validation epoch, for 1, 2 and 4 workers on the same 10 seeds (paired); prints every
+  seed and the means. Target: 1 worker >= 79.5 (cora) / 77.0 (pubmed); 2 and 4 workers within
+  1 point of 1 worker on the mean.
+- ``--speed``: a generated graph (``--nodes``, default 1,000,000, ~20M edges), GraphSAGE 3
+  layers hidden 256, fan-outs 15,10,5, batch 1024 per worker, 1 thread per worker.
+  1 worker pinned to one core (``taskset -c 0``) against 2 workers with ``--sync dwbp``,
+  ``ddp`` and ``blocking``; seeds/s of the second (warm) epoch of ``--steps`` steps, and
+  DWBP's hidden fraction. Target: 2 workers >= 1.8x 1 worker.
+- ``--peers``: DGL 2.1 (own venv, ``bench/peers/env.py``) trains the same workload on the same
+  graph in the same run (one thread, pinned like the 1-worker run); prints the ratio.
+  Target: graphdist 1 worker >= 1.5x DGL.
+
+Run book:
+    python bench/bench_train.py --accuracy                  # ~15 min on 2 cores
+    python bench/bench_train.py --speed --peers --steps 30  # ~10 min
+    python bench/bench_train.py --speed --nodes 100000      # quick
+Results: bench/results/train.json (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# One recipe for both Planetoid graphs (row-normalised features, as in Kipf & Welling).
+ACCURACY_ARGS = ["--model", "sage", "--hidden", "128", "--fanouts", "10,10", "--batch-size", "32",
+                 "--lr", "0.01", "--weight-decay", "0.0005", "--dropout", "0.5", "--feature-norm", "row",
+                 "--epochs", "40", "--log-interval", "100000"]
+SPEED_ARGS = ["--model", "sage", "--layers", "3", "--hidden", "256", "--fanouts", "15,10,5",
+              "--threads", "1", "--eval-every", "0", "--epochs", "2", "--log-interval", "100000"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GRAPHDIST_CACHE") or Path.home() / ".cache" / "graphdist")
+
+
+def run_cli(args: list[str], run_dir: Path, pin: Optional[str] = None, timeout: float = 3600) -> list[dict[str, Any]]:
+    """Runs graphdist-train; returns its metrics records (raises with stderr on failure)."""
+    cmd = [sys.executable, "-m", "graphdist.cli.train", *args, "--run-dir", str(run_dir)]
+    if pin is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", pin, *cmd]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def best_test(history: list[dict[str, Any]]) -> float:
+    best = max((r for r in history if r.get("val_acc") is not None), key=lambda r: r["val_acc"])
+    return 100.0 * best["test_acc"]
+
+
+# ----------------------------------------------------------------- accuracy
+
+
+def bench_accuracy(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"recipe": ACCURACY_ARGS, "runs": {}}
+    for dataset in args.datasets:
+        per_workers: dict[int, list[float]] = {}
+        for workers in args.workers:
+            accs = []
+            for seed in range(args.seeds):
+                run = tmp / f"{dataset}-{workers}-{seed}"
+                hist = run_cli(["--dataset", dataset, "--num-workers", str(workers), "--seed", str(seed),
+                                *ACCURACY_ARGS], run)
+                accs.append(best_test(hist))
+                print(f"  {dataset} workers={workers} seed={seed}: test {accs[-1]:.2f}%", flush=True)
+            per_workers[workers] = accs
+        out["runs"][dataset] = {str(w): a for w, a in per_workers.items()}
+    return out
+
+
+def print_accuracy(res: dict[str, Any]) -> None:
+    targets = {"cora": 79.5, "pubmed": 77.0}
+    print("\nTest accuracy at the best-validation epoch (%), GraphSAGE, paired seeds")
+    print(f"{'dataset':<9}{'workers':>8}{'mean':>8}{'std':>7}{'diff vs 1':>11}  per seed")
+    for dataset, runs in res["runs"].items():
+        base = statistics.mean(runs["1"]) if "1" in runs else None
+        for w, accs in runs.items():
+            mean = statistics.mean(accs)
+            std = statistics.pstdev(accs)
+            diff = "" if base is None or w == "1" else f"{mean - base:+.2f}"
+            note = ""
+            if w == "1" and dataset in targets:
+                note = "  target >= %.1f: %s" % (targets[dataset], "ok" if mean >= targets[dataset] else "MISSED")
+            elif base is not None and w != "1":
+                note = "  within 1 pt: %s" % ("ok" if abs(mean - base) <= 1.0 else "MISSED")
+            print(f"{dataset:<9}{w:>8}{mean:>8.2f}{std:>7.2f}{diff:>11}  "
+                  + " ".join(f"{a:.1f}" for a in accs) + note)
+
+
+# -------------------------------------------------------------------- speed
+
+
+def speed_run(dataset: str, workers: int, sync: str, args: argparse.Namespace, tmp: Path,
+              pin: Optional[str]) -> dict[str, Any]:
+    run = tmp / f"speed-{workers}-{sync}"
+    hist = run_cli(["--dataset", dataset, "--num-workers", str(workers), "--sync", sync,
+                    "--batch-size", str(1024 * workers), "--max-steps", str(args.steps), *SPEED_ARGS], run, pin=pin)
+    warm = hist[-1]
+    return {"workers": workers, "sync": sync, "seeds_per_s": warm["seeds_per_s"],
+            "epoch_time_s": warm["epoch_time_s"], "hidden_fraction": warm.get("hidden_fraction"),
+            "bytes_sent": warm.get("bytes_sent", {}), "time_sample_s": warm.get("time_sample_s"),
+            "time_comm_s": warm.get("time_comm_s"), "cache_hit_rate": warm.get("cache_hit_rate")}
+
+
+def bench_speed(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
+    dataset = f"synthetic-{args.nodes}"
+    rows = [speed_run(dataset, 1, "dwbp", args, tmp, pin="0")]
+    print(f"  1 worker (pinned): {rows[-1]['seeds_per_s']:,.0f} seeds/s", flush=True)
+    for sync in ("dwbp", "ddp", "blocking"):
+        rows.append(speed_run(dataset, 2, sync, args, tmp, pin=None))
+        print(f"  2 workers {sync}: {rows[-1]['seeds_per_s']:,.0f} seeds/s", flush=True)
+    return rows
+
+
+def peer_graph(nodes: int) -> Path:
+    """The generated graph with features, labels and train ids as .npz for the DGL run (made once)."""
+    import numpy as np
+
+    from graphdist.data import load_graph
+
+    path = cache_dir() / "bench" / f"train-{nodes}.npz"
+    if not path.exists():
+        g = load_graph(f"synthetic-{nodes}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, indptr=g.indptr.numpy(), indices=g.indices.numpy(), x=g.x.numpy(), y=g.y.numpy(),
+                 train=g.train_mask.nonzero().view(-1).numpy())
+        os.replace(tmp, path)
+    return path
+
+
+def bench_peer(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.peers.env import peer_python
+
+    python = peer_python(quiet=True)
+    cmd = [str(python), str(REPO / "bench" / "peers" / "dgl_train.py"), "--graph", str(peer_graph(args.nodes)),
+           "--steps", str(args.steps)]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the DGL peer run failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def print_speed(rows: list[dict[str, Any]], peer: Optional[dict[str, Any]], nodes: int) -> None:
+    base = rows[0]["seeds_per_s"]
+    print(f"\nThroughput on synthetic-{nodes}: GraphSAGE 3x256, fan-outs 15,10,5, batch 1024 per worker, "
+          "1 thread per worker")
+    print(f"{'system':<34}{'seeds/s':>10}{'vs 1 worker':>13}{'hidden':>8}{'MiB sent/epoch':>16}")
+    if peer:
+        print(f"{peer['system']:<34}{peer['seeds_per_s']:>10,.0f}{peer['seeds_per_s'] / base:>12.2f}x"
+              f"{'':>8}{'':>16}")
+    for r in rows:
+        name = f"graphdist {r['workers']} worker{'s' if r['workers'] > 1 else ''} --sync {r['sync']}"
+        hidden = "" if r["hidden_fraction"] is None else f"{100 * r['hidden_fraction']:.0f}%"
+        mib = sum(r["bytes_sent"].values()) / 2**20
+        print(f"{name:<34}{r['seeds_per_s']:>10,.0f}{r['seeds_per_s'] / base:>12.2f}x{hidden:>8}{mib:>16,.1f}")
+    if peer:
+        print(f"graphdist 1 worker / DGL: {base / peer['seeds_per_s']:.2f}x (target >= 1.5x)")
+    best2 = max(r["seeds_per_s"] for r in rows[1:]) if len(rows) > 1 else None
+    if best2:
+        dwbp = next(r for r in rows if r["workers"] == 2 and r["sync"] == "dwbp")
+        print(f"2 workers (dwbp) / 1 worker: {dwbp['seeds_per_s'] / base:.2f}x (target >= 1.8x)")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--accuracy", action="store_true", help="accuracy vs worker count on cora and pubmed")
+    p.add_argument("--speed", action="store_true", help="throughput: 1 worker vs 2 workers x 3 sync modes")
+    p.add_argument("--peers", action="store_true", help="also train the same workload with DGL 2.1")
+    p.add_argument("--datasets", nargs="+", default=["cora", "pubmed"])
+    p.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4])
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--nodes", type=int, default=1_000_000)
+    p.add_argument("--steps", type=int, default=30, help="steps per epoch in the speed runs")
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "train.json"))
+    args = p.parse_args(argv)
+    if not (args.accuracy or args.speed or args.peers):
+        args.accuracy = args.speed = True
+    result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="graphdist-bench-train-") as tmp_name:
+        tmp = Path(tmp_name)
+        if args.accuracy:
+            result["accuracy"] = bench_accuracy(args, tmp)
+            print_accuracy(result["accuracy"])
+        if args.speed or args.peers:
+            peer = bench_peer(args) if args.peers else None
+            if peer:
+                print(f"  DGL: {peer['seeds_per_s']:,.0f} seeds/s", flush=True)
+            rows = bench_speed(args, tmp) if args.speed else []
+            result["speed"] = {"nodes": args.nodes, "steps": args.steps, "rows": rows, "peer": peer}
+            if rows:
+                print_speed(rows, peer, args.nodes)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

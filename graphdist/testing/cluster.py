@@ -1,0 +1,630 @@
+"""An emulated cluster on one machine: hosts as network namespaces, links with a rate limit.
+
+Loopback hides what makes distributed training hard (gloo moves ~1.6 GB/s over
+``lo`` here). :class:`EmulatedCluster` makes H "hosts", each a Linux network
+namespace with its own address in a private test subnet, wired to a bridge in
+a "switch" namespace through one veth pair per host. Each host's link is
+shaped in both directions by a token bucket (``tc ... tbf``), so a job started
+in the hosts (:meth:`EmulatedCluster.run`, :meth:`EmulatedCluster.torchrun`)
+really crosses a limited link, and :meth:`EmulatedCluster.cut` /
+:meth:`EmulatedCluster.restore` unplug a host and plug it back::
+
+    root namespace (untouched)
+    gdc-<pid>-<n>-sw:  br0 ── p0 ── p1 ── ...          the switch
+                             │     │
+    gdc-<pid>-<n>-h0:  eth0 10.213.0.1/24  (tbf rate)   host 0
+    gdc-<pid>-<n>-h1:  eth0 10.213.0.2/24  (tbf rate)   host 1
+
+What it touches: only the namespaces it creates. Every veth is created inside
+the switch namespace and its host end moved straight into the host namespace,
+so the machine's own interfaces, addresses and routes never change; a host
+namespace has a route to the test subnet only (no default route), so a
+process in it can reach the other hosts and nothing else. On exit (also after
+an exception, SIGTERM, or interpreter exit) it stops every process it started
+and everything still running inside its namespaces, then deletes the
+namespaces (which deletes their veths). Namespaces of a *dead* process with
+this prefix (a test that was SIGKILLed) are removed when the next cluster starts.
+
+Limits: needs root and iproute2 (``ip``, ``tc``); :func:`unavailable_reason`
+says in one line what is missing. This machine's kernel has no ``sch_netem``,
+so there is no delay or loss emulation: asking for ``delay``/``loss`` raises
+:class:`ClusterUnavailable` saying so (on a kernel with netem it is used).
+
+Example:
+    >>> with EmulatedCluster(hosts=2, rate="100mbit") as c:  # doctest: +SKIP
+    ...     c.run(1, ["python", "-m", "http.server", "8000", "--bind", c.addr(1)])
+    ...     c.check_output(0, ["python", "-c", f"import urllib.request as u; u.urlopen('http://{c.addr(1)}:8000')"])
+"""
+
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Mapping, Optional, Sequence, Union
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "gdc"  # namespace names: gdc-<owner pid>-<n>-h<i> and ...-sw
+DEFAULT_SUBNET = "10.213.0.0/24"  # private, unlikely to clash; it only exists inside our namespaces
+HOST_IFACE = "eth0"  # every host's interface (names are per namespace, so all hosts use the same one)
+Rate = Union[None, str, int, float]  # "1gbit", "300mbit", "100mbit", "512kbit" or bits/s; None = unshaped
+
+_SEQ = itertools.count()
+_UNITS = {"": 1, "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+
+
+class ClusterError(RuntimeError):
+    """An ``ip``/``tc`` command failed; the message has the command and its error."""
+
+
+class ClusterUnavailable(ClusterError):
+    """Root, iproute2 or a kernel feature (netns, netem) is missing; the message is one line."""
+
+
+def parse_rate(rate: Rate) -> Optional[int]:
+    """Bits per second of a rate (``"300mbit"``, ``"1gbit"``, ``1e8``); None stays None.
+
+    Raises:
+        ValueError: on a rate that is not a positive number with a tc bit unit.
+
+    Example:
+        >>> parse_rate("300mbit"), parse_rate("1gbit"), parse_rate(5e6)
+        (300000000, 1000000000, 5000000)
+    """
+    if rate is None:
+        return None
+    if isinstance(rate, (int, float)):
+        bps = float(rate)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(rate).lower())
+        if not m or m.group(2) not in _UNITS:
+            raise ValueError(f"rate: Expected a number with a unit bit/kbit/mbit/gbit, e.g. '100mbit' (got {rate!r})")
+        bps = float(m.group(1)) * _UNITS[m.group(2)]
+    if bps <= 0:
+        raise ValueError(f"rate: Expected a positive rate (got {rate!r})")
+    return int(bps)
+
+
+def _run_cmd(argv: Sequence[str], check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise ClusterError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def unavailable_reason() -> Optional[str]:
+    """None when clusters can be made here, else one line saying what is missing.
+
+    Checks root, ``ip`` and ``tc`` on the PATH, and that a namespace can really be
+    created (a container without CAP_SYS_ADMIN has root but no ``ip netns add``).
+
+    Example:
+        >>> reason = unavailable_reason()  # e.g. "needs root to create network namespaces (running as uid 1000)"
+    """
+    if os.name != "posix" or not sys.platform.startswith("linux"):
+        return f"emulated clusters need Linux network namespaces (this is {sys.platform})"
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return f"emulated clusters need iproute2 ({' and '.join(missing)} not found): apt-get install -y iproute2"
+    if os.geteuid() != 0:
+        return f"emulated clusters need root to create network namespaces (running as uid {os.geteuid()})"
+    probe = f"{PREFIX}-{os.getpid()}-probe"
+    made = _run_cmd(["ip", "netns", "add", probe], check=False)
+    if made.returncode != 0:
+        return f"cannot create a network namespace (`ip netns add` said: {made.stderr.strip().splitlines()[-1:]})"
+    _run_cmd(["ip", "netns", "del", probe], check=False)
+    return None
+
+
+def netem_available() -> bool:
+    """Whether this kernel has ``sch_netem`` (delay/loss emulation); probed in a throw-away namespace."""
+    if unavailable_reason() is not None:
+        return False
+    probe = f"{PREFIX}-{os.getpid()}-netem"
+    _run_cmd(["ip", "netns", "add", probe])
+    try:
+        return _run_cmd(["ip", "-n", probe, "link", "set", "lo", "up"], check=False).returncode == 0 and _run_cmd(
+            ["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"], check=False
+        ).returncode == 0
+    finally:
+        _run_cmd(["ip", "netns", "del", probe], check=False)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_namespaces(prefix: str = PREFIX) -> list[str]:
+    """Network namespaces whose name starts with ``<prefix>-`` (ours, live or stale)."""
+    out = _run_cmd(["ip", "netns", "list"], check=False).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [n for n in names if n.startswith(prefix + "-")]
+
+
+def _kill_namespace(name: str) -> None:
+    """SIGKILLs whatever still runs in namespace ``name``, then deletes it."""
+    pids = _run_cmd(["ip", "netns", "pids", name], check=False).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    # The kernel frees a namespace once its last process is gone; the name goes away at once.
+    _run_cmd(["ip", "netns", "del", name], check=False)
+
+
+def remove_stale(prefix: str = PREFIX) -> list[str]:
+    """Deletes namespaces ``<prefix>-<pid>-...`` whose owner process is dead; returns their names.
+
+    A live owner's namespaces are left alone: other tests may run clusters concurrently.
+    """
+    removed = []
+    for name in list_namespaces(prefix):
+        m = re.match(rf"{re.escape(prefix)}-(\d+)-", name)
+        if m and not _pid_alive(int(m.group(1))):
+            _kill_namespace(name)
+            removed.append(name)
+    if removed:
+        logger.info("removed %d stale namespace(s) of dead owners: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+@dataclass(frozen=True)
+class Host:
+    """One emulated host.
+
+    Attributes:
+        index: 0-based host number.
+        netns: its network namespace (``ip netns exec <netns> ...``).
+        addr: its IPv4 address in the test subnet.
+        iface: its interface inside the namespace (``GLOO_SOCKET_IFNAME``).
+        port: the switch-side end of its veth (in the switch namespace).
+    """
+
+    index: int
+    netns: str
+    addr: str
+    iface: str
+    port: str
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """Counters of a host's interface, as the kernel counts them (headers included)."""
+
+    tx_bytes: int
+    rx_bytes: int
+    tx_packets: int
+    rx_packets: int
+
+
+class EmulatedCluster:
+    """H hosts (network namespaces) joined by a switch, each link rate-limited; a context manager.
+
+    Args:
+        hosts: number of hosts (default 2).
+        rate: every host link's rate in each direction (``"1gbit"``, ``"100mbit"``, bits/s),
+            or one rate per host; None (default) leaves links unshaped (veth speed).
+        subnet: the private IPv4 test subnet; host i gets its (i+1)-th address (default 10.213.0.0/24).
+        delay: one-way delay per link, e.g. ``"5ms"`` (needs netem; see the module docstring).
+        loss: packet loss per link, e.g. ``"0.1%"`` (needs netem).
+        prefix: namespace name prefix (default ``gdc``); stale namespaces with it are removed at start.
+
+    Raises:
+        ClusterUnavailable: (on entry) root or iproute2 missing, or delay/loss asked without netem.
+        ClusterError: an ``ip``/``tc`` command failed (everything made so far is removed).
+
+    Example:
+        >>> with EmulatedCluster(hosts=2, rate="300mbit") as c:  # doctest: +SKIP
+        ...     before = c.link_stats(0).tx_bytes
+        ...     c.measure_throughput(0, 1, 40_000_000) / 1e6     # ~285 (Mbit/s of payload)
+        ...     c.cut(1); ...; c.restore(1)
+    """
+
+    def __init__(
+        self,
+        hosts: int = 2,
+        rate: Union[Rate, Sequence[Rate]] = None,
+        subnet: str = DEFAULT_SUBNET,
+        delay: Optional[str] = None,
+        loss: Optional[str] = None,
+        prefix: str = PREFIX,
+    ) -> None:
+        if hosts < 1:
+            raise ValueError(f"hosts: Expected at least 1 (got {hosts})")
+        rates = list(rate) if isinstance(rate, (list, tuple)) else [rate] * hosts
+        if len(rates) != hosts:
+            raise ValueError(f"rate: Expected one rate or {hosts} (one per host) (got {len(rates)})")
+        self.rates = [parse_rate(r) for r in rates]
+        net = ipaddress.ip_network(subnet)
+        if net.num_addresses < hosts + 2:
+            raise ValueError(f"subnet: {subnet} has room for {net.num_addresses - 2} hosts (asked {hosts})")
+        self.subnet = net
+        self.delay, self.loss = delay, loss
+        self.prefix = prefix
+        self.name = f"{prefix}-{os.getpid()}-{next(_SEQ)}"
+        self.switch = f"{self.name}-sw"
+        addrs = list(itertools.islice(net.hosts(), hosts))
+        self.hosts = [Host(i, f"{self.name}-h{i}", str(addrs[i]), HOST_IFACE, f"p{i}") for i in range(hosts)]
+        self._procs: list[subprocess.Popen] = []
+        self._made: list[str] = []
+        self._closed = True
+        self._lock = threading.Lock()
+        self._old_sigterm: Any = None
+
+    # ----------------------------------------------------------------- set-up
+    def __enter__(self) -> "EmulatedCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Creates the namespaces, the switch and the shaped links (``with`` calls it)."""
+        reason = unavailable_reason()
+        if reason:
+            raise ClusterUnavailable(reason)
+        if (self.delay or self.loss) and not netem_available():
+            raise ClusterUnavailable(
+                f"delay/loss emulation asked (delay={self.delay}, loss={self.loss}) but this kernel has no netem "
+                "(sch_netem); only rate limiting (tbf) is available"
+            )
+        remove_stale(self.prefix)
+        self._closed = False
+        atexit.register(self.close)
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM (CI cancelling a job, `timeout`) would skip __exit__; turn it into SystemExit.
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                self._old_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        logger.info("cluster %s: %d hosts %s, rates %s", self.name, len(self.hosts),
+                    ", ".join(h.addr for h in self.hosts), [self.rate_str(i) for i in range(len(self.hosts))])
+
+    def _ip(self, netns: str, *args: str) -> None:
+        _run_cmd(["ip", "-n", netns, *args])
+
+    def _build(self) -> None:
+        for ns in [self.switch] + [h.netns for h in self.hosts]:
+            _run_cmd(["ip", "netns", "add", ns])
+            self._made.append(ns)
+            self._ip(ns, "link", "set", "lo", "up")
+        self._ip(self.switch, "link", "add", "br0", "type", "bridge")
+        self._ip(self.switch, "link", "set", "br0", "up")
+        for h in self.hosts:
+            # Made inside the switch namespace, the host end moved straight into the host's:
+            # no interface ever appears in the machine's own namespace.
+            self._ip(self.switch, "link", "add", h.port, "type", "veth", "peer", "name", h.iface, "netns", h.netns)
+            self._ip(self.switch, "link", "set", h.port, "master", "br0")
+            self._ip(self.switch, "link", "set", h.port, "up")
+            self._ip(h.netns, "addr", "add", f"{h.addr}/{self.subnet.prefixlen}", "dev", h.iface)
+            self._ip(h.netns, "link", "set", h.iface, "up")
+            self._shape(h.index)
+
+    def _shape(self, host: int) -> None:
+        """(Re)applies host ``host``'s rate on both ends of its veth: egress of each end is one direction."""
+        h, bps = self.hosts[host], self.rates[host]
+        for ns, dev in ((h.netns, h.iface), (self.switch, h.port)):
+            _run_cmd(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
+            if bps is None and not (self.delay or self.loss):
+                continue
+            if self.delay or self.loss:
+                spec = ["netem"] + (["delay", self.delay] if self.delay else []) + (["loss", self.loss] if self.loss else [])
+                spec += ["rate", f"{bps}bit"] if bps else []
+            else:
+                spec = ["tbf", *_tbf_args(bps)]
+            _run_cmd(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *spec])
+
+    def set_rate(self, host: int, rate: Rate) -> None:
+        """Changes host ``host``'s link rate (both directions) while the cluster runs.
+
+        Example:
+            >>> # c.set_rate(1, "100mbit")
+        """
+        self.rates[host] = parse_rate(rate)
+        self._shape(host)
+
+    def rate_str(self, host: int) -> str:
+        bps = self.rates[host]
+        if bps is None:
+            return "unshaped"
+        for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+            if bps >= scale:
+                return f"{bps / scale:g}{unit}"
+        return f"{bps}bit"
+
+    # ----------------------------------------------------------------- access
+    def host(self, host: int) -> Host:
+        return self.hosts[host]
+
+    def addr(self, host: int) -> str:
+        """Host ``host``'s IPv4 address."""
+        return self.hosts[host].addr
+
+    def iface(self, host: int) -> str:
+        """Host ``host``'s interface name inside its namespace (for ``GLOO_SOCKET_IFNAME``)."""
+        return self.hosts[host].iface
+
+    def exec_argv(self, host: int, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` inside host ``host`` (``ip netns exec <ns> ...``)."""
+        self._check_open()
+        return ["ip", "netns", "exec", self.hosts[host].netns, *map(str, argv)]
+
+    def run(
+        self,
+        host: int,
+        argv: Sequence[str],
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdout: Union[None, int, IO[Any]] = None,
+        stderr: Union[None, int, IO[Any]] = None,
+    ) -> subprocess.Popen:
+        """Starts ``argv`` inside host ``host``; returns at once. The cluster stops it on exit.
+
+        Args:
+            host: host index.
+            argv: the command (``[sys.executable, "-m", ...]``).
+            env: variables added to (and overriding) this process's environment.
+            cwd: working directory (default: this process's).
+            stdout, stderr: as for ``subprocess.Popen`` (default: inherited).
+
+        Returns:
+            The ``Popen`` of ``ip netns exec`` (which execs ``argv``: same pid).
+
+        Example:
+            >>> # p = c.run(0, [sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE)
+        """
+        full_env = {**os.environ, **(dict(env) if env else {})}
+        # A session of its own: close() can signal the whole process group (torchrun's workers too).
+        proc = subprocess.Popen(self.exec_argv(host, argv), env=full_env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                start_new_session=True)
+        with self._lock:
+            self._procs.append(proc)
+        return proc
+
+    def check_output(self, host: int, argv: Sequence[str], timeout: float = 60.0,
+                     env: Optional[Mapping[str, str]] = None) -> str:
+        """Runs ``argv`` inside host ``host`` to completion; returns its stdout.
+
+        Raises:
+            ClusterError: on a non-zero exit (with its stderr).
+        """
+        full_env = {**os.environ, **(dict(env) if env else {})}
+        proc = subprocess.run(self.exec_argv(host, argv), capture_output=True, text=True, timeout=timeout,
+                              env=full_env)
+        if proc.returncode != 0:
+            raise ClusterError(f"host {host}: `{' '.join(map(str, argv))}` exited {proc.returncode}: "
+                               f"{proc.stderr.strip()[-2000:]}")
+        return proc.stdout
+
+    def link_stats(self, host: int) -> LinkStats:
+        """Byte and packet counters of host ``host``'s interface (what really crossed its link)."""
+        self._check_open()
+        h = self.hosts[host]
+        out = _run_cmd(["ip", "-n", h.netns, "-s", "-j", "link", "show", "dev", h.iface]).stdout
+        stats = json.loads(out)[0]["stats64"]
+        return LinkStats(stats["tx"]["bytes"], stats["rx"]["bytes"], stats["tx"]["packets"], stats["rx"]["packets"])
+
+    # ----------------------------------------------------------------- faults
+    def cut(self, host: int) -> None:
+        """Unplugs host ``host``: its switch port goes down, packets to and from it vanish silently.
+
+        Processes on the host keep running and can still talk among themselves; peers
+        on other hosts see no reset, only silence (as with a pulled cable), so only
+        timeouts can tell them.
+        """
+        self._check_open()
+        self._ip(self.switch, "link", "set", self.hosts[host].port, "down")
+
+    def restore(self, host: int) -> None:
+        """Plugs host ``host`` back in (its shaping is kept)."""
+        self._check_open()
+        self._ip(self.switch, "link", "set", self.hosts[host].port, "up")
+
+    # ------------------------------------------------------------ measuring
+    def measure_throughput(self, src: int, dst: int, nbytes: int = 40_000_000, port: int = 5201,
+                           timeout: float = 120.0) -> float:
+        """Payload bits/s of one TCP stream of ``nbytes`` from host ``src`` to host ``dst``.
+
+        Timed at the receiver from the first to the last byte. A token bucket lets a
+        burst through at line speed, so send enough for ~2 s at the rate you check.
+
+        Example:
+            >>> # c.measure_throughput(0, 1, 30_000_000) / 1e6   # ~95 on a 100mbit link
+        """
+        from graphdist.testing import _netprobe
+
+        receiver = self.run(dst, [sys.executable, _netprobe.__file__, "recv", self.addr(dst), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            self.check_output(src, [sys.executable, _netprobe.__file__, "send", self.addr(dst), str(port),
+                                    str(nbytes)], timeout=timeout)
+            out, err = receiver.communicate(timeout=timeout)
+        finally:
+            if receiver.poll() is None:
+                receiver.kill()
+        if receiver.returncode != 0:
+            raise ClusterError(f"throughput receiver on host {dst} failed: {err.decode().strip()[-500:]}")
+        result = json.loads(out.decode().strip().splitlines()[-1])
+        if result["bytes"] != nbytes:
+            raise ClusterError(f"throughput probe: received {result['bytes']} of {nbytes} bytes")
+        return 8.0 * result["bytes"] / max(result["seconds"], 1e-9)
+
+    # ---------------------------------------------------------------- torchrun
+    def torchrun(
+        self,
+        host: int,
+        nproc_per_node: int,
+        args: Sequence[str],
+        port: int = 29400,
+        env: Optional[Mapping[str, str]] = None,
+        rdzv_conf: Optional[Mapping[str, Any]] = None,
+        stdout: Union[None, int, IO[Any]] = None,
+        stderr: Union[None, int, IO[Any]] = None,
+        cwd: Optional[str] = None,
+    ) -> subprocess.Popen:
+        """Starts host ``host``'s torchrun agent with the multi-host recipe (:func:`torchrun_argv`).
+
+        Start one per host; each runs ``nproc_per_node`` workers of ``args`` (``["-m", module, ...]``).
+
+        Example:
+            >>> # agents = [c.torchrun(h, 2, ["-m", "graphdist.cli.train", "--partitions", d]) for h in (0, 1)]
+        """
+        argv = torchrun_argv(len(self.hosts), nproc_per_node, self.addr(0), port, host == 0, self.addr(host),
+                             args, rdzv_conf=rdzv_conf)
+        full_env = {"GLOO_SOCKET_IFNAME": self.iface(host), **(dict(env) if env else {})}
+        return self.run(host, argv, env=full_env, stdout=stdout, stderr=stderr, cwd=cwd)
+
+    # ---------------------------------------------------------------- teardown
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClusterError(f"cluster {self.name} is not running (use it inside `with EmulatedCluster(...)`)")
+
+    def stop_processes(self, grace_s: float = 3.0) -> None:
+        """Stops every process started in the hosts: SIGTERM to its group, SIGKILL after ``grace_s``."""
+        with self._lock:
+            procs, self._procs = list(self._procs), []
+        live = [p for p in procs if p.poll() is None]
+        for p in live:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in live:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in procs:
+            # The group may hold children whose leader already exited.
+            _signal_group(p, signal.SIGKILL)
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def close(self) -> None:
+        """Stops all processes in the hosts and deletes the namespaces; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.stop_processes()
+        finally:
+            # Whatever escaped the process groups still runs in a namespace: ip netns pids finds it.
+            for ns in reversed(self._made):
+                _kill_namespace(ns)
+            self._made.clear()
+            left = [n for n in list_namespaces(self.prefix) if n.startswith(self.name + "-")]
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+                self._old_sigterm = None
+            try:
+                atexit.unregister(self.close)
+            except Exception:  # noqa: BLE001 - interpreter shutting down
+                pass
+            if left:
+                raise ClusterError(f"cluster {self.name}: namespaces left behind: {', '.join(left)}")
+
+
+def _tbf_args(bps: int) -> list[str]:
+    """tbf parameters for ``bps``: a bucket of ~2 ms of traffic (>= 64 KiB, so a GSO super-packet
+    fits), and a queue of ~50 ms: deep enough for TCP to fill the link, short enough not to
+    turn a cut or a timeout into seconds of buffered data."""
+    rate_bytes = bps / 8.0
+    burst = max(64 * 1024, int(rate_bytes * 0.002))
+    return ["rate", f"{bps}bit", "burst", str(burst), "latency", "50ms"]
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _raise_system_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def torchrun_argv(
+    nnodes: int,
+    nproc_per_node: int,
+    master_addr: str,
+    port: int,
+    is_host: bool,
+    local_addr: str,
+    args: Sequence[str],
+    rdzv_conf: Optional[Mapping[str, Any]] = None,
+    python: str = sys.executable,
+) -> list[str]:
+    """One host's torchrun command for a multi-host job (the same on real machines).
+
+    Emulated hosts share one hostname, so c10d rendezvous cannot tell which agent
+    should serve the store: host 0 says ``is_host=true``, the others ``false``
+    (without it every agent waits 60 s for a store nobody started). ``--local-addr``
+    makes each agent advertise its own address (rank 0's becomes ``MASTER_ADDR``).
+    Bind gloo to the host's interface with ``GLOO_SOCKET_IFNAME`` in the environment.
+
+    Args:
+        nnodes: number of hosts.
+        nproc_per_node: workers per host.
+        master_addr: host 0's address (serves the rendezvous store).
+        port: the rendezvous port on host 0.
+        is_host: True on host 0 only.
+        local_addr: this host's address.
+        args: what each worker runs, e.g. ``["-m", "graphdist.cli.train", "--partitions", "parts/x"]``.
+        rdzv_conf: extra ``--rdzv-conf`` entries (e.g. ``{"read_timeout": 20}``).
+        python: the interpreter (torchrun is ``python -m torch.distributed.run``).
+
+    Returns:
+        The argv list.
+
+    Example:
+        >>> " ".join(torchrun_argv(2, 2, "10.213.0.1", 29400, True, "10.213.0.1", ["-m", "m"], python="python"))
+        'python -m torch.distributed.run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 10.213.0.1:29400 --rdzv-conf is_host=true --local-addr 10.213.0.1 -m m'
+    """
+    conf = {"is_host": "true" if is_host else "false", **(dict(rdzv_conf) if rdzv_conf else {})}
+    return [
+        python, "-m", "torch.distributed.run",
+        "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{master_addr}:{port}",
+        "--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items()),
+        "--local-addr", local_addr,
+        *map(str, args),
+    ]
+
+
+__all__ = [
+    "ClusterError",
+    "ClusterUnavailable",
+    "EmulatedCluster",
+    "Host",
+    "LinkStats",
+    "list_namespaces",
+    "netem_available",
+    "parse_rate",
+    "remove_stale",
+    "torchrun_argv",
+    "unavailable_reason",
+]
