@@ -92,25 +92,22 @@ class Trainer:
     def prepare_partitions(self) -> Path:
         """The partition directory to train on: given, or made once into the cache."""
         cfg = self.config
-        from partition.api import partition, read_meta
+        from partition.api import PartitionConfig, default_output, partition, read_meta
 
         if cfg.partitions:
             path = Path(cfg.partitions)
             if not path.is_dir():
                 raise FileNotFoundError(f"--partitions {path}: no such directory; make one with graphdist-partition")
-            meta = read_meta(path)
         else:
-            from graphdist.data import load_graph
-
-            cache = Path(os.environ.get("GRAPHDIST_CACHE", Path.home() / ".cache" / "graphdist"))
-            name = Path(cfg.dataset).stem if os.sep in cfg.dataset else cfg.dataset
-            path = cache / "partitions" / f"{name}-{cfg.partition_method}-{cfg.num_workers}-s{cfg.seed}-h1"
+            path = default_output(cfg.dataset, PartitionConfig(cfg.num_workers, cfg.partition_method, cfg.seed))
             if not (path / "meta.json").exists():
+                from graphdist.data import load_graph
+
                 logger.info("partitioning %s into %d parts (%s) at %s", cfg.dataset, cfg.num_workers,
                             cfg.partition_method, path)
-                graph = load_graph(cfg.dataset)
-                partition(graph, cfg.num_workers, method=cfg.partition_method, out=path, seed=cfg.seed, force=True)
-            meta = read_meta(path)
+                partition(load_graph(cfg.dataset), cfg.num_workers, method=cfg.partition_method, out=path,
+                          seed=cfg.seed, force=True)
+        meta = read_meta(path)
         if int(meta["num_parts"]) != cfg.num_workers:
             raise ValueError(
                 f"--partitions {path} has {meta['num_parts']} parts but --num-workers is {cfg.num_workers}; "

@@ -132,3 +132,37 @@ def test_cli_error_bad_config_key(tmp_path):
     cfg.write_text("epochs: 2\nlearning_rate: 0.1\n")
     res = _cli("--config", str(cfg))
     assert res.returncode != 0 and "unknown key 'learning_rate'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_ctrl_c_stops_all_workers_and_keeps_checkpoint(tmp_path, cora_parts):
+    import signal
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "graphdist.cli.train", "--partitions", str(cora_parts[2]), "--num-workers", "2",
+           "--epochs", "500", "--run-dir", str(run), *FAST]
+    # A terminal's Ctrl-C sends SIGINT to the whole foreground process group.
+    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().strip():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no epoch finished in 120 s"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    # multiprocessing's resource tracker leaves on its own once its pipe closes: allow it a moment.
+    deadline = time.monotonic() + 15
+    while True:
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert left == [], f"processes left behind: {left}"
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] >= 1
