@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from graphdist.models.base import LayerwiseGNN
 from graphdist.models.gat import GAT
 from graphdist.models.gcn import GCN
 from graphdist.models.sage import GraphSAGE
@@ -87,7 +88,7 @@ def build_model(
     return MODELS[key](in_dim, hidden, out_dim, num_layers=num_layers, dropout=dropout, **kwargs)
 
 
-class BlockSequential(nn.Module):
+class BlockSequential(LayerwiseGNN):
     """PyG-style layers applied block by block: ``x = conv((x, x[:num_dst]), edge_index)``.
 
     Args:
@@ -124,14 +125,6 @@ class BlockSequential(nn.Module):
         if i < self.num_layers - 1:
             h = F.dropout(self.activation(h), self.dropout, self.training)
         return h
-
-    def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
-        """Logits for the seeds of ``blocks[-1]``."""
-        if len(blocks) != self.num_layers:
-            raise ValueError(f"Expected one block per layer ({self.num_layers}) (got {len(blocks)})")
-        for i, block in enumerate(blocks):
-            x = self.layer_forward(i, x, block)
-        return x
 
 
 def as_block_model(module: Union[nn.Module, Sequence[nn.Module]], **kwargs: Any) -> nn.Module:

@@ -11,16 +11,16 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphdist.models.sage import _check_blocks, _check_dims
+from graphdist.models.base import LayerwiseGNN, check_dims
 
 
-class GAT(nn.Module):
+class GAT(LayerwiseGNN):
     """Reference GAT: hidden layers concatenate ``heads`` heads (ELU, dropout); the last
     layer averages ``out_heads`` heads into ``out_dim`` logits.
 
@@ -53,7 +53,7 @@ class GAT(nn.Module):
         super().__init__()
         from torch_geometric.nn import GATConv  # lazy: spawned workers that never build a GAT start faster
 
-        _check_dims(in_dim, hidden, out_dim, num_layers, dropout)
+        check_dims(in_dim, hidden, out_dim, num_layers, dropout)
         if heads < 1 or out_heads < 1:
             raise ValueError(f"Expected heads >= 1 and out_heads >= 1 (got {heads}, {out_heads})")
         convs = []
@@ -73,13 +73,6 @@ class GAT(nn.Module):
         if i < self.num_layers - 1:
             h = F.dropout(F.elu(h), self.dropout, self.training)
         return h
-
-    def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
-        """Logits for the seeds of ``blocks[-1]``."""
-        _check_blocks(blocks, self.num_layers)
-        for i, block in enumerate(blocks):
-            x = self.layer_forward(i, x, block)
-        return x
 
 
 __all__ = ["GAT"]

@@ -26,13 +26,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from graphdist.models.ops import aggregate, block_indptr, in_degree, relu_dropout_
-from graphdist.models.sage import _check_blocks, _check_dims
+from graphdist.models.base import ReLUDropoutGNN, check_dims
+from graphdist.models.ops import aggregate, block_indptr, in_degree
 
 
 def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
@@ -137,7 +137,7 @@ def _propagate(x: torch.Tensor, block: Any) -> torch.Tensor:
     return (aggregate(x, block, "sum") + x[: int(block.num_dst)]) / (k + 1.0)
 
 
-class GCN(nn.Module):
+class GCN(ReLUDropoutGNN):
     """Reference GCN: ``num_layers`` :class:`GCNLayer` with ReLU and dropout between.
 
     Args:
@@ -157,25 +157,9 @@ class GCN(nn.Module):
     needs_global_degrees = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5) -> None:
-        super().__init__()
-        _check_dims(in_dim, hidden, out_dim, num_layers, dropout)
+        check_dims(in_dim, hidden, out_dim, num_layers, dropout)
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        self.layers = nn.ModuleList(GCNLayer(dims[i], dims[i + 1]) for i in range(num_layers))
-        self.num_layers, self.dropout = num_layers, float(dropout)
-
-    def layer_forward(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
-        """Layer ``i`` on one block, including ReLU and dropout for hidden layers."""
-        h = self.layers[i](x, block)
-        if i < self.num_layers - 1:
-            h = relu_dropout_(h, self.dropout, self.training)
-        return h
-
-    def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
-        """Logits for the seeds of ``blocks[-1]``."""
-        _check_blocks(blocks, self.num_layers)
-        for i, block in enumerate(blocks):
-            x = self.layer_forward(i, x, block)
-        return x
+        super().__init__([GCNLayer(dims[i], dims[i + 1]) for i in range(num_layers)], dropout)
 
 
 __all__ = ["GCN", "GCNLayer", "gcn_norm_block"]

@@ -18,12 +18,13 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from graphdist.models.ops import MEAN, SUM, aggregate, relu_dropout_, self_and_mean
+from graphdist.models.base import ReLUDropoutGNN, check_dims
+from graphdist.models.ops import MEAN, SUM, aggregate, self_and_mean
 
 AGGREGATORS = (MEAN, SUM, "max")
 
@@ -82,7 +83,7 @@ def _max_aggregate(x: torch.Tensor, block: Any) -> torch.Tensor:
     return out.scatter_reduce(0, index, x[block.src], reduce="amax", include_self=False)
 
 
-class GraphSAGE(nn.Module):
+class GraphSAGE(ReLUDropoutGNN):
     """Reference GraphSAGE: ``num_layers`` :class:`SAGELayer` with ReLU and dropout between.
 
     Model contract: ``forward(x, blocks)`` returns logits for ``blocks[-1].num_dst`` seeds;
@@ -105,42 +106,9 @@ class GraphSAGE(nn.Module):
     def __init__(
         self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5, aggr: str = MEAN
     ) -> None:
-        super().__init__()
-        _check_dims(in_dim, hidden, out_dim, num_layers, dropout)
+        check_dims(in_dim, hidden, out_dim, num_layers, dropout)
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        self.layers = nn.ModuleList(SAGELayer(dims[i], dims[i + 1], aggr) for i in range(num_layers))
-        self.num_layers, self.dropout = num_layers, float(dropout)
-
-    def layer_forward(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
-        """Layer ``i`` on one block, including ReLU and dropout for hidden layers."""
-        h = self.layers[i](x, block)
-        if i < self.num_layers - 1:
-            h = relu_dropout_(h, self.dropout, self.training)
-        return h
-
-    def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
-        """Logits for the seeds of ``blocks[-1]``; ``x`` holds features of ``blocks[0]``'s sources."""
-        _check_blocks(blocks, self.num_layers)
-        for i, block in enumerate(blocks):
-            x = self.layer_forward(i, x, block)
-        return x
-
-
-def _check_dims(in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float) -> None:
-    if num_layers < 1:
-        raise ValueError(f"Expected num_layers >= 1 (got {num_layers})")
-    if min(in_dim, hidden, out_dim) < 1:
-        raise ValueError(f"Expected positive in_dim, hidden, out_dim (got {in_dim}, {hidden}, {out_dim})")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"Expected dropout in [0, 1) (got {dropout})")
-
-
-def _check_blocks(blocks: Sequence[Any], num_layers: int) -> None:
-    if len(blocks) != num_layers:
-        raise ValueError(
-            f"Expected one block per layer ({num_layers}) (got {len(blocks)}); "
-            "give the sampler one fan-out per layer"
-        )
+        super().__init__([SAGELayer(dims[i], dims[i + 1], aggr) for i in range(num_layers)], dropout)
 
 
 __all__ = ["GraphSAGE", "SAGELayer", "aggregate"]

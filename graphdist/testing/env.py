@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def require(condition: bool, reason: str) -> None:
@@ -20,13 +21,11 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
-def find_dataset(name: str) -> "Path":
+def find_dataset(name: str) -> Path:
     """``<name>.npz`` in ``GRAPHDIST_DATA`` (``:``-separated), else ``../shared/datasets`` beside the repo.
 
     Skips the calling test when it is absent (fails when ``CI=true``), saying how to point at it.
     """
-    from pathlib import Path
-
     env = os.environ.get("GRAPHDIST_DATA")
     repo = Path(__file__).resolve().parents[2]
     dirs = [Path(p) for p in env.split(":") if p] if env else [repo.parent / "shared" / "datasets"]

@@ -1,0 +1,76 @@
+"""What every reference model shares: a forward pass that applies ``layer_forward`` block by block.
+
+A model that defines ``num_layers`` and ``layer_forward(i, x, block)`` gets exact
+layer-wise full-neighbour inference from the trainer; deriving from
+:class:`LayerwiseGNN` gives it ``forward(x, blocks)`` for sampled training too.
+
+Example:
+    >>> class Identity(LayerwiseGNN):
+    ...     num_layers = 1
+    ...     def layer_forward(self, i, x, block):
+    ...         return x[: block.num_dst]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from graphdist.models.ops import relu_dropout_
+
+
+def check_dims(in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float) -> None:
+    """Raises ``ValueError`` on non-positive sizes, no layers, or dropout outside [0, 1)."""
+    if num_layers < 1:
+        raise ValueError(f"Expected num_layers >= 1 (got {num_layers})")
+    if min(in_dim, hidden, out_dim) < 1:
+        raise ValueError(f"Expected positive in_dim, hidden, out_dim (got {in_dim}, {hidden}, {out_dim})")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"Expected dropout in [0, 1) (got {dropout})")
+
+
+def check_blocks(blocks: Sequence[Any], num_layers: int) -> None:
+    """Raises ``ValueError`` unless there is one block per layer."""
+    if len(blocks) != num_layers:
+        raise ValueError(
+            f"Expected one block per layer ({num_layers}) (got {len(blocks)}); "
+            "give the sampler one fan-out per layer"
+        )
+
+
+class LayerwiseGNN(nn.Module):
+    """A GNN of per-block layers: ``forward`` runs ``layer_forward`` over the blocks in order.
+
+    Subclasses set ``num_layers`` and implement ``layer_forward(i, x, block)`` (layer ``i``
+    with its activation and dropout, returning the ``block.num_dst`` destination rows).
+    """
+
+    num_layers: int
+
+    def layer_forward(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
+        """Logits for the seeds of ``blocks[-1]``; ``x`` holds features of ``blocks[0]``'s sources."""
+        check_blocks(blocks, self.num_layers)
+        for i, block in enumerate(blocks):
+            x = self.layer_forward(i, x, block)
+        return x
+
+
+class ReLUDropoutGNN(LayerwiseGNN):
+    """``layers[i](x, block)`` with ReLU and dropout after every hidden layer (GraphSAGE, GCN)."""
+
+    def __init__(self, layers: Sequence[nn.Module], dropout: float) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.num_layers, self.dropout = len(self.layers), float(dropout)
+
+    def layer_forward(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
+        """Layer ``i`` on one block, including ReLU and dropout for hidden layers."""
+        h = self.layers[i](x, block)
+        if i < self.num_layers - 1:
+            h = relu_dropout_(h, self.dropout, self.training)
+        return h
