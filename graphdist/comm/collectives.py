@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from graphdist.comm.group import CommError, get_rank, get_world_size, is_initialized
+from graphdist.comm.group import CommError, cpu_group, get_rank, get_world_size, is_initialized
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
 
@@ -68,6 +68,13 @@ def reset_byte_counts() -> None:
 
 def _backend(group: Group) -> str:
     return str(dist.get_backend(group))
+
+
+def _route(group: Group, tensor: Optional[torch.Tensor] = None) -> Group:
+    """The group to use: under an NCCL default group, CPU tensors and objects go over gloo."""
+    if group is None and cpu_group() is not None and (tensor is None or not tensor.is_cuda):
+        return cpu_group()
+    return group
 
 
 def _staged(tensor: torch.Tensor, group: Group) -> torch.Tensor:
@@ -179,6 +186,7 @@ def all_reduce_async(tensor: torch.Tensor, op: str = "sum", group: Group = None,
     Bytes counted as a ring all-reduce sends them: ``2 (P-1)/P * nbytes``.
     """
     reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+    group = _route(group, tensor)
     size = dist.get_world_size(group)
     nbytes = tensor.numel() * tensor.element_size()
     COUNTER.add(tag, int(2 * (size - 1) / size * nbytes))
@@ -209,6 +217,7 @@ def all_to_all_v(
     Example:
         >>> # out = all_to_all_v([torch.arange(r + 1) for r in range(world_size)])
     """
+    group = _route(group, inputs[0] if inputs else None)
     size = dist.get_world_size(group)
     if len(inputs) != size:
         raise ValueError(f"all_to_all_v: expected one tensor per rank ({size}) (got {len(inputs)})")
@@ -239,6 +248,7 @@ def all_to_all_v(
 
 def all_gather_object(obj: Any, group: Group = None) -> list[Any]:
     """Every rank's ``obj``, in rank order (small metadata: pickled)."""
+    group = _route(group)
     out: list[Any] = [None] * dist.get_world_size(group)
     _run("all_gather_object", group, lambda: dist.all_gather_object(out, obj, group=group))
     return out
@@ -246,6 +256,7 @@ def all_gather_object(obj: Any, group: Group = None) -> list[Any]:
 
 def broadcast_object(obj: Any, src: int = 0, group: Group = None) -> Any:
     """Rank ``src``'s ``obj`` on every rank."""
+    group = _route(group)
     box = [obj]
     _run("broadcast_object", group, lambda: dist.broadcast_object_list(box, src=src, group=group))
     return box[0]
@@ -253,6 +264,7 @@ def broadcast_object(obj: Any, src: int = 0, group: Group = None) -> Any:
 
 def broadcast(tensor: torch.Tensor, src: int = 0, group: Group = None, tag: str = "other") -> torch.Tensor:
     """In-place broadcast from ``src``."""
+    group = _route(group, tensor)
     if get_rank() == src:
         COUNTER.add(tag, tensor.numel() * tensor.element_size() * (dist.get_world_size(group) - 1))
     staged = _staged(tensor, group)
@@ -346,7 +358,10 @@ def new_group(timeout_s: Optional[float] = None) -> Group:
     """
     if not is_initialized():
         return None
-    kwargs = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+    # gloo: what runs on these groups (sampling, feature fetch) moves CPU tensors.
+    kwargs: dict[str, Any] = {"backend": "gloo"}
+    if timeout_s is not None:
+        kwargs["timeout"] = datetime.timedelta(seconds=timeout_s)
     return _run("new_group", None, lambda: dist.new_group(**kwargs))
 
 

@@ -11,6 +11,10 @@ import torch.distributed as dist
 
 logger = logging.getLogger(__name__)
 
+# Under NCCL the default group only takes CUDA tensors; counts, metadata and the
+# sampler's CPU traffic go through this gloo group over the same ranks instead.
+_CPU_GROUP: Optional[object] = None
+
 
 class CommError(RuntimeError):
     """A collective failed or timed out; the message names the rank and the operation."""
@@ -57,10 +61,20 @@ def init_process_group(
             f"[rank {rank}] could not join the process group of {world_size} via {init_method or 'env://'} "
             f"within {timeout_s:.0f}s: {exc}"
         ) from exc
+    global _CPU_GROUP
+    if backend == "nccl":
+        _CPU_GROUP = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def cpu_group() -> Optional[object]:
+    """The gloo group for CPU tensors when the default group is NCCL (None: the default group works)."""
+    return _CPU_GROUP
 
 
 def shutdown() -> None:
     """Leaves the process group if one is set up."""
+    global _CPU_GROUP
+    _CPU_GROUP = None
     if dist.is_initialized():
         dist.destroy_process_group()
 
