@@ -22,6 +22,7 @@ from graphdist.comm.collectives import (
     ddp_wrap,
     new_group,
     reset_byte_counts,
+    time_counts,
 )
 from graphdist.comm.group import (
     CommError,
@@ -47,6 +48,7 @@ __all__ = [
     "ddp_wrap",
     "new_group",
     "reset_byte_counts",
+    "time_counts",
     "CommError",
     "barrier",
     "get_rank",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -30,10 +31,15 @@ Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the defau
 
 @dataclass
 class ByteCounter:
-    """Bytes sent and calls, per tag. Thread-safe (the prefetch thread counts too)."""
+    """Bytes sent, calls, and seconds inside blocking collectives, per tag.
+
+    Thread-safe (the prefetch thread counts too). Seconds are wall time in the
+    call, waiting for slower peers included: what the caller lost to the exchange.
+    """
 
     sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, tag: str, nbytes: int) -> None:
@@ -41,14 +47,23 @@ class ByteCounter:
             self.sent[tag] += int(nbytes)
             self.calls[tag] += 1
 
+    def add_time(self, tag: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[tag] += seconds
+
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self.sent)
+
+    def time_snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.seconds)
 
     def reset(self) -> None:
         with self._lock:
             self.sent.clear()
             self.calls.clear()
+            self.seconds.clear()
 
 
 COUNTER = ByteCounter()
@@ -57,6 +72,11 @@ COUNTER = ByteCounter()
 def byte_counts() -> dict[str, int]:
     """Bytes this rank has sent, per tag, since the last :func:`reset_byte_counts`."""
     return COUNTER.snapshot()
+
+
+def time_counts() -> dict[str, float]:
+    """Seconds this rank spent inside blocking collectives (all_to_all_v), per tag."""
+    return COUNTER.time_snapshot()
 
 
 def reset_byte_counts() -> None:
@@ -197,7 +217,8 @@ def all_reduce_async(tensor: torch.Tensor, op: str = "sum", group: Group = None,
 
 
 def all_to_all_v(
-    inputs: Sequence[torch.Tensor], group: Group = None, tag: str = "other"
+    inputs: Sequence[torch.Tensor], group: Group = None, tag: str = "other",
+    recv_rows: Optional[Sequence[int]] = None,
 ) -> list[torch.Tensor]:
     """Variable-size all-to-all: ``inputs[r]`` goes to rank ``r``; returns what each rank sent here.
 
@@ -210,6 +231,8 @@ def all_to_all_v(
             for this rank is copied locally.
         group: process group (default: the default group).
         tag: byte-counter tag.
+        recv_rows: rows each rank will send here, when the caller knows them already
+            (e.g. fixed-size replies): skips the size exchange, one collective fewer.
 
     Returns:
         One tensor per source rank.
@@ -218,16 +241,31 @@ def all_to_all_v(
         >>> # out = all_to_all_v([torch.arange(r + 1) for r in range(world_size)])
     """
     group = _route(group, inputs[0] if inputs else None)
+    start = time.perf_counter()
+    try:
+        return _all_to_all_v(inputs, group, tag, recv_rows)
+    finally:
+        COUNTER.add_time(tag, time.perf_counter() - start)
+
+
+def _all_to_all_v(
+    inputs: Sequence[torch.Tensor], group: Group, tag: str, recv_rows: Optional[Sequence[int]]
+) -> list[torch.Tensor]:
     size = dist.get_world_size(group)
     if len(inputs) != size:
         raise ValueError(f"all_to_all_v: expected one tensor per rank ({size}) (got {len(inputs)})")
     trailing = tuple(inputs[0].shape[1:])
     dtype, device = inputs[0].dtype, inputs[0].device
     send_rows = [int(t.shape[0]) for t in inputs]
-    counts_out = torch.tensor(send_rows, dtype=torch.int64)
-    counts_in = torch.empty_like(counts_out)
-    _run("all_to_all_v(sizes)", group, lambda: dist.all_to_all_single(counts_in, counts_out, group=group))
-    recv_rows = counts_in.tolist()
+    if recv_rows is None:
+        counts_out = torch.tensor(send_rows, dtype=torch.int64)
+        counts_in = torch.empty_like(counts_out)
+        _run("all_to_all_v(sizes)", group, lambda: dist.all_to_all_single(counts_in, counts_out, group=group))
+        recv_rows = counts_in.tolist()
+    else:
+        recv_rows = [int(r) for r in recv_rows]
+        if len(recv_rows) != size:
+            raise ValueError(f"all_to_all_v: expected recv_rows for each of {size} ranks (got {len(recv_rows)})")
     payload = torch.cat([t.reshape(-1, *trailing) for t in inputs]) if inputs else torch.empty(0)
     row_bytes = int(torch.tensor([], dtype=dtype).element_size() * max(1, _prod(trailing)))
     me = dist.get_rank(group)

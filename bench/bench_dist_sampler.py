@@ -1,0 +1,146 @@
+"""Distributed sampler throughput against the local sampler, and the remote-feature cache hit rate.
+
+Workload: the generated graph (``--nodes``, default 1,000,000, ~20M edges) partitioned with
+METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs 15,10,5
+(seeds outward), without replacement, one thread per worker.
+
+- local: ``NeighborSampler`` on the whole graph in one process (the per-worker baseline);
+- distributed: 2 workers on localhost (gloo), each ``NeighborSampler(DistNeighborSource(part))``
+  on its partition; per worker sampled edges/s, the share of frontier nodes owned by the other
+  worker, and the time spent inside the all-to-alls (what limits it);
+- features: each worker gathers its batches' input features through ``DistFeatureSource`` with
+  the cache off, at 10% of the halo, and holding the whole halo: hit rate and rows fetched.
+
+Target (issue 4): distributed per-worker edges/s >= 50% of the local sampler's.
+
+Run book:
+    OMP_NUM_THREADS=1 python bench/bench_dist_sampler.py                # ~3 min
+    OMP_NUM_THREADS=1 python bench/bench_dist_sampler.py --nodes 200000 # quick
+Writes bench/results/dist_sampler.json (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+FANOUTS = [15, 10, 5]
+
+
+def partitions(nodes: int) -> Path:
+    """The 2-part METIS partition of synthetic-<nodes>, made once into the cache."""
+    from partition.api import PartitionConfig, default_output, partition
+
+    out = default_output(f"synthetic-{nodes}", PartitionConfig(2, "metis", 0))
+    if not (out / "meta.json").exists():
+        partition(f"synthetic-{nodes}", 2, method="metis", out=out, seed=0, force=True)
+    return out
+
+
+def local_rate(nodes: int, batches: int, batch_size: int) -> dict[str, float]:
+    from graphdist.data import load_graph
+    from sampling import NeighborSampler
+
+    graph = load_graph(f"synthetic-{nodes}")
+    sampler = NeighborSampler(graph, FANOUTS, seed=0)
+    order = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))
+    for i in range(3):  # warm-up
+        sampler.sample(order[i * batch_size : (i + 1) * batch_size])
+    edges, start = 0, time.perf_counter()
+    for i in range(3, 3 + batches):
+        edges += sampler.sample(order[i * batch_size : (i + 1) * batch_size]).num_sampled_edges
+    elapsed = time.perf_counter() - start
+    return {"edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed}
+
+
+def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size: int, out_dir: str) -> None:
+    from graphdist import comm
+    from partition.api import load_partition
+    from sampling import NeighborSampler
+    from sampling.distributed import DistFeatureSource, DistNeighborSource
+
+    torch.set_num_threads(1)
+    part = load_partition(part_dir, rank, verify=False)
+    source = DistNeighborSource(part, seed=0)
+    sampler = NeighborSampler(source, FANOUTS, seed=rank)
+    lo, hi = part.inner_global_range
+    order = lo + torch.randperm(hi - lo, generator=torch.Generator().manual_seed(rank))
+    seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(3 + batches)]
+    for s in seeds[:3]:
+        sampler.sample(s)
+    source.local_requests = source.remote_requests = 0
+    edges, inputs = 0, []
+    comm.barrier()
+    comm.reset_byte_counts()
+    start = time.perf_counter()
+    for s in seeds[3:]:
+        batch = sampler.sample(s)
+        edges += batch.num_sampled_edges
+        inputs.append(batch.input_nodes)
+    elapsed = time.perf_counter() - start
+    sample_comm = comm.time_counts().get("sample", 0.0)
+    result: dict[str, Any] = {
+        "rank": rank, "edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed,
+        "comm_share": sample_comm / elapsed,
+        "remote_frontier_share": source.remote_requests / max(1, source.remote_requests + source.local_requests),
+        "halo_nodes": part.num_local - part.num_inner,
+    }
+    num_halo = part.num_local - part.num_inner
+    for label, rows in (("off", 0), ("10%", num_halo // 10), ("all", None)):
+        features = DistFeatureSource(part, cache_rows=rows)
+        start = time.perf_counter()
+        for nodes in inputs:
+            features.gather(nodes)
+        result[f"cache_{label}"] = {"rows": int(features.cache_ids.numel()), "hit_rate": features.stats.hit_rate,
+                                    "fetched_rows": features.stats.fetched_rows,
+                                    "remote_rows": features.stats.remote_rows,
+                                    "gather_s": time.perf_counter() - start}
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=1_000_000)
+    p.add_argument("--batches", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "dist_sampler.json"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    from graphdist.testing import launch
+
+    part_dir = partitions(args.nodes)
+    local = local_rate(args.nodes, args.batches, args.batch_size)
+    with tempfile.TemporaryDirectory() as tmp:
+        launch(_worker, 2, str(part_dir), args.batches, args.batch_size, tmp, timeout=1800)
+        ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
+    print(f"\nsynthetic-{args.nodes}, 2 METIS parts, batch {args.batch_size}, fan-outs {FANOUTS}, 1 thread/worker")
+    print(f"{'sampler':<26}{'M edges/s':>10}{'seeds/s':>9}{'vs local':>9}{'remote':>8}{'in comm':>9}")
+    print(f"{'local (whole graph)':<26}{local['edges_per_s'] / 1e6:>10.2f}{local['seeds_per_s']:>9,.0f}{1.0:>9.2f}")
+    for r in ranks:
+        print(f"{'distributed rank ' + str(r['rank']):<26}{r['edges_per_s'] / 1e6:>10.2f}{r['seeds_per_s']:>9,.0f}"
+              f"{r['edges_per_s'] / local['edges_per_s']:>9.2f}{100 * r['remote_frontier_share']:>7.0f}%"
+              f"{100 * r['comm_share']:>8.0f}%")
+    print(f"\nremote features (rank 0, {ranks[0]['halo_nodes']:,} halo nodes):")
+    for label in ("off", "10%", "all"):
+        c = ranks[0][f"cache_{label}"]
+        print(f"  cache {label:>4}: {c['rows']:>9,} rows, hit rate {100 * c['hit_rate']:5.1f}%, "
+              f"fetched {c['fetched_rows']:>10,} of {c['remote_rows']:,} remote rows, gather {c['gather_s']:.2f} s")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"nodes": args.nodes, "local": local, "ranks": ranks}, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
