@@ -29,7 +29,7 @@ class TrainConfig:
     """
 
     # --- Data
-    dataset: str = "synthetic-50k"  # generated, no download: the quickstart works offline
+    dataset: str = "synthetic-100k"  # generated (no download): the quickstart works offline, ~1 min
     partitions: Optional[str] = None  # an existing partition directory (overrides --dataset)
     partition_method: str = "metis"  # lowest edge cut: least remote traffic for minibatch
     # --- Model

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data = p.add_argument_group("Data")
     _add(data, "--dataset", metavar="NAME|PATH",
-         help="cora, citeseer, pubmed, synthetic-<N> (e.g. synthetic-100k) or a path (default synthetic-50k)")
+         help="cora, citeseer, pubmed, synthetic-<N> (e.g. synthetic-100k) or a path (default synthetic-100k)")
     _add(data, "--partitions", metavar="DIR", help="an existing partition directory (graphdist-partition)")
     _add(data, "--partition-method", choices=["metis", "random", "super", "stream"],
          help="how --dataset is partitioned on the fly (default metis)")
