@@ -71,6 +71,27 @@ def check_model_picklable(model: torch.nn.Module) -> None:
         raise ValueError(f"the model cannot be sent to spawned workers (pickling failed: {exc})") from exc
 
 
+def check_devices(devices: tuple[str, ...]) -> None:
+    """Fails before any worker starts when a requested CUDA device does not exist here.
+
+    Example:
+        >>> check_devices(("cpu",))
+    """
+    wanted = [d for d in devices if d.startswith("cuda")]
+    if not wanted:
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"--devices asks for {', '.join(wanted)} but this torch build ({torch.__version__}) or machine has no "
+            "CUDA device; use --devices cpu, or install a CUDA build (make TORCH_INDEX=<a CUDA wheel index> ...)"
+        )
+    count = torch.cuda.device_count()
+    for d in wanted:
+        index = int(d.split(":")[1]) if ":" in d else 0
+        if index >= count:
+            raise ValueError(f"--devices {d}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
+
+
 class Trainer:
     """Prepares partitions and a run directory, then trains on local or torchrun/SLURM workers.
 
@@ -123,6 +144,7 @@ class Trainer:
         from graphdist.trainers.run import spawned_worker, worker_main
 
         cfg = self.config
+        check_devices(cfg.devices)
         env = detect_environment()
         run_dir = Path(cfg.resume or cfg.run_dir or runlog.default_run_dir())
         if env.kind != "local":

@@ -166,3 +166,10 @@ def test_ctrl_c_stops_all_workers_and_keeps_checkpoint(tmp_path, cora_parts):
     assert left == [], f"processes left behind: {left}"
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] >= 1
+
+
+def test_cli_error_cuda_device_on_cpu_build(cora_parts):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the error case cannot happen here")
+    res = _cli("--partitions", str(cora_parts[2]), "--devices", "cuda:0")
+    assert res.returncode != 0 and "has no CUDA device" in res.stderr and "Traceback" not in res.stderr
