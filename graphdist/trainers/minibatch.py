@@ -41,7 +41,9 @@ class EpochStats:
     compute_s: float = 0.0
     comm_exposed_s: float = 0.0
     comm_total_s: float = 0.0
+    backward_s: float = 0.0
     hidden_sum: float = 0.0
+    predicted_sum: float = 0.0
     hidden_steps: int = 0
 
 
@@ -270,7 +272,9 @@ def train_epoch(state: WorkerState, epoch: int, on_step: Optional[Callable[[int,
         step_stats = sync.last_step_stats
         if step_stats is not None and step_stats.comm_s > 0:
             stats.comm_total_s += step_stats.comm_s
+            stats.backward_s += step_stats.backward_s
             stats.hidden_sum += step_stats.hidden_fraction
+            stats.predicted_sum += step_stats.predicted_hidden_fraction
             stats.hidden_steps += 1
         interval_seeds += n
         if on_step is not None and (step % cfg.log_interval == 0 or step == state.steps_per_epoch):
@@ -389,17 +393,23 @@ def evaluate(state: WorkerState) -> dict[str, float]:
 def reduce_epoch(stats: EpochStats) -> dict[str, float]:
     """Sums counts and takes the slowest rank's time over all workers."""
     sums = torch.tensor(
-        [stats.loss_sum, stats.seeds, stats.correct, stats.hidden_sum, stats.hidden_steps], dtype=torch.float64
+        [stats.loss_sum, stats.seeds, stats.correct, stats.hidden_sum, stats.predicted_sum, stats.hidden_steps,
+         stats.backward_s, stats.comm_total_s], dtype=torch.float64,
     )
     comm.all_reduce(sums, tag="eval")
     times = torch.tensor([stats.time_s], dtype=torch.float64)
     comm.all_reduce(times, op="max", tag="eval")
-    loss_sum, seeds, correct, hidden_sum, hidden_steps = sums.tolist()
+    loss_sum, seeds, correct, hidden_sum, predicted_sum, hidden_steps, backward_s, comm_s = sums.tolist()
+    ranks = comm.get_world_size()
     return {
         "loss": loss_sum / max(1.0, seeds),
         "train_acc": correct / max(1.0, seeds),
         "seeds": int(seeds),
         "epoch_time_s": float(times[0]),
         "seeds_per_s": seeds / max(1e-9, float(times[0])),
+        # DWBP (DESIGN.md section 6), averaged over steps and ranks; None where not measured (ddp, 1 worker).
         "hidden_fraction": hidden_sum / hidden_steps if hidden_steps else None,
+        "predicted_hidden_fraction": predicted_sum / hidden_steps if hidden_steps else None,
+        "backward_s": backward_s / ranks,  # per rank, summed over the epoch's steps
+        "grad_comm_s": comm_s / ranks,  # T_comm: the layers' collective service times, per rank
     }
