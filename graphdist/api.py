@@ -151,6 +151,11 @@ class Trainer:
             if cfg.partitions is None:
                 raise ValueError("under torchrun/SLURM pass --partitions DIR (partition once, before the job)")
             part_dir = Path(cfg.partitions)
+            if env.rank == 0 and not cfg.resume:
+                # The run directory must say what ran, so that --resume RUN_DIR works as locally.
+                run_dir.mkdir(parents=True, exist_ok=True)
+                (run_dir / runlog.METRICS_NAME).unlink(missing_ok=True)
+                runlog.write_config(run_dir, replace(cfg, run_dir=str(run_dir)).to_dict())
             history = worker_main(env.rank, env.world_size, cfg, str(part_dir), str(run_dir), env.init_method,
                                   model=self.model)
             return self._result(history, run_dir)

@@ -13,6 +13,7 @@ Every collective here:
 from __future__ import annotations
 
 import datetime
+import re
 import threading
 import time
 from collections import defaultdict
@@ -22,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from graphdist.comm.group import CommError, cpu_group, get_rank, get_world_size, is_initialized
+from graphdist.comm.group import CommError, cpu_group, get_rank, get_world_size, is_initialized, ranks_at
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
 
@@ -106,10 +107,19 @@ def _staged(tensor: torch.Tensor, group: Group) -> torch.Tensor:
 
 def _fail(op: str, exc: BaseException, group: Group = None) -> CommError:
     size = get_world_size() if group is None else dist.get_world_size(group)
-    return CommError(
-        f"[rank {get_rank()}] {op} failed in a group of {size} ranks: {exc}. "
-        "A peer rank probably died or its link is down; see that rank's log."
-    )
+    return CommError(f"[rank {get_rank()}] {op} failed in a group of {size} ranks: {exc}. {_culprits(str(exc))}")
+
+
+def _culprits(message: str) -> str:
+    """Names the ranks behind the peer addresses a backend error mentions (gloo: ``[10.0.0.2]:4167``)."""
+    found = []
+    for address in dict.fromkeys(re.findall(r"\[([0-9A-Fa-f.:]+)\]:\d+", message)):
+        ranks = ranks_at(address)
+        if ranks:
+            found.append(f"{address} = rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}")
+    if found:
+        return f"Unreachable peer {'; '.join(found)}: that host or its link is down; see its log."
+    return "A peer rank probably died or its link is down; see that rank's log."
 
 
 def _run(op: str, group: Group, call: Callable[[], Any]) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import socket
 from typing import Optional
 
 import torch.distributed as dist
@@ -14,6 +15,7 @@ logger = logging.getLogger(__name__)
 # Under NCCL the default group only takes CUDA tensors; counts, metadata and the
 # sampler's CPU traffic go through this gloo group over the same ranks instead.
 _CPU_GROUP: Optional[object] = None
+_PEER_ADDRESSES: list[str] = []
 
 
 class CommError(RuntimeError):
@@ -61,9 +63,44 @@ def init_process_group(
             f"[rank {rank}] could not join the process group of {world_size} via {init_method or 'env://'} "
             f"within {timeout_s:.0f}s: {exc}"
         ) from exc
-    global _CPU_GROUP
+    global _CPU_GROUP, _PEER_ADDRESSES
     if backend == "nccl":
         _CPU_GROUP = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    # Every rank's address, so that a later "[10.0.0.2]:41672 connection timed out" from gloo
+    # can be reported as the ranks behind that address.
+    gathered: list[Optional[str]] = [None] * world_size
+    dist.all_gather_object(gathered, local_address(), group=_CPU_GROUP)
+    _PEER_ADDRESSES = [str(a) for a in gathered]
+
+
+def local_address() -> str:
+    """This process's address as peers see it: the IPv4 of ``GLOO_SOCKET_IFNAME``, else the hostname's."""
+    iface = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
+    if iface:
+        try:
+            import fcntl
+            import struct
+
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                siocgifaddr = 0x8915
+                packed = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", iface[:15].encode()))
+                return socket.inet_ntoa(packed[20:24])
+        except OSError:
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return socket.gethostname()
+
+
+def ranks_at(address: str) -> list[int]:
+    """The ranks whose address is ``address`` (empty before the group is set up).
+
+    Example:
+        >>> ranks_at("192.0.2.1")
+        []
+    """
+    return [r for r, a in enumerate(_PEER_ADDRESSES) if a == address]
 
 
 def cpu_group() -> Optional[object]:
@@ -73,8 +110,8 @@ def cpu_group() -> Optional[object]:
 
 def shutdown() -> None:
     """Leaves the process group if one is set up."""
-    global _CPU_GROUP
-    _CPU_GROUP = None
+    global _CPU_GROUP, _PEER_ADDRESSES
+    _CPU_GROUP, _PEER_ADDRESSES = None, []
     if dist.is_initialized():
         dist.destroy_process_group()
 

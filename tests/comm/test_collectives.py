@@ -70,3 +70,19 @@ def test_dead_peer_fails_fast_and_names_rank():
     with pytest.raises(WorkerFailed, match=r"rank 1 exited with code 3|\[rank 0\] all_reduce failed"):
         launch(_dead_peer_body, 2, timeout=20)
     assert time.monotonic() - start < 40
+
+
+def test_backend_error_names_ranks_behind_peer_address(monkeypatch):
+    import graphdist.comm.group as group
+    from graphdist.comm.collectives import _culprits
+
+    monkeypatch.setattr(group, "_PEER_ADDRESSES", ["10.213.0.1", "10.213.0.1", "10.213.0.2", "10.213.0.2"])
+    assert "10.213.0.2 = ranks 2, 3" in _culprits("Read error [10.213.0.2]:41672: Connection timed out")
+    assert "peer rank probably died" in _culprits("Connection reset by peer")
+
+
+def test_local_address_of_interface(monkeypatch):
+    from graphdist.comm.group import local_address
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    assert local_address() == "127.0.0.1"

@@ -1,0 +1,311 @@
+"""Multi-host bench: 2 emulated hosts x 1 worker over shaped links, --sync dwbp / ddp / blocking side by side.
+
+Needs root and iproute2 (network namespaces; see ``graphdist.testing.cluster``). For each dataset
+and link rate it starts one worker in each host (gloo bound to the host's interface) and trains
+each sync mode for a few warm-up steps and ``--steps`` measured steps, then reports epoch time,
+seeds/s, bytes sent split by purpose (gradients vs remote neighbourhoods/features), the measured
+DWBP hidden fraction next to DESIGN.md §6's timing model (fed the same steps' measured per-layer
+backward and collective times), and the veth ``tx_bytes`` against graphdist's byte counters.
+One worker per host on this 2-core machine, so the link, not CPU contention, is what changes.
+
+Run book:
+
+    sudo .venv/bin/python bench/bench_cluster.py                       # pubmed + synthetic-1m, 3 rates
+    sudo .venv/bin/python bench/bench_cluster.py --datasets pubmed --rates 1gbit,100mbit --steps 4
+    # writes bench/results/cluster.json and bench/results/cluster.png
+
+Rates above ~5 Gbit/s measure nothing here (loopback gloo is ~13 Gbit/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+
+# Per dataset: global batch (both workers) and fan-outs. Pubmed has 60 train nodes: a small batch
+# gives several steps; the generated graph gets a realistic batch.
+PRESETS = {
+    "pubmed": {"batch_size": 16, "fanouts": "10,10,10"},
+    "default": {"batch_size": 256, "fanouts": "5,5,5"},
+}
+
+
+# --------------------------------------------------------------------------- worker (in a host)
+
+
+def _tx_bytes(iface: str) -> int:
+    # Inside `ip netns exec`, /sys is this namespace's: the host's own interface.
+    return int(Path(f"/sys/class/net/{iface}/statistics/tx_bytes").read_text())
+
+
+def worker(a: argparse.Namespace) -> None:
+    """One rank: trains every sync mode in turn, rank 0 writes the gathered records to ``a.result``."""
+    import torch
+
+    from graphdist import comm
+    from graphdist.config import TrainConfig
+    from graphdist.trainers.minibatch import build_worker, train_epoch
+    from graphdist.trainers.run import seed_everything
+
+    torch.set_num_threads(1)
+    iface = os.environ["GLOO_SOCKET_IFNAME"]
+    comm.init_process_group(a.rank, a.world, f"tcp://{a.master}", timeout_s=a.timeout)
+    out = []
+    try:
+        for mode in a.syncs.split(","):
+            cfg = TrainConfig(partitions=a.partitions, hidden=a.hidden, layers=len(a.fanouts.split(",")),
+                              fanouts=tuple(int(f) for f in a.fanouts.split(",")), batch_size=a.batch_size,
+                              sync=mode, timeout=a.timeout, num_workers=a.world, threads=1, seed=0, dropout=0.0)
+            seed_everything(cfg.seed + a.rank)
+            state = build_worker(a.rank, a.world, cfg, a.partitions)
+            natural = state.steps_per_epoch
+            steps: list[Any] = []
+            finish = state.sync.finish
+
+            def recording_finish(finish=finish, steps=steps):  # noqa: ANN202 - wraps StepStats through
+                s = finish()
+                steps.append(s)
+                return s
+
+            state.sync.finish = recording_finish
+            _set_steps(state, min(a.warmup, natural))
+            train_epoch(state, 0)
+            steps.clear()
+            _set_steps(state, min(a.steps, natural))
+            comm.barrier()
+            comm.reset_byte_counts()
+            tx0 = _tx_bytes(iface)
+            stats = train_epoch(state, 1)
+            comm.barrier()
+            tx = _tx_bytes(iface) - tx0
+            rec = {"rank": a.rank, "sync": mode, "steps": stats.steps, "natural_steps": natural,
+                   "seeds": stats.seeds, "time_s": stats.time_s, "bytes": comm.byte_counts(), "tx_bytes": tx,
+                   "comm_exposed_s": stats.comm_exposed_s, "compute_s": stats.compute_s,
+                   "sample_wait_s": stats.sample_wait_s, **_hidden(steps)}
+            out.append(comm.all_gather_object(rec))
+            if hasattr(state.sync, "close"):
+                state.sync.close()
+        if a.rank == 0:
+            Path(a.result).write_text(json.dumps(out))
+    finally:
+        comm.shutdown()
+
+
+def _set_steps(state: Any, n: int) -> None:
+    state.loader.num_batches = n
+    state.steps_per_epoch = n
+
+
+def _hidden(steps: list[Any]) -> dict[str, Any]:
+    """Measured and predicted hidden fraction over the measured steps, weighted by comm time."""
+    timed = [s for s in steps if s is not None and s.comm_s > 0]
+    if not timed:
+        return {"comm_s": 0.0, "hidden_measured": None, "hidden_predicted": None, "layers": []}
+    comm_s = sum(s.comm_s for s in timed)
+    measured = sum(s.comm_s - min(s.exposed_s, s.comm_s) for s in timed) / comm_s
+    predicted = sum(s.predicted_hidden_fraction * s.comm_s for s in timed) / comm_s
+    names = [t.name for t in timed[0].layers]
+    layers = []
+    for i, name in enumerate(names):
+        comm_l = [s.layers[i].comm_s for s in timed if len(s.layers) > i]
+        layers.append({"name": name, "numel": timed[0].layers[i].numel, "comm_s": sum(comm_l) / len(comm_l)})
+    return {"comm_s": comm_s, "backward_s": sum(s.backward_s for s in timed), "hidden_measured": measured,
+            "hidden_predicted": predicted, "layers": layers}
+
+
+# ----------------------------------------------------------------------------- driver (parent)
+
+
+def ensure_partitions(dataset: str, cache: Path) -> Path:
+    from graphdist.data import load_graph
+    from partition.api import partition
+
+    out = cache / f"{dataset}-metis-2"
+    if not (out / "meta.json").exists():
+        t0 = time.perf_counter()
+        partition(load_graph(dataset), 2, method="metis", out=out, seed=0, force=True)
+        print(f"partitioned {dataset} into 2 parts in {time.perf_counter() - t0:.0f} s", flush=True)
+    return out
+
+
+def run_config(c: Any, a: argparse.Namespace, dataset: str, parts: Path, port: int) -> list[dict[str, Any]]:
+    """One launch of 2 workers (one per host) at the cluster's current rate; the per-mode records."""
+    preset = PRESETS.get(dataset, PRESETS["default"])
+    with tempfile.TemporaryDirectory(prefix="gd-bench-") as tmp:
+        result = Path(tmp) / "result.json"
+        procs = []
+        for h in range(2):
+            argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(h), "--world", "2",
+                    "--master", f"{c.addr(0)}:{port}", "--partitions", str(parts), "--syncs", a.syncs,
+                    "--hidden", str(a.hidden), "--fanouts", preset["fanouts"],
+                    "--batch-size", str(preset["batch_size"]), "--steps", str(a.steps), "--warmup", str(a.warmup),
+                    "--timeout", str(a.timeout), "--result", str(result)]
+            log = open(Path(tmp) / f"h{h}.log", "w")
+            procs.append((c.run(h, argv, env={"GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"},
+                                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log))
+        for p, log in procs:
+            try:
+                p.wait(timeout=a.limit)
+            finally:
+                log.close()
+        if any(p.returncode != 0 for p, _ in procs) or not result.exists():
+            logs = "\n".join((Path(tmp) / f"h{h}.log").read_text()[-3000:] for h in range(2))
+            raise RuntimeError(f"bench workers failed ({[p.returncode for p, _ in procs]}):\n{logs}")
+        return json.loads(result.read_text())
+
+
+def summarize(dataset: str, rate: str, per_mode: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    rows = []
+    for ranks in per_mode:
+        r0 = ranks[0]
+        t = max(r["time_s"] for r in ranks)
+        tags: dict[str, int] = {}
+        for r in ranks:
+            for k, v in r["bytes"].items():
+                tags[k] = tags.get(k, 0) + v
+        counted = sum(tags.values())
+        tx = sum(r["tx_bytes"] for r in ranks)
+        rows.append({
+            "dataset": dataset, "rate": rate, "sync": r0["sync"], "steps": r0["steps"],
+            "natural_steps": r0["natural_steps"], "step_s": t / max(1, r0["steps"]),
+            "epoch_s_est": t / max(1, r0["steps"]) * r0["natural_steps"],
+            "seeds_per_s": sum(r["seeds"] for r in ranks) / max(t, 1e-9),
+            "grad_bytes_per_step": tags.get("grad", 0) / max(1, r0["steps"]),
+            "remote_bytes_per_step": (tags.get("feature", 0) + tags.get("sample", 0)) / max(1, r0["steps"]),
+            "grad_bytes_per_epoch": tags.get("grad", 0) / max(1, r0["steps"]) * r0["natural_steps"],
+            "remote_bytes_per_epoch": (tags.get("feature", 0) + tags.get("sample", 0)) / max(1, r0["steps"])
+            * r0["natural_steps"],
+            "bytes_by_tag": tags, "counted_bytes": counted, "veth_tx_bytes": tx,
+            "tx_over_counted": tx / counted if counted else None,
+            "exposed_comm_share": sum(r["comm_exposed_s"] for r in ranks) / max(1e-9, sum(r["time_s"] for r in ranks)),
+            "hidden_measured": _mean([r["hidden_measured"] for r in ranks]),
+            "hidden_predicted": _mean([r["hidden_predicted"] for r in ranks]),
+            "layers": r0.get("layers", []),
+        })
+    return rows
+
+
+def _mean(xs: list[Optional[float]]) -> Optional[float]:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = (f"{'dataset':<14}{'link':>9}{'sync':>10}{'ms/step':>9}{'epoch s':>9}{'seeds/s':>9}"
+            f"{'grad MB/ep':>11}{'remote MB/ep':>13}{'exposed':>8}{'hid meas':>9}{'hid pred':>9}{'tx/count':>9}")
+    print(head)
+    print("-" * len(head))
+    pct = lambda v: f"{100 * v:.0f}%" if v is not None else "-"  # noqa: E731
+    for r in rows:
+        print(f"{r['dataset']:<14}{r['rate']:>9}{r['sync']:>10}{1000 * r['step_s']:>9.0f}{r['epoch_s_est']:>9.1f}"
+              f"{r['seeds_per_s']:>9,.0f}{r['grad_bytes_per_epoch'] / 1e6:>11.1f}{r['remote_bytes_per_epoch'] / 1e6:>13.1f}"
+              f"{pct(r['exposed_comm_share']):>8}{pct(r['hidden_measured']):>9}{pct(r['hidden_predicted']):>9}"
+              f"{r['tx_over_counted'] or 0:>9.2f}")
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    fig, axes = plt.subplots(2, len(datasets), figsize=(6 * len(datasets), 8), squeeze=False)
+    for j, ds in enumerate(datasets):
+        sub = [r for r in rows if r["dataset"] == ds]
+        rates = list(dict.fromkeys(r["rate"] for r in sub))
+        syncs = list(dict.fromkeys(r["sync"] for r in sub))
+        ax = axes[0][j]
+        width = 0.8 / len(syncs)
+        for k, s in enumerate(syncs):
+            ys = [next((1000 * r["step_s"] for r in sub if r["rate"] == rt and r["sync"] == s), 0) for rt in rates]
+            ax.bar([i + k * width for i in range(len(rates))], ys, width, label=s)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rates))], rates)
+        ax.set_ylabel("ms / step")
+        ax.set_title(f"{ds}: step time by link rate")
+        ax.legend()
+        ax = axes[1][j]
+        dw = [r for r in sub if r["sync"] == "dwbp"]
+        xs = range(len(dw))
+        ax.bar([x - 0.2 for x in xs], [100 * (r["hidden_measured"] or 0) for r in dw], 0.4, label="measured")
+        ax.bar([x + 0.2 for x in xs], [100 * (r["hidden_predicted"] or 0) for r in dw], 0.4, label="timing model")
+        ax.set_xticks(list(xs), [r["rate"] for r in dw])
+        ax.set_ylabel("dwbp hidden fraction (%)")
+        ax.set_ylim(0, 100)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", default="pubmed,synthetic-1m", help="comma-separated (default pubmed,synthetic-1m)")
+    p.add_argument("--rates", default="1gbit,300mbit,100mbit", help="link rates, each direction")
+    p.add_argument("--syncs", default="dwbp,ddp,blocking")
+    p.add_argument("--hidden", type=int, default=1024, help="wide, so gradient traffic matters (default 1024)")
+    p.add_argument("--steps", type=int, default=8, help="measured steps per sync mode (default 8)")
+    p.add_argument("--warmup", type=int, default=2, help="unmeasured steps first (default 2)")
+    p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, s")
+    p.add_argument("--limit", type=float, default=900.0, help="seconds before one launch is killed")
+    p.add_argument("--out", default=str(RESULTS / "cluster.json"))
+    p.add_argument("--png", default=str(RESULTS / "cluster.png"))
+    # worker mode (started by the driver inside a host)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    for flag, kind in (("--rank", int), ("--world", int), ("--master", str), ("--partitions", str),
+                       ("--fanouts", str), ("--batch-size", int), ("--result", str)):
+        p.add_argument(flag, type=kind, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        worker(a)
+        return 0
+
+    from graphdist.testing.cluster import EmulatedCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"bench_cluster: {reason}", file=sys.stderr)
+        return 2
+    cache = Path(os.environ.get("GRAPHDIST_CACHE", Path.home() / ".cache" / "graphdist")) / "bench-cluster"
+    rates = a.rates.split(",")
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    port = 29600
+    for ds in a.datasets.split(","):
+        parts = ensure_partitions(ds, cache)
+        with EmulatedCluster(hosts=2, rate=rates[0], tcp_retries2=5) as c:
+            for rate in rates:
+                for h in range(2):
+                    c.set_rate(h, rate)
+                port += 1  # a fresh port per launch: no TIME_WAIT surprises
+                t0 = time.perf_counter()
+                new = summarize(ds, rate, run_config(c, a, ds, parts, port))
+                rows += new
+                print(f"{ds} @ {rate}: {len(new)} sync modes in {time.perf_counter() - t0:.0f} s", flush=True)
+    print_table(rows)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    doc = {"config": {k: v for k, v in vars(a).items() if k in ("datasets", "rates", "syncs", "hidden", "steps",
+                                                                 "warmup")},
+           "presets": PRESETS,
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+           "total_s": time.perf_counter() - started, "results": rows}
+    Path(a.out).write_text(json.dumps(doc, indent=1))
+    plot(rows, Path(a.png))
+    print(f"wrote {a.out} and {a.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
