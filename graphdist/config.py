@@ -56,7 +56,9 @@ class TrainConfig:
     seed: int = 0
     timeout: float = 180.0  # seconds before a collective fails instead of hanging
     cache_rows: int = 0  # remote-feature cache rows per worker (0: auto, 10% of remote nodes)
-    prefetch: bool = True
+    # None = auto: prefetch in a background thread when the worker may use a core beyond its
+    # compute threads; on a single core the thread only steals time from the step it overlaps.
+    prefetch: Optional[bool] = None
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     log_interval: int = 20  # steps between progress lines
     run_dir: Optional[str] = None  # default runs/<timestamp>
@@ -145,7 +147,7 @@ def _coerce(name: str, value: Any) -> Any:
             return int(value)
         if typ in ("float",):
             return float(value)
-        if typ in ("bool",):
+        if typ in ("bool", "Optional[bool]"):
             if isinstance(value, str):
                 return value.strip().lower() in ("1", "true", "yes", "on")
             return bool(value)

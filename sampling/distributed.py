@@ -87,24 +87,27 @@ class DistNeighborSource(NeighborSource):
     ) -> tuple[Tensor, Tensor]:
         nodes = nodes.to(torch.int64)
         me = self.partition.part_id
-        requests, order = _split_by_owner(nodes, self.partition.owner(nodes), self.num_parts)
-        own = requests[me]
+        is_own = self.partition.owner(nodes) == me
+        own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
+        own = nodes.index_select(0, own_idx)
         self.local_requests += int(own.numel())
-        self.remote_requests += int(nodes.numel() - own.numel())
+        self.remote_requests += int(remote_idx.numel())
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
-        # the serving generator.
-        requests[me] = own[:0]
+        # the serving generator. Only the remote minority is sorted by owner.
+        remote = nodes.index_select(0, remote_idx)
+        requests, remote_order = _split_by_owner(remote, self.partition.owner(remote), self.num_parts)
+        mine = sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
+        if self.num_parts == 1:
+            return mine[0], mine[1]  # one worker: nothing to exchange, already in order
         asked = comm.all_to_all_v(requests, group=self.group, tag="sample")
         replies = [self._serve(ids, fanout, replace) for ids in asked]
         # With a fixed fan-out every answer has a known size (padded rows), so the reply
         # needs no size exchange: three collectives per hop instead of four.
-        fixed = fanout >= 0
-        recv = [r.numel() * (1 + fanout) for r in requests] if fixed else None
+        recv = [r.numel() * (1 + fanout) for r in requests] if fanout >= 0 else None
         answers = comm.all_to_all_v(replies, group=self.group, tag="sample", recv_rows=recv)
-        parts = [_unpack(a, r.numel(), fanout) for a, r in zip(answers, requests)]
-        parts[me] = sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
-        return _reassemble(parts, order)
+        parts = [mine] + [_unpack(a, r.numel(), fanout) for a, r in zip(answers, requests)]
+        return _reassemble(parts, torch.cat([own_idx, remote_idx.index_select(0, remote_order)]))
 
     def _serve(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
         """``[counts..., neighbours...]`` for another rank's request; neighbours padded to
@@ -272,15 +275,20 @@ class DistFeatureSource(FeatureSource):
         if out is None:
             out = torch.empty((n, self.num_features), dtype=self.x.dtype)
         local = (nodes >= self.offset) & (nodes < self.offset + int(self.partition.num_inner))
-        local_idx = local.nonzero().view(-1)
-        out[local_idx] = self.x.index_select(0, nodes.index_select(0, local_idx) - self.offset)
+        # One index_select writes every row (remote rows get a clamped placeholder) straight
+        # into `out`, then the remote minority is overwritten: no temporary of the whole batch.
+        if self.x.shape[0]:
+            rows = (nodes - self.offset).clamp_(0, self.x.shape[0] - 1)
+            torch.index_select(self.x, 0, rows, out=out)
         remote_idx = (~local).nonzero().view(-1)
-        remote = nodes.index_select(0, remote_idx)
-        hit, slot = self._cache_lookup(remote)
-        out[remote_idx[hit]] = self.cache_rows.index_select(0, slot[hit])
-        miss_idx = remote_idx[~hit]
-        out[miss_idx] = self._fetch(nodes.index_select(0, miss_idx))
-        self.stats.local_rows += int(local_idx.numel())
-        self.stats.cache_hits += int(hit.sum())
-        self.stats.fetched_rows += int(miss_idx.numel())
+        num_local = n - int(remote_idx.numel())
+        if self.num_parts > 1:
+            remote = nodes.index_select(0, remote_idx)
+            hit, slot = self._cache_lookup(remote)
+            out[remote_idx[hit]] = self.cache_rows.index_select(0, slot[hit])
+            miss_idx = remote_idx[~hit]
+            out[miss_idx] = self._fetch(nodes.index_select(0, miss_idx))
+            self.stats.cache_hits += int(hit.sum())
+            self.stats.fetched_rows += int(miss_idx.numel())
+        self.stats.local_rows += num_local
         return out

@@ -84,8 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add(system, "--seed", type=int, help="random seed (default 0)")
     _add(system, "--timeout", type=float, help="seconds before a collective fails instead of hanging (default 180)")
     _add(system, "--cache-rows", type=int, help="remote-feature cache rows per worker (default 0 = all halo nodes)")
-    system.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
-                        help="sample in the training thread (no background prefetch)")
+    prefetch = system.add_mutually_exclusive_group()
+    prefetch.add_argument("--prefetch", dest="prefetch", action="store_const", const=True, default=None,
+                          help="always sample the next batch in a background thread (default: when the worker "
+                               "may use a core beyond its --threads)")
+    prefetch.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
+                          help="sample in the training thread")
     _add(system, "--log-interval", type=int, help="steps between progress lines (default 20)")
     _add(system, "--eval-every", type=int, help="evaluate every N epochs, and after the last (default 1; 0 = never)")
     _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -98,6 +99,22 @@ def steps_per_epoch(train_counts: list[int], batch_size: int) -> int:
     return max(1, math.ceil(sum(train_counts) / batch_size))
 
 
+def use_prefetch(setting: Optional[bool], threads: int) -> bool:
+    """``--prefetch`` as given, or (None) whether this process may run on more cores than it computes on.
+
+    Example:
+        >>> use_prefetch(False, 1)
+        False
+    """
+    if setting is not None:
+        return setting
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return cores > threads
+
+
 def local_batch_size(num_train: int, steps: int) -> int:
     """This worker's batch share: its train nodes spread over the common step count."""
     return max(1, math.ceil(num_train / steps)) if num_train else 1
@@ -162,7 +179,7 @@ def build_worker(
         shuffle=True,
         labels=_GlobalLabels(labels, int(part.part_offsets[rank])) if labels is not None else None,
         num_batches=steps,
-        prefetch=cfg.prefetch,
+        prefetch=use_prefetch(cfg.prefetch, cfg.threads),
         seed=cfg.seed * 1000 + rank + 17,
     )
 
@@ -172,9 +189,10 @@ def build_worker(
     sync = LayerwiseSync(model, mode=cfg.sync)
     _log(
         rank,
-        "part %d: %s inner, %s halo, %s train seeds/worker ~%d, %d steps/epoch, cache %d of %d remote rows",
+        "part %d: %s inner, %s halo, %s train seeds, batch share %d, %d steps/epoch, cache %d of %d remote rows, "
+        "prefetch %s",
         rank, f"{part.num_inner:,}", f"{num_remote:,}", f"{int(train_seeds.numel()):,}", batch, steps,
-        int(features.cache_ids.numel()), num_remote,
+        int(features.cache_ids.numel()), num_remote, "on" if loader.prefetch else "off",
     )
     return WorkerState(
         rank=rank, world_size=world_size, cfg=cfg, device=device, partition=part, model=model,
