@@ -97,10 +97,12 @@ class DistNeighborSource(NeighborSource):
         # the serving generator. Only the remote minority is sorted by owner.
         remote = nodes.index_select(0, remote_idx)
         requests, remote_order = _split_by_owner(remote, self.partition.owner(remote), self.num_parts)
+        if self.num_parts == 1:  # one worker: nothing to exchange, already in order
+            return sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
+        # Own nodes are sampled while the requests travel.
+        pending = comm.all_to_all_v_async(requests, group=self.group, tag="sample")
         mine = sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
-        if self.num_parts == 1:
-            return mine[0], mine[1]  # one worker: nothing to exchange, already in order
-        asked = comm.all_to_all_v(requests, group=self.group, tag="sample")
+        asked = pending.wait()
         replies = [self._serve(ids, fanout, replace) for ids in asked]
         # With a fixed fan-out every answer has a known size (padded rows), so the reply
         # needs no size exchange: three collectives per hop instead of four.

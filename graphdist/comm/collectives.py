@@ -250,17 +250,44 @@ def all_to_all_v(
     Example:
         >>> # out = all_to_all_v([torch.arange(r + 1) for r in range(world_size)])
     """
+    return all_to_all_v_async(inputs, group, tag, recv_rows).wait()
+
+
+class PendingAllToAll:
+    """An all-to-all whose payload is in flight; ``wait()`` returns one tensor per source rank."""
+
+    def __init__(self, work: Any, payload: torch.Tensor, out: torch.Tensor, recv_rows: list[int],
+                 device: torch.device, tag: str, group: Group, started: float) -> None:
+        # The payload must outlive the transfer: held here until wait().
+        self._work, self._payload, self._out, self._recv_rows, self._device = work, payload, out, recv_rows, device
+        self._tag, self._group, self._started = tag, group, started
+
+    def wait(self) -> list[torch.Tensor]:
+        t0 = time.perf_counter()
+        try:
+            self._work.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise _fail("all_to_all_v", exc, self._group) from exc
+        finally:
+            # Time the caller lost: the set-up (size exchange) plus the wait, not the overlap.
+            COUNTER.add_time(self._tag, self._started + time.perf_counter() - t0)
+        self._payload = None
+        out = self._out if self._out.device == self._device else self._out.to(self._device)
+        return list(torch.split(out, self._recv_rows))
+
+
+def all_to_all_v_async(
+    inputs: Sequence[torch.Tensor], group: Group = None, tag: str = "other",
+    recv_rows: Optional[Sequence[int]] = None,
+) -> PendingAllToAll:
+    """:func:`all_to_all_v` that returns once the payload is in flight (the size exchange, if
+    any, is done first), so the caller can compute while the data moves.
+
+    Example:
+        >>> # pending = all_to_all_v_async(requests); work_on_own_nodes(); asked = pending.wait()
+    """
     group = _route(group, inputs[0] if inputs else None)
-    start = time.perf_counter()
-    try:
-        return _all_to_all_v(inputs, group, tag, recv_rows)
-    finally:
-        COUNTER.add_time(tag, time.perf_counter() - start)
-
-
-def _all_to_all_v(
-    inputs: Sequence[torch.Tensor], group: Group, tag: str, recv_rows: Optional[Sequence[int]]
-) -> list[torch.Tensor]:
+    t0 = time.perf_counter()
     size = dist.get_world_size(group)
     if len(inputs) != size:
         raise ValueError(f"all_to_all_v: expected one tensor per rank ({size}) (got {len(inputs)})")
@@ -280,18 +307,16 @@ def _all_to_all_v(
     row_bytes = int(torch.tensor([], dtype=dtype).element_size() * max(1, _prod(trailing)))
     me = dist.get_rank(group)
     COUNTER.add(tag, row_bytes * (sum(send_rows) - send_rows[me]))
-    staged = _staged(payload, group)
+    staged = _staged(payload, group).contiguous()
     out = torch.empty((sum(recv_rows), *trailing), dtype=dtype, device=staged.device)
-    _run(
+    work = _run(
         "all_to_all_v",
         group,
         lambda: dist.all_to_all_single(
-            out, staged.contiguous(), output_split_sizes=recv_rows, input_split_sizes=send_rows, group=group
+            out, staged, output_split_sizes=recv_rows, input_split_sizes=send_rows, group=group, async_op=True
         ),
     )
-    if out.device != device:
-        out = out.to(device)
-    return list(torch.split(out, recv_rows))
+    return PendingAllToAll(work, staged, out, recv_rows, device, tag, group, time.perf_counter() - t0)
 
 
 def all_gather_object(obj: Any, group: Group = None) -> list[Any]:
