@@ -33,7 +33,7 @@ from torch import Tensor
 
 from graphdist import comm
 from graphdist.data.graph import ranges
-from sampling.base import FeatureSource, NeighborSource
+from sampling.base import LocalFeatureSource, NeighborSource
 from sampling.neighbor import sample_csr
 
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
@@ -193,14 +193,19 @@ class CacheStats:
         return self.cache_hits / self.remote_rows if self.remote_rows else 0.0
 
 
-class DistFeatureSource(FeatureSource):
+class DistFeatureSource(LocalFeatureSource):
     """Feature rows of any global node: own rows locally, hot remote rows from a cache, the rest fetched.
+
+    A :class:`LocalFeatureSource` over the partition's own rows (``x[global - offset]``),
+    extended with the cache and the fetch from the other workers.
 
     Args:
         partition: this worker's ``Partition``.
         group: process group (one per thread that gathers).
         cache_rows: remote rows to cache; ``None`` = every halo node (``cache_mib`` permitting).
         cache_mib: a cap on the cache's memory in MiB (None = no cap).
+        features: the ``[num_inner, F]`` table to serve instead of ``partition.x`` (e.g.
+            normalised features, or embeddings during layer-wise inference).
 
     The cache is filled once, collectively, at construction: every rank must
     construct its source at the same point.
@@ -214,23 +219,16 @@ class DistFeatureSource(FeatureSource):
         cache_mib: Optional[float] = None,
         features: Optional[Tensor] = None,
     ) -> None:
+        x = partition.x if features is None else features
+        if x is None:
+            raise ValueError(f"partition {partition.part_id}: has no features (x.npy) to serve")
+        super().__init__(x)
         self.partition = partition
         self.group = group
-        self.x = partition.x if features is None else features
-        if self.x is None:
-            raise ValueError(f"partition {partition.part_id}: has no features (x.npy) to serve")
         self.offset = int(partition.part_offsets[partition.part_id])
         self.num_parts = int(partition.num_parts)
         self.stats = CacheStats()
         self._build_cache(cache_rows, cache_mib)
-
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.x.dtype
 
     # ---------------------------------------------------------------- cache
     def _hot_halo_nodes(self, limit: int) -> Tensor:
