@@ -93,6 +93,8 @@ def plot_run(run_dir: Path, history: Optional[list[dict[str, Any]]] = None) -> l
             ax_acc.plot(epochs, [r.get(key) for r in history], marker="o", label=key.replace("_acc", ""))
     ax_acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
     ax_acc.legend()
+    for ax in (ax_loss, ax_acc):
+        ax.xaxis.get_major_locator().set_params(integer=True)
     fig.tight_layout()
     path = Path(run_dir) / "loss_acc.png"
     fig.savefig(path, dpi=100)
