@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,28 +45,6 @@ def best_epoch(history: list[dict[str, Any]]) -> dict[str, Any]:
     if not scored:
         return history[-1] if history else {}
     return max(scored, key=lambda r: r["val_acc"])
-
-
-def check_model_picklable(model: torch.nn.Module) -> None:
-    """Fails at once, with what to do, when spawned workers could not rebuild ``model``.
-
-    Spawned workers unpickle the model: its class must be importable. A class in
-    a script's ``__main__`` works (spawn re-runs the script as ``__mp_main__``, so
-    guard it with ``if __name__ == "__main__":``); one typed into a notebook or REPL does not.
-    """
-    main = sys.modules.get("__main__")
-    interactive = main is None or not getattr(main, "__file__", None)
-    classes = {type(m) for m in model.modules()}
-    from_main = sorted(c.__name__ for c in classes if c.__module__ == "__main__")
-    if from_main and interactive:
-        raise ValueError(
-            f"model class(es) {', '.join(from_main)} are defined interactively (notebook/REPL), so spawned "
-            "workers cannot import them; move them into a .py module and import it, or run with --num-workers 1"
-        )
-    try:
-        pickle.dumps(model)
-    except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"the model cannot be sent to spawned workers (pickling failed: {exc})") from exc
 
 
 def check_devices(devices: tuple[str, ...]) -> None:
@@ -169,7 +145,9 @@ class Trainer:
         runlog.write_config(run_dir, resolved.to_dict())
         logger.info("config: %s", resolved.to_dict())
         if self.model is not None and cfg.num_workers > 1:
-            check_model_picklable(self.model)
+            from graphdist.models import check_picklable
+
+            check_picklable(self.model)
         with tempfile.TemporaryDirectory(prefix="graphdist-init-") as tmp:
             init = f"file://{os.path.join(tmp, 'store')}"
             if cfg.num_workers == 1:

@@ -23,8 +23,9 @@ activation) gets exact layer-wise full-neighbour inference; others are evaluated
 ``forward`` on full-neighbour blocks in chunks. :func:`as_block_model` turns a list of PyG
 layers into such a model.
 
-Spawned workers re-import the model's class by module path, so a class defined in
-``__main__`` (a script run directly, a notebook cell) cannot reach them:
+Spawned workers re-import the model's class by module path. A class in the script that
+``__main__`` runs reaches them (spawn re-runs the script as ``__mp_main__``, so guard its
+entry point with ``if __name__ == "__main__":``); one typed into a notebook or REPL cannot:
 :func:`check_picklable` says so at once instead of a worker failing later.
 
 Example:
@@ -38,7 +39,9 @@ from __future__ import annotations
 
 import inspect
 import io
+import os
 import pickle
+import sys
 from typing import Any, Callable, Sequence, Union
 
 import torch
@@ -184,9 +187,30 @@ class _MainFinder(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         for candidate in (obj, type(obj)):
             if isinstance(candidate, type) or inspect.isfunction(candidate):
-                if getattr(candidate, "__module__", None) == "__main__":
+                if getattr(candidate, "__module__", None) == "__main__" and not _from_main_script(candidate):
                     self.found.append(getattr(candidate, "__qualname__", repr(candidate)))
         return NotImplemented
+
+
+def _from_main_script(obj: Any) -> bool:
+    """True when ``obj`` is written in the script file that ``__main__`` runs.
+
+    A ``spawn`` worker re-runs that file as ``__mp_main__`` (the part under
+    ``if __name__ == "__main__":`` excepted), so such classes and functions do reach
+    it; ones typed into a notebook or REPL, or made at run time, do not.
+    """
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not main_file or not os.path.isfile(main_file):  # REPL, notebook, `python -` / `-c`
+        return False
+    try:
+        source = inspect.getsourcefile(obj)
+        if isinstance(obj, type):
+            # A class's "file" is its module's; finding its `class` statement in that file
+            # proves the script defines it (a class made at run time has none).
+            inspect.getsource(obj)
+    except (TypeError, OSError):  # made at run time (type(...)), built in, or not in the file
+        return False
+    return source is not None and os.path.realpath(source) == os.path.realpath(main_file)
 
 
 class _Sink(io.RawIOBase):
@@ -201,7 +225,8 @@ def check_picklable(model: Union[nn.Module, Callable[..., Any]]) -> None:
     """Raises a clear error if spawned workers could not unpickle ``model`` (or a factory).
 
     Pickle stores classes and functions by module path; a worker started with ``spawn``
-    imports that path, and ``__main__`` there is not the user's script or notebook.
+    imports that path. ``__main__`` there is the user's script re-run (fine for what the
+    script file defines) but never a notebook's or REPL's namespace.
 
     Args:
         model: the model instance, or a factory function that builds it.
