@@ -41,12 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     import dgl  # the peer venv only; graphdist never imports dgl
 
-    data = np.load(args.graph)
-    indptr = torch.from_numpy(data["indptr"].astype(np.int64))
-    indices = torch.from_numpy(data["indices"].astype(np.int64))
+    from dgl_graph import load_csc_graph  # beside this script
+
+    g, data = load_csc_graph(args.graph)
     seeds = torch.from_numpy(data["seeds"].astype(np.int64))
-    g = dgl.graph(("csc", (indptr, indices, torch.tensor([], dtype=torch.int64))), num_nodes=indptr.numel() - 1)
-    g = g.formats(["csc"])  # sample in-neighbours straight from CSC, as graphdist does from CSR
     bs = args.batch_size
     for spec in args.fanouts:
         fanouts = [int(f) for f in spec.split(",")]

@@ -39,11 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     import dgl  # the peer venv only; graphdist never imports dgl
     from dgl.nn import SAGEConv
 
-    data = np.load(args.graph)
-    indptr = torch.from_numpy(data["indptr"].astype(np.int64))
-    indices = torch.from_numpy(data["indices"].astype(np.int64))
-    g = dgl.graph(("csc", (indptr, indices, torch.tensor([], dtype=torch.int64))), num_nodes=indptr.numel() - 1)
-    g = g.formats(["csc"])
+    from dgl_graph import load_csc_graph  # beside this script
+
+    g, data = load_csc_graph(args.graph)
     x = torch.from_numpy(data["x"])
     y = torch.from_numpy(data["y"].astype(np.int64))
     train = torch.from_numpy(data["train"].astype(np.int64))
