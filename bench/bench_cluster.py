@@ -278,7 +278,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if reason:
         print(f"bench_cluster: {reason}", file=sys.stderr)
         return 2
-    cache = Path(os.environ.get("GRAPHDIST_CACHE", Path.home() / ".cache" / "graphdist")) / "bench-cluster"
+    from graphdist.data.loaders import cache_dir
+
+    cache = cache_dir() / "bench-cluster"
     rates = a.rates.split(",")
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()

@@ -45,11 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from graphdist.data.graph import Graph  # noqa: E402
+from graphdist.data.loaders import cache_dir  # noqa: E402
 from sampling import NeighborSampler, NodeLoader  # noqa: E402
 
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("GRAPHDIST_CACHE") or Path.home() / ".cache" / "graphdist")
 
 
 def load_graph(nodes: int, avg_degree: float, num_features: int, seed: int) -> Graph:

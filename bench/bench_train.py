@@ -40,6 +40,8 @@ from typing import Any, Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from graphdist.data.loaders import cache_dir  # noqa: E402
+
 # One recipe for both Planetoid graphs: Kipf & Welling's GCN settings (row-normalised features,
 # hidden 64, dropout 0.5, weight decay 5e-4), trained in mini-batches of 32 seeds with
 # fan-outs 10,10 and global-degree normalisation. --model sage runs GraphSAGE instead.
@@ -49,9 +51,6 @@ ACCURACY_ARGS = ["--hidden", "64", "--fanouts", "10,10", "--batch-size", "32",
 SPEED_ARGS = ["--model", "sage", "--layers", "3", "--hidden", "256", "--fanouts", "15,10,5",
               "--threads", "1", "--eval-every", "0", "--epochs", "2", "--log-interval", "100000"]
 
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("GRAPHDIST_CACHE") or Path.home() / ".cache" / "graphdist")
 
 
 def run_cli(args: list[str], run_dir: Path, pin: Optional[str] = None, timeout: float = 3600) -> list[dict[str, Any]]:

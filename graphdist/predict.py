@@ -24,20 +24,17 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
     from graphdist import comm
     from graphdist.checkpoint import load_checkpoint
     from graphdist.trainers.minibatch import build_worker, layerwise_inference
-    from graphdist.trainers.run import setup_logging
+    from graphdist.trainers.run import join_job
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    setup_logging(rank)
-    torch.set_num_threads(cfg.threads)
-    comm.init_process_group(rank, world_size, init_method, timeout_s=cfg.timeout)
+    join_job(rank, world_size, cfg, init_method)
     try:
         state = build_worker(rank, world_size, cfg, cfg.partitions)
         state.model.load_state_dict(load_checkpoint(Path(run_dir))["model"])
         logits, hidden = layerwise_inference(state, keep_hidden=True)
         part = state.partition
         inner = part.global_ids[: part.num_inner]
-        orig = part.orig_ids.index_select(0, inner) if hasattr(part.orig_ids, "index_select") else torch.as_tensor(
-            np.asarray(part.orig_ids)[inner.numpy()])
+        orig = part.orig_ids.index_select(0, inner)
         pieces = comm.all_gather_object((orig, logits, hidden))
         if rank == 0:
             orig_all = torch.cat([p[0] for p in pieces]).numpy()

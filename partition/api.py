@@ -169,7 +169,9 @@ def partition(
 
 def default_output(dataset: str, config: PartitionConfig) -> Path:
     """``$GRAPHDIST_CACHE/partitions/<dataset>-<method>-<parts>-s<seed>-h<halo>`` (cache default ~/.cache/graphdist)."""
-    cache = Path(os.environ.get("GRAPHDIST_CACHE") or Path.home() / ".cache" / "graphdist")
+    from graphdist.data.loaders import cache_dir
+
+    cache = cache_dir()
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(dataset)).stem or "graph")
     return cache / "partitions" / f"{name}-{config.method}-{config.num_parts}-s{config.seed}-h{config.halo_hops}"
 

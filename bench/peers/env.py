@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from graphdist.data.loaders import cache_dir
+
 # The newest torch/dgl pair with CPU wheels on the package index; dgl 2.1 imports the rest at
 # import time (torchdata.datapipes was removed after 0.7, numpy 2 breaks torch 2.2's ABI).
 PEER_REQUIREMENTS = [
@@ -38,10 +40,6 @@ PEER_REQUIREMENTS = [
 ]
 _STAMP = ".graphdist-peers-installed"
 
-
-def cache_dir() -> Path:
-    """``$GRAPHDIST_CACHE`` or ``~/.cache/graphdist``."""
-    return Path(os.environ.get("GRAPHDIST_CACHE") or Path.home() / ".cache" / "graphdist")
 
 
 def venv_dir() -> Path:

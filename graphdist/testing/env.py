@@ -26,9 +26,9 @@ def find_dataset(name: str) -> Path:
 
     Skips the calling test when it is absent (fails when ``CI=true``), saying how to point at it.
     """
-    env = os.environ.get("GRAPHDIST_DATA")
-    repo = Path(__file__).resolve().parents[2]
-    dirs = [Path(p) for p in env.split(":") if p] if env else [repo.parent / "shared" / "datasets"]
+    from graphdist.data.loaders import dataset_dirs
+
+    dirs = dataset_dirs() or [Path(__file__).resolve().parents[2].parent / "shared" / "datasets"]
     for d in dirs:
         if (d / f"{name}.npz").exists():
             return d / f"{name}.npz"

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -36,7 +36,6 @@ class EpochStats:
     loss_sum: float = 0.0
     seeds: int = 0
     correct: int = 0
-    steps: int = 0
     time_s: float = 0.0
     sample_wait_s: float = 0.0
     compute_s: float = 0.0
@@ -64,12 +63,9 @@ class WorkerState:
     sampler: Any
     neighbor_source: Any
     features: Any
-    sample_group: Any
     train_seeds: torch.Tensor
     steps_per_epoch: int
     with_degrees: bool = False  # features carry a last column of global in-degrees (GCN)
-    start_epoch: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _log(rank: int, msg: str, *args: Any) -> None:
@@ -197,7 +193,7 @@ def build_worker(
     return WorkerState(
         rank=rank, world_size=world_size, cfg=cfg, device=device, partition=part, model=model,
         optimizer=optimizer, sync=sync, loader=loader, sampler=sampler, neighbor_source=neighbor_source,
-        features=features, sample_group=sample_group, train_seeds=train_seeds, steps_per_epoch=steps,
+        features=features, train_seeds=train_seeds, steps_per_epoch=steps,
         with_degrees=with_degrees,
     )
 
@@ -284,7 +280,6 @@ def train_epoch(state: WorkerState, epoch: int, on_step: Optional[Callable[[int,
         stats.seeds += n
         if n:
             stats.correct += int((out.detach().argmax(dim=-1) == batch.y).sum())
-        stats.steps += 1
         stats.comm_exposed_s += t_synced - t_wait
         stats.compute_s += (t1 - t0) - (t_synced - t_wait)
         step_stats = sync.last_step_stats

@@ -41,6 +41,23 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> None:
+    """What every worker process does first: logging, allocator, threads, device, process group.
+
+    NCCL only when every worker has a GPU; otherwise gloo for all (CPU ranks cannot join NCCL).
+    """
+    from graphdist.launch import tune_allocator
+
+    setup_logging(rank)
+    tune_allocator()
+    torch.set_num_threads(cfg.threads)
+    all_cuda = all(d.startswith("cuda") for d in cfg.devices)
+    if all_cuda and cfg.device_of(rank).startswith("cuda"):
+        torch.cuda.set_device(torch.device(cfg.device_of(rank)))
+    comm.init_process_group(rank, world_size, init_method, backend="nccl" if all_cuda else "gloo",
+                            timeout_s=cfg.timeout)
+
+
 def _rank_state(state: Any) -> dict[str, Any]:
     from graphdist.checkpoint import rng_state
 
@@ -100,16 +117,7 @@ def worker_main(
     from graphdist import runlog
     from graphdist.trainers.minibatch import build_worker, evaluate, reduce_epoch, train_epoch
 
-    from graphdist.launch import tune_allocator
-
-    setup_logging(rank)
-    tune_allocator()
-    torch.set_num_threads(cfg.threads)
-    all_cuda = all(d.startswith("cuda") for d in cfg.devices)
-    if all_cuda and cfg.device_of(rank).startswith("cuda"):
-        torch.cuda.set_device(torch.device(cfg.device_of(rank)))
-    comm.init_process_group(rank, world_size, init_method, backend="nccl" if all_cuda else "gloo",
-                            timeout_s=cfg.timeout)
+    join_job(rank, world_size, cfg, init_method)
     try:
         seed_everything(cfg.seed + rank)
         state = build_worker(rank, world_size, cfg, partition_dir, model=model)
