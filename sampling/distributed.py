@@ -34,7 +34,7 @@ from torch import Tensor
 from graphdist import comm
 from graphdist.data.graph import ranges
 from sampling.base import LocalFeatureSource, NeighborSource
-from sampling.neighbor import sample_csr
+from sampling.neighbor import sample_csr, sample_csr_padded, unpad
 
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
 
@@ -86,53 +86,50 @@ class DistNeighborSource(NeighborSource):
         self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
     ) -> tuple[Tensor, Tensor]:
         nodes = nodes.to(torch.int64)
-        me = self.partition.part_id
-        is_own = self.partition.owner(nodes) == me
+        is_own = (nodes >= self.offset) & (nodes < self.offset + int(self.partition.num_inner))
         own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
         own = nodes.index_select(0, own_idx)
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
+        if self.num_parts == 1:  # one worker: nothing to exchange, already in order
+            return sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
         remote = nodes.index_select(0, remote_idx)
         requests, remote_order = _split_by_owner(remote, self.partition.owner(remote), self.num_parts)
-        if self.num_parts == 1:  # one worker: nothing to exchange, already in order
-            return sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
-        # Own nodes are sampled while the requests travel.
+        remote_idx = remote_idx.index_select(0, remote_order)
         pending = comm.all_to_all_v_async(requests, group=self.group, tag="sample")
-        mine = sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
+        if fanout < 0:
+            return self._sample_all(own, own_idx, remote_idx, requests, pending)
+        # Fixed fan-out: every node's answer is a row of `fanout` slots padded with -1, so rows
+        # move and reorder whole (no per-edge offsets), the reply needs no size exchange (three
+        # collectives per hop, not four), and one compaction at the end gives the edges.
+        table = torch.empty((nodes.numel(), fanout), dtype=torch.int64)
+        # Own nodes are sampled while the requests travel.
+        mine = sample_csr_padded(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
+        table.index_copy_(0, own_idx, mine)
         asked = pending.wait()
-        replies = [self._serve(ids, fanout, replace) for ids in asked]
-        # With a fixed fan-out every answer has a known size (padded rows), so the reply
-        # needs no size exchange: three collectives per hop instead of four.
-        recv = [r.numel() * (1 + fanout) for r in requests] if fanout >= 0 else None
+        replies = [self._serve_padded(ids, fanout, replace) for ids in asked]
+        recv = [r.numel() for r in requests]
         answers = comm.all_to_all_v(replies, group=self.group, tag="sample", recv_rows=recv)
-        parts = [mine] + [_unpack(a, r.numel(), fanout) for a, r in zip(answers, requests)]
-        return _reassemble(parts, torch.cat([own_idx, remote_idx.index_select(0, remote_order)]))
+        table.index_copy_(0, remote_idx, torch.cat(answers))
+        return unpad(table)
 
-    def _serve(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
-        """``[counts..., neighbours...]`` for another rank's request; neighbours padded to
-        ``fanout`` slots per node (``-1``) when the fan-out is fixed."""
-        nbrs, counts = sample_csr(self.indptr, self.indices, ids - self.offset, fanout, replace, self.serve_generator)
-        if fanout >= 0:
-            padded = torch.full((ids.numel(), fanout), -1, dtype=torch.int64)
-            padded[_slot_mask(counts, fanout)] = nbrs
-            nbrs = padded.view(-1)
-        return torch.cat([counts, nbrs])
+    def _serve_padded(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
+        """``[len(ids), fanout]`` sampled neighbours (``-1``-padded) for another rank's request."""
+        return sample_csr_padded(self.indptr, self.indices, ids - self.offset, fanout, replace, self.serve_generator)
 
-
-def _slot_mask(counts: Tensor, fanout: int) -> Tensor:
-    """``[n, fanout]`` bool: slot j of row i holds a neighbour iff ``j < counts[i]``."""
-    return torch.arange(fanout).unsqueeze(0) < counts.unsqueeze(1)
-
-
-def _unpack(answer: Tensor, n: int, fanout: int) -> tuple[Tensor, Tensor]:
-    """(neighbours, counts) of an owner's answer about ``n`` nodes (see ``_serve``)."""
-    counts, nbrs = answer[:n], answer[n:]
-    if fanout >= 0:
-        nbrs = nbrs.view(n, fanout)[_slot_mask(counts, fanout)]
-    return nbrs, counts
+    def _sample_all(
+        self, own: Tensor, own_idx: Tensor, remote_idx: Tensor, requests: list[Tensor], pending: Any
+    ) -> tuple[Tensor, Tensor]:
+        """Fan-out -1 (every neighbour): variable-size answers ``[counts..., neighbours...]``."""
+        mine = sample_csr(self.indptr, self.indices, own - self.offset, -1)
+        asked = pending.wait()
+        replies = [torch.cat(sample_csr(self.indptr, self.indices, ids - self.offset, -1)[::-1]) for ids in asked]
+        answers = comm.all_to_all_v(replies, group=self.group, tag="sample")
+        parts = [mine] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
+        return _reassemble(parts, torch.cat([own_idx, remote_idx]))
 
 
 def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tensor, Tensor]:

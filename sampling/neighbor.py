@@ -36,7 +36,7 @@ from torch import Tensor
 from graphdist.data.graph import Graph, counts_to_indptr, ranges
 from sampling.base import Block, NeighborSource, SampledBatch, Sampler
 
-__all__ = ["CSRNeighborSource", "NeighborSampler", "check_fanouts", "sample_csr"]
+__all__ = ["CSRNeighborSource", "NeighborSampler", "check_fanouts", "sample_csr", "sample_csr_padded", "unpad"]
 
 # Above this many nodes the dense mark array (4 bytes a node, per sampler) gives way to sorting.
 DENSE_MAX_NODES = 1 << 27
@@ -100,9 +100,7 @@ def sample_csr(
     if fanout < 0:
         positions = ranges(starts, deg)
         return _gather_ids(indices, positions), deg
-    if replace:
-        return _sample_with_replacement(indices, starts, deg, fanout, generator)
-    return _sample_without_replacement(indices, starts, deg, fanout, generator)
+    return _sample_fixed(indices, starts, deg, fanout, replace, generator)
 
 
 def _gather_ids(indices: Tensor, positions: Tensor) -> Tensor:
@@ -110,19 +108,80 @@ def _gather_ids(indices: Tensor, positions: Tensor) -> Tensor:
     return out if out.dtype == torch.int64 else out.to(torch.int64)
 
 
-def _sample_with_replacement(
-    indices: Tensor, starts: Tensor, deg: Tensor, k: int, generator: Optional[torch.Generator]
-) -> tuple[Tensor, Tensor]:
+def _sampled_positions(
+    starts: Tensor, deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generator]
+) -> tuple[Tensor, Optional[Tensor]]:
+    """``[n, k]`` CSR positions of the draws and the ``[n, k]`` mask of real ones (None: all real).
+
+    Without replacement a node of degree ``d < k`` fills only its last ``d`` slots (see
+    ``_floyd``); with replacement a node without neighbours fills none.
+    """
     n = deg.numel()
-    # float64 keeps floor(u * d) uniform even for hubs with millions of neighbours.
-    u = torch.rand((n, k), dtype=torch.float64, generator=generator)
-    offsets = (u * deg.unsqueeze(1)).to(torch.int64)
-    has = deg > 0
-    counts = torch.where(has, k, 0)
-    positions = starts.unsqueeze(1) + offsets
-    if not bool(has.all()):
-        positions = positions[has]
-    return _gather_ids(indices, positions.view(-1)), counts
+    if replace:
+        # float64 keeps floor(u * d) uniform even for hubs with millions of neighbours.
+        u = torch.rand((n, k), dtype=torch.float64, generator=generator)
+        positions = (u * deg.unsqueeze(1)).to(torch.int64).add_(starts.unsqueeze(1))
+        has = deg > 0
+        return positions, None if bool(has.all()) else has.unsqueeze(1).expand(n, k)
+    positions = _floyd(deg, k, generator).t() + starts.unsqueeze(1)
+    if bool((deg >= k).all()):
+        return positions, None
+    return positions, torch.arange(k).unsqueeze(0) >= (k - deg.clamp(max=k)).unsqueeze(1)
+
+
+def sample_csr_padded(
+    indptr: Tensor,
+    indices: Tensor,
+    nodes: Tensor,
+    fanout: int,
+    replace: bool = False,
+    generator: Optional[torch.Generator] = None,
+) -> Tensor:
+    """:func:`sample_csr` with a fixed fan-out, as an ``[n, fanout]`` int64 table padded with ``-1``.
+
+    Same draws as ``sample_csr`` with the same generator. No compaction: the distributed
+    source moves and reorders whole rows and compacts once, at the end (``unpad``).
+
+    Example:
+        >>> sample_csr_padded(torch.tensor([0, 2, 3]), torch.tensor([1, 2, 0]), torch.tensor([1]), 2).tolist()
+        [[-1, 0]]
+    """
+    if fanout < 0:
+        raise ValueError(f"fanout: a padded sample needs a fixed fan-out (got {fanout})")
+    starts = indptr.index_select(0, nodes)
+    deg = indptr[1:].index_select(0, nodes).sub_(starts)
+    if indices.numel() == 0:
+        return torch.full((nodes.numel(), fanout), -1, dtype=torch.int64)
+    positions, real = _sampled_positions(starts, deg, fanout, replace, generator)
+    if real is None:
+        return _gather_ids(indices, positions.reshape(-1)).view(-1, fanout)
+    # Padding slots may point outside the array: read position 0 there, then overwrite.
+    out = _gather_ids(indices, torch.where(real, positions, 0).view(-1)).view(-1, fanout)
+    return out.masked_fill_(~real, -1)
+
+
+def unpad(table: Tensor) -> tuple[Tensor, Tensor]:
+    """``(neighbors, counts)`` of a ``-1``-padded ``[n, k]`` table, rows in order (``sample_csr``'s form).
+
+    Example:
+        >>> [t.tolist() for t in unpad(torch.tensor([[-1, 4], [2, 3]]))]
+        [[4, 2, 3], [1, 2]]
+    """
+    real = table >= 0
+    counts = real.sum(1)
+    if int(counts.sum()) == table.numel():
+        return table.reshape(-1), counts
+    return torch.masked_select(table, real), counts
+
+
+def _sample_fixed(
+    indices: Tensor, starts: Tensor, deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generator]
+) -> tuple[Tensor, Tensor]:
+    positions, real = _sampled_positions(starts, deg, k, replace, generator)
+    counts = deg.clamp(max=k) if not replace else torch.where(deg > 0, k, 0)
+    if real is None:
+        return _gather_ids(indices, positions.reshape(-1)), counts
+    return _gather_ids(indices, torch.masked_select(positions, real)), counts
 
 
 def _floyd(deg: Tensor, k: int, generator: Optional[torch.Generator]) -> Tensor:
@@ -158,18 +217,6 @@ def _floyd(deg: Tensor, k: int, generator: Optional[torch.Generator]) -> Tensor:
                 taken |= chosen[row] == t
         torch.where(taken, j[step], t, out=t)
     return chosen
-
-
-def _sample_without_replacement(
-    indices: Tensor, starts: Tensor, deg: Tensor, k: int, generator: Optional[torch.Generator]
-) -> tuple[Tensor, Tensor]:
-    counts = deg.clamp(max=k)
-    offsets = _floyd(deg, k, generator).t()
-    positions = starts.unsqueeze(1) + offsets
-    if bool((deg >= k).all()):
-        return _gather_ids(indices, positions.reshape(-1)), counts
-    keep = torch.arange(k).unsqueeze(0) >= (k - counts).unsqueeze(1)
-    return _gather_ids(indices, torch.masked_select(positions, keep)), counts
 
 
 class CSRNeighborSource(NeighborSource):
