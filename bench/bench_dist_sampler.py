@@ -7,8 +7,11 @@ METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs
 - local: ``NeighborSampler`` on the whole graph in one process (the per-worker baseline), alone
   and as 2 processes at once (both cores busy, as the 2 distributed workers have them);
 - distributed: 2 workers on localhost (gloo), each ``NeighborSampler(DistNeighborSource(part))``
-  on its partition; per worker sampled edges/s, the share of frontier nodes owned by the other
-  worker, and the time spent inside the all-to-alls (what limits it);
+  on its partition, driven two ways: ``sample`` one batch at a time, and ``sample_stream`` (what
+  ``NodeLoader`` calls), which keeps 2 batches in flight so one samples while the other's
+  exchange travels. Per worker: sampled edges/s, the share of frontier nodes owned by the other
+  worker, and the time spent waiting in the all-to-alls (what limits it). Best of two
+  alternating rounds per mode (the local baseline too);
 - features: each worker gathers its batches' input features through ``DistFeatureSource`` with
   the cache off, at 10% of the halo, and holding the whole halo: hit rate and rows fetched.
 
@@ -57,11 +60,15 @@ def local_rate(nodes: int, batches: int, batch_size: int) -> dict[str, float]:
     order = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))
     for i in range(3):  # warm-up
         sampler.sample(order[i * batch_size : (i + 1) * batch_size])
-    edges, start = 0, time.perf_counter()
-    for i in range(3, 3 + batches):
-        edges += sampler.sample(order[i * batch_size : (i + 1) * batch_size]).num_sampled_edges
-    elapsed = time.perf_counter() - start
-    return {"edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed}
+    best = {"edges_per_s": 0.0}
+    for _ in range(2):  # best of two rounds, as for the distributed sampler
+        edges, start = 0, time.perf_counter()
+        for i in range(3, 3 + batches):
+            edges += sampler.sample(order[i * batch_size : (i + 1) * batch_size]).num_sampled_edges
+        elapsed = time.perf_counter() - start
+        if edges / elapsed > best["edges_per_s"]:
+            best = {"edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed}
+    return best
 
 
 def _local_worker(rank: int, world_size: int, nodes: int, batches: int, batch_size: int, out_dir: str) -> None:
@@ -88,23 +95,25 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
     seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(3 + batches)]
     for s in seeds[:3]:
         sampler.sample(s)
-    source.local_requests = source.remote_requests = 0
-    edges, inputs = 0, []
-    comm.barrier()
-    comm.reset_byte_counts()
-    start = time.perf_counter()
-    for s in seeds[3:]:
-        batch = sampler.sample(s)
-        edges += batch.num_sampled_edges
-        inputs.append(batch.input_nodes)
-    elapsed = time.perf_counter() - start
-    sample_comm = comm.time_counts().get("sample", 0.0)
-    result: dict[str, Any] = {
-        "rank": rank, "edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed,
-        "comm_share": sample_comm / elapsed,
-        "remote_frontier_share": source.remote_requests / max(1, source.remote_requests + source.local_requests),
-        "halo_nodes": part.num_local - part.num_inner,
-    }
+    result: dict[str, Any] = {"rank": rank, "halo_nodes": part.num_local - part.num_inner}
+    inputs: list[torch.Tensor] = []
+    # Two rounds of each mode, alternating, so that outside load hits both alike; best round kept.
+    for mode in ("single", "stream", "single", "stream"):
+        source.local_requests = source.remote_requests = 0
+        comm.barrier()
+        comm.reset_byte_counts()
+        stream = (sampler.sample(s) for s in seeds[3:]) if mode == "single" else sampler.sample_stream(seeds[3:])
+        edges, inputs = 0, []
+        start = time.perf_counter()
+        for batch in stream:
+            edges += batch.num_sampled_edges
+            inputs.append(batch.input_nodes)
+        elapsed = time.perf_counter() - start
+        row = {"edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed,
+               "comm_share": comm.time_counts().get("sample", 0.0) / elapsed,
+               "remote_frontier_share": source.remote_requests / max(1, source.remote_requests + source.local_requests)}
+        if row["edges_per_s"] > result.get(mode, {}).get("edges_per_s", 0.0):
+            result[mode] = row
     num_halo = part.num_local - part.num_inner
     for label, rows in (("off", 0), ("10%", num_halo // 10), ("all", None)):
         features = DistFeatureSource(part, cache_rows=rows)
@@ -137,16 +146,19 @@ def main(argv: list[str] | None = None) -> int:
         ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
     pair_rate = min(r["edges_per_s"] for r in local_pair)
     print(f"\nsynthetic-{args.nodes}, 2 METIS parts, batch {args.batch_size}, fan-outs {FANOUTS}, 1 thread/worker")
-    print(f"{'sampler':<30}{'M edges/s':>10}{'seeds/s':>9}{'vs local':>9}{'vs 2 local':>11}{'remote':>8}"
+    print(f"{'sampler':<36}{'M edges/s':>10}{'seeds/s':>9}{'vs local':>9}{'vs 2 local':>11}{'remote':>8}"
           f"{'in comm':>9}")
-    print(f"{'local, alone':<30}{local['edges_per_s'] / 1e6:>10.2f}{local['seeds_per_s']:>9,.0f}{1.0:>9.2f}")
+    print(f"{'local, alone':<36}{local['edges_per_s'] / 1e6:>10.2f}{local['seeds_per_s']:>9,.0f}{1.0:>9.2f}")
     for i, r in enumerate(local_pair):
-        print(f"{'local, 2 processes at once #' + str(i):<30}{r['edges_per_s'] / 1e6:>10.2f}{r['seeds_per_s']:>9,.0f}"
+        print(f"{'local, 2 processes at once #' + str(i):<36}{r['edges_per_s'] / 1e6:>10.2f}{r['seeds_per_s']:>9,.0f}"
               f"{r['edges_per_s'] / local['edges_per_s']:>9.2f}")
-    for r in ranks:
-        print(f"{'distributed rank ' + str(r['rank']):<30}{r['edges_per_s'] / 1e6:>10.2f}{r['seeds_per_s']:>9,.0f}"
-              f"{r['edges_per_s'] / local['edges_per_s']:>9.2f}{r['edges_per_s'] / pair_rate:>11.2f}"
-              f"{100 * r['remote_frontier_share']:>7.0f}%{100 * r['comm_share']:>8.0f}%")
+    for mode, label in (("single", "one batch at a time"), ("stream", "pipelined, 2 in flight")):
+        for r in ranks:
+            m = r[mode]
+            print(f"{'dist. rank ' + str(r['rank']) + ', ' + label:<36}{m['edges_per_s'] / 1e6:>10.2f}"
+                  f"{m['seeds_per_s']:>9,.0f}{m['edges_per_s'] / local['edges_per_s']:>9.2f}"
+                  f"{m['edges_per_s'] / pair_rate:>11.2f}{100 * m['remote_frontier_share']:>7.0f}%"
+                  f"{100 * m['comm_share']:>8.0f}%")
     print(f"\nremote features (rank 0, {ranks[0]['halo_nodes']:,} halo nodes):")
     for label in ("off", "10%", "all"):
         c = ranks[0][f"cache_{label}"]

@@ -28,12 +28,14 @@ from __future__ import annotations
 import abc
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Generator, Iterable, Iterator, Optional, TypeVar
 
 import torch
 from torch import Tensor
 
-__all__ = ["Block", "SampledBatch", "Sampler", "NeighborSource", "FeatureSource", "LocalFeatureSource"]
+__all__ = ["Block", "SampledBatch", "Sampler", "NeighborSource", "FeatureSource", "LocalFeatureSource", "run_steps"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -174,6 +176,23 @@ class Sampler(abc.ABC):
         """Samples the computation graph of ``seeds`` (int64 global ids; sampler-specific meaning
         for cluster samplers, where they are cluster ids)."""
 
+    def sample_stream(self, seed_batches: Iterable[Tensor]) -> Iterator[SampledBatch]:
+        """``sample`` of each seed batch, in order; what loaders call.
+
+        Samplers whose source communicates override it to keep several batches in flight
+        (one batch computes while another's exchange travels). The batches are valid samples
+        either way, but need not equal one ``sample`` call per batch with the same seed.
+
+        Example:
+            >>> from graphdist.testing import tiny_graph
+            >>> from sampling import NeighborSampler
+            >>> s = NeighborSampler(tiny_graph(), [2], seed=0)
+            >>> [b.seed_nodes.tolist() for b in s.sample_stream([torch.tensor([0]), torch.tensor([3])])]
+            [[0], [3]]
+        """
+        for seeds in seed_batches:
+            yield self.sample(seeds)
+
     def get_state(self) -> Optional[Tensor]:
         """The RNG state to checkpoint (None for deterministic samplers)."""
         return None
@@ -215,6 +234,41 @@ class NeighborSource(abc.ABC):
             ``(neighbors, counts)``: int64 global ids grouped by node in ``nodes`` order, and
             int64 ``[n]`` how many each node got.
         """
+
+    #: True when ``sample_neighbors_stepwise`` pauses at communication points, so a sampler
+    #: gains from interleaving several batches.
+    pipelined: bool = False
+
+    def sample_neighbors_stepwise(
+        self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
+    ) -> Generator[None, None, tuple[Tensor, Tensor]]:
+        """``sample_neighbors`` as a generator that yields wherever it waits for other workers,
+        and returns its result (``(neighbors, counts) = yield from ...``).
+
+        A driver advances several of them in turn, so one batch computes while another's
+        exchange travels. Every rank must yield the same number of times per call, whatever
+        its data, so that all ranks issue their collectives in the same order. The local
+        default never pauses.
+        """
+        return self.sample_neighbors(nodes, fanout, replace, generator)
+        yield  # unreachable: makes this function a generator
+
+
+def run_steps(steps: Generator[None, None, T]) -> T:
+    """Runs a stepwise generator (see ``NeighborSource.sample_neighbors_stepwise``) to its result.
+
+    Example:
+        >>> def twice(x):
+        ...     yield
+        ...     return 2 * x
+        >>> run_steps(twice(21))
+        42
+    """
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 class FeatureSource(abc.ABC):

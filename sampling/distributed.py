@@ -26,14 +26,14 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Generator, Optional
 
 import torch
 from torch import Tensor
 
 from graphdist import comm
 from graphdist.data.graph import ranges
-from sampling.base import LocalFeatureSource, NeighborSource
+from sampling.base import LocalFeatureSource, NeighborSource, run_steps
 from sampling.neighbor import sample_csr, sample_csr_padded, unpad
 
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
@@ -82,9 +82,18 @@ class DistNeighborSource(NeighborSource):
         if state is not None:
             self.serve_generator.set_state(state)
 
+    #: Each hop pauses while its exchanges travel: ``NeighborSampler.sample_stream`` interleaves batches.
+    pipelined = True
+
     def sample_neighbors(
         self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
     ) -> tuple[Tensor, Tensor]:
+        return run_steps(self.sample_neighbors_stepwise(nodes, fanout, replace, generator))
+
+    def sample_neighbors_stepwise(
+        self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
+    ) -> Generator[None, None, tuple[Tensor, Tensor]]:
+        """``sample_neighbors``, pausing three times (every rank alike) while the exchanges travel."""
         nodes = nodes.to(torch.int64)
         is_own = (nodes >= self.offset) & (nodes < self.offset + int(self.partition.num_inner))
         own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
@@ -99,37 +108,39 @@ class DistNeighborSource(NeighborSource):
         remote = nodes.index_select(0, remote_idx)
         requests, remote_order = _split_by_owner(remote, self.partition.owner(remote), self.num_parts)
         remote_idx = remote_idx.index_select(0, remote_order)
-        pending = comm.all_to_all_v_async(requests, group=self.group, tag="sample")
-        if fanout < 0:
-            return self._sample_all(own, own_idx, remote_idx, requests, pending)
-        # Fixed fan-out: every node's answer is a row of `fanout` slots padded with -1, so rows
-        # move and reorder whole (no per-edge offsets), the reply needs no size exchange (three
-        # collectives per hop, not four), and one compaction at the end gives the edges.
-        table = torch.empty((nodes.numel(), fanout), dtype=torch.int64)
-        # Own nodes are sampled while the requests travel.
-        mine = sample_csr_padded(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
-        table.index_copy_(0, own_idx, mine)
+        sizes = comm.all_to_all_counts_async([r.numel() for r in requests], group=self.group, tag="sample")
+        yield  # 1: the request sizes travel
+        pending = comm.all_to_all_v_async(requests, group=self.group, tag="sample", recv_rows=sizes.wait())
+        # Own nodes are sampled while the requests travel. A fixed fan-out fills rows of
+        # `fanout` slots padded with -1: rows move and reorder whole (no per-edge offsets), the
+        # reply needs no size exchange, and one compaction at the end gives the edges.
+        if fanout >= 0:
+            table = torch.empty((nodes.numel(), fanout), dtype=torch.int64)
+            mine = sample_csr_padded(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
+            table.index_copy_(0, own_idx, mine)
+        else:
+            mine_all = sample_csr(self.indptr, self.indices, own - self.offset, -1)
+        yield  # 2: the requests travel
         asked = pending.wait()
-        replies = [self._serve_padded(ids, fanout, replace) for ids in asked]
-        recv = [r.numel() for r in requests]
-        answers = comm.all_to_all_v(replies, group=self.group, tag="sample", recv_rows=recv)
-        table.index_copy_(0, remote_idx, torch.cat(answers))
-        return unpad(table)
+        if fanout >= 0:
+            replies = [self._serve_padded(ids, fanout, replace) for ids in asked]
+            answering = comm.all_to_all_v_async(
+                replies, group=self.group, tag="sample", recv_rows=[r.numel() for r in requests]
+            )
+        else:  # every neighbour: variable-size answers [counts..., neighbours...]
+            replies = [torch.cat(sample_csr(self.indptr, self.indices, ids - self.offset, -1)[::-1]) for ids in asked]
+            answering = comm.all_to_all_v_async(replies, group=self.group, tag="sample")
+        yield  # 3: the answers travel
+        answers = answering.wait()
+        if fanout >= 0:
+            table.index_copy_(0, remote_idx, torch.cat(answers))
+            return unpad(table)
+        parts = [mine_all] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
+        return _reassemble(parts, torch.cat([own_idx, remote_idx]))
 
     def _serve_padded(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
         """``[len(ids), fanout]`` sampled neighbours (``-1``-padded) for another rank's request."""
         return sample_csr_padded(self.indptr, self.indices, ids - self.offset, fanout, replace, self.serve_generator)
-
-    def _sample_all(
-        self, own: Tensor, own_idx: Tensor, remote_idx: Tensor, requests: list[Tensor], pending: Any
-    ) -> tuple[Tensor, Tensor]:
-        """Fan-out -1 (every neighbour): variable-size answers ``[counts..., neighbours...]``."""
-        mine = sample_csr(self.indptr, self.indices, own - self.offset, -1)
-        asked = pending.wait()
-        replies = [torch.cat(sample_csr(self.indptr, self.indices, ids - self.offset, -1)[::-1]) for ids in asked]
-        answers = comm.all_to_all_v(replies, group=self.group, tag="sample")
-        parts = [mine] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
-        return _reassemble(parts, torch.cat([own_idx, remote_idx]))
 
 
 def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tensor, Tensor]:

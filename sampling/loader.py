@@ -220,14 +220,22 @@ class NodeLoader:
         return shuffled[start : start + size]
 
     # ------------------------------------------------------------- one batch
-    def _make(self, seeds: Tensor) -> SampledBatch:
-        t0 = time.perf_counter()
-        batch = self.sampler.sample(seeds)
-        t1 = time.perf_counter()
-        self._gather(batch)
-        self.stats.sample_s += t1 - t0
-        self.stats.gather_s += time.perf_counter() - t1
-        return batch
+    def _prepared(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
+        """The plan's batches, sampled (``sampler.sample_stream``, which may pipeline) and gathered."""
+        stream = self.sampler.sample_stream(plan)
+        try:
+            while True:
+                t0 = time.perf_counter()
+                batch = next(stream, None)
+                if batch is None:
+                    return
+                t1 = time.perf_counter()
+                self._gather(batch)
+                self.stats.sample_s += t1 - t0
+                self.stats.gather_s += time.perf_counter() - t1
+                yield batch
+        finally:
+            stream.close()  # an early stop resets the sampler's scratch state in this thread
 
     def _gather(self, batch: SampledBatch) -> None:
         if self.features is not None:
@@ -264,12 +272,18 @@ class NodeLoader:
         return self._iter_prefetch(plan) if self.prefetch else self._iter_sync(plan)
 
     def _iter_sync(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
-        for seeds in plan:
-            t0 = time.perf_counter()
-            batch = self._make(seeds)
-            self.stats.wait_s += time.perf_counter() - t0
-            self.stats.batches += 1
-            yield batch
+        prepared = self._prepared(plan)
+        try:
+            while True:
+                t0 = time.perf_counter()
+                batch = next(prepared, None)
+                self.stats.wait_s += time.perf_counter() - t0
+                if batch is None:
+                    return
+                self.stats.batches += 1
+                yield batch
+        finally:
+            prepared.close()
 
     def _iter_prefetch(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
         q: queue.Queue = queue.Queue(maxsize=self.prefetch_depth)
@@ -300,16 +314,16 @@ class NodeLoader:
             self._stop, self._thread = None, None
 
     def _produce(self, plan: list[Tensor], q: queue.Queue, stop: threading.Event) -> None:
+        prepared = self._prepared(plan)
         try:
-            for seeds in plan:
-                if stop.is_set():
-                    return
-                item: Any = self._make(seeds)
-                if not _put(q, item, stop):
+            for item in prepared:
+                if stop.is_set() or not _put(q, item, stop):
                     return
             _put(q, _DONE, stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             _put(q, _Failure(exc), stop)
+        finally:
+            prepared.close()
 
     def _stop_previous(self) -> None:
         # A new epoch started before the last one was exhausted: its producer must be gone

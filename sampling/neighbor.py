@@ -28,13 +28,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Generator, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from graphdist.data.graph import Graph, counts_to_indptr, ranges
-from sampling.base import Block, NeighborSource, SampledBatch, Sampler
+from sampling.base import Block, NeighborSource, SampledBatch, Sampler, run_steps
 
 __all__ = ["CSRNeighborSource", "NeighborSampler", "check_fanouts", "sample_csr", "sample_csr_padded", "unpad"]
 
@@ -375,6 +375,8 @@ class NeighborSampler(Sampler):
             (so ``torch.manual_seed`` decides). Default None.
         relabel: ``"dense"`` (mark array), ``"sort"``, or ``"auto"`` (dense up to
             ``DENSE_MAX_NODES`` nodes). Both give identical batches. Default ``"auto"``.
+        pipeline: batches ``sample_stream`` keeps in flight over a source that communicates
+            (the distributed one); each costs one more relabeller. Default 2.
 
     Raises:
         ValueError: on bad fan-outs or relabel mode; ``sample`` on repeated seeds.
@@ -394,6 +396,7 @@ class NeighborSampler(Sampler):
         replace: bool = False,
         seed: Optional[int] = None,
         relabel: str = "auto",
+        pipeline: int = 2,
     ) -> None:
         self.source = CSRNeighborSource(source) if isinstance(source, Graph) else source
         if not isinstance(self.source, NeighborSource):
@@ -408,6 +411,10 @@ class NeighborSampler(Sampler):
             raise ValueError(f"relabel: expected 'auto', 'dense' or 'sort' (got {relabel!r})")
         dense = relabel == "dense" or (relabel == "auto" and self.source.num_nodes <= DENSE_MAX_NODES)
         self._relabeler = (_DenseRelabeler if dense else _SortRelabeler)(self.source.num_nodes)
+        self._relabelers = [self._relabeler]  # one per batch in flight (sample_stream)
+        if pipeline < 1:
+            raise ValueError(f"pipeline: expected >= 1 batches in flight (got {pipeline})")
+        self.pipeline = int(pipeline)
 
     @property
     def num_layers(self) -> int:
@@ -421,15 +428,50 @@ class NeighborSampler(Sampler):
             self.generator.set_state(state)
 
     def sample(self, seeds: Tensor) -> SampledBatch:
+        return run_steps(self._sample_steps(seeds, self._relabeler))
+
+    def sample_stream(self, seed_batches: Iterable[Tensor]) -> Iterator[SampledBatch]:
+        """Batches in order; over a communicating source, ``pipeline`` of them in flight at once.
+
+        The in-flight batches advance in turn, one step each, so while one batch's exchange
+        travels another samples its own nodes: the waits at each hop's exchanges mostly
+        vanish. The schedule depends only on the number of batches, so every rank issues its
+        collectives in the same order (all ranks must pass the same number of batches).
+        """
+        if not self.source.pipelined or self.pipeline < 2:
+            yield from super().sample_stream(seed_batches)
+            return
+        while len(self._relabelers) < self.pipeline:
+            self._relabelers.append(type(self._relabeler)(self.source.num_nodes))
+        batches = iter(seed_batches)
+        while True:
+            # A group of up to `pipeline` batches starts together and, having the same number
+            # of steps, finishes together: the schedule is the same on every rank.
+            # (relabellers first in zip: it must not draw a batch it has no relabeller for)
+            group = [self._sample_steps(seeds, r) for r, seeds in zip(self._relabelers[: self.pipeline], batches)]
+            if not group:
+                return
+            try:
+                results = _interleave(group)
+            finally:
+                for steps in group:
+                    steps.close()  # on an early exit: the relabellers are reset
+            yield from results
+
+    def _sample_steps(self, seeds: Tensor, relabel: "_DenseRelabeler | _SortRelabeler") -> Generator[
+        None, None, SampledBatch
+    ]:
+        """One batch, pausing wherever the source waits for other workers."""
         seeds = torch.as_tensor(seeds, dtype=torch.int64).view(-1)
-        relabel = self._relabeler
         relabel.start(seeds)
         try:
             blocks = []
             num_dst = seeds.numel()
             frontier = seeds
             for fanout in self.fanouts:
-                nbrs, counts = self.source.sample_neighbors(frontier, fanout, self.replace, self.generator)
+                nbrs, counts = yield from self.source.sample_neighbors_stepwise(
+                    frontier, fanout, self.replace, self.generator
+                )
                 src = relabel.add(nbrs)
                 blocks.append(_make_block(src, counts, num_dst, relabel.count))
                 # The next hop samples every source of this layer; its first num_dst are known.
@@ -440,6 +482,22 @@ class NeighborSampler(Sampler):
             relabel.finish()
         blocks.reverse()  # built seeds outward; blocks[0] is the input layer
         return SampledBatch(blocks=blocks, input_nodes=input_nodes, seed_nodes=seeds)
+
+
+def _interleave(group: list[Generator[None, None, SampledBatch]]) -> list[SampledBatch]:
+    """Advances the generators in turn, one step each, until all have returned; their results in order."""
+    results: list[Optional[SampledBatch]] = [None] * len(group)
+    running = list(range(len(group)))
+    while running:
+        still = []
+        for i in running:
+            try:
+                next(group[i])
+                still.append(i)
+            except StopIteration as done:
+                results[i] = done.value
+        running = still
+    return results  # type: ignore[return-value]
 
 
 def _make_block(src: Tensor, counts: Tensor, num_dst: int, num_src: int) -> Block:

@@ -276,6 +276,52 @@ class PendingAllToAll:
         return list(torch.split(out, self._recv_rows))
 
 
+class PendingCounts:
+    """The size exchange of an all-to-all in flight; ``wait()`` returns the rows each rank sends here."""
+
+    def __init__(self, work: Any, counts_out: torch.Tensor, counts_in: torch.Tensor, tag: str, group: Group) -> None:
+        self._work, self._counts_out, self._counts_in, self._tag, self._group = work, counts_out, counts_in, tag, group
+
+    def wait(self) -> list[int]:
+        t0 = time.perf_counter()
+        try:
+            self._work.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise _fail("all_to_all_v(sizes)", exc, self._group) from exc
+        finally:
+            COUNTER.add_time(self._tag, time.perf_counter() - t0)
+        return self._counts_in.tolist()
+
+
+def all_to_all_counts_async(send_rows: Sequence[int], group: Group = None, tag: str = "other") -> PendingCounts:
+    """Starts the size exchange of a variable-size all-to-all and returns at once.
+
+    Lets a caller overlap the exchange with other work (the distributed sampler keeps
+    two batches in flight), then hand the result to :func:`all_to_all_v_async` as
+    ``recv_rows``. Every rank must call it at the same point of its collective sequence.
+
+    Args:
+        send_rows: rows this rank will send to each rank (``len == world_size``).
+        group: process group; must be the one the payload goes over.
+        tag: time-counter tag.
+
+    Example:
+        >>> # sizes = all_to_all_counts_async([len(r) for r in requests]); other_work()
+        >>> # answers = all_to_all_v_async(requests, recv_rows=sizes.wait()).wait()
+    """
+    group = _route(group)
+    size = dist.get_world_size(group)
+    if len(send_rows) != size:
+        raise ValueError(f"all_to_all_v: expected one row count per rank ({size}) (got {len(send_rows)})")
+    # NCCL moves device tensors only; gloo host tensors.
+    device = torch.device("cuda", torch.cuda.current_device()) if _backend(group) == "nccl" else torch.device("cpu")
+    counts_out = torch.tensor([int(r) for r in send_rows], dtype=torch.int64, device=device)
+    counts_in = torch.empty_like(counts_out)
+    work = _run("all_to_all_v(sizes)", group,
+                lambda: dist.all_to_all_single(counts_in, counts_out, group=group, async_op=True))
+    return PendingCounts(work, counts_out, counts_in, tag, group)
+
+
 def all_to_all_v_async(
     inputs: Sequence[torch.Tensor], group: Group = None, tag: str = "other",
     recv_rows: Optional[Sequence[int]] = None,
@@ -287,7 +333,6 @@ def all_to_all_v_async(
         >>> # pending = all_to_all_v_async(requests); work_on_own_nodes(); asked = pending.wait()
     """
     group = _route(group, inputs[0] if inputs else None)
-    t0 = time.perf_counter()
     size = dist.get_world_size(group)
     if len(inputs) != size:
         raise ValueError(f"all_to_all_v: expected one tensor per rank ({size}) (got {len(inputs)})")
@@ -295,14 +340,12 @@ def all_to_all_v_async(
     dtype, device = inputs[0].dtype, inputs[0].device
     send_rows = [int(t.shape[0]) for t in inputs]
     if recv_rows is None:
-        counts_out = torch.tensor(send_rows, dtype=torch.int64)
-        counts_in = torch.empty_like(counts_out)
-        _run("all_to_all_v(sizes)", group, lambda: dist.all_to_all_single(counts_in, counts_out, group=group))
-        recv_rows = counts_in.tolist()
+        recv_rows = all_to_all_counts_async(send_rows, group, tag).wait()
     else:
         recv_rows = [int(r) for r in recv_rows]
         if len(recv_rows) != size:
             raise ValueError(f"all_to_all_v: expected recv_rows for each of {size} ranks (got {len(recv_rows)})")
+    t0 = time.perf_counter()
     payload = torch.cat([t.reshape(-1, *trailing) for t in inputs]) if inputs else torch.empty(0)
     row_bytes = int(torch.tensor([], dtype=dtype).element_size() * max(1, _prod(trailing)))
     me = dist.get_rank(group)

@@ -23,7 +23,7 @@ def _edge_sets(batch, orig: torch.Tensor) -> list[set]:
     return [set(zip(ids[b.src].tolist(), ids[b.dst].tolist())) for b in batch.blocks]
 
 
-def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph) -> None:
+def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph, stream: bool) -> None:
     from partition.api import load_partition
     from sampling.neighbor import NeighborSampler
     from sampling.distributed import DistNeighborSource
@@ -32,13 +32,16 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph)
     orig = torch.as_tensor(part.orig_ids).to(torch.int64)
     sampler = NeighborSampler(DistNeighborSource(part), FANOUT_ALL, seed=rank)
     local = NeighborSampler(graph, FANOUT_ALL, seed=0)
-    # Seeds: every third node owned by this rank plus, for the sampler's sake, nothing else.
+    # Seeds: this rank's own nodes, in three batches (an odd count: the pipelined stream
+    # runs a pair, then one batch alone).
     lo, hi = part.inner_global_range
-    seeds = torch.arange(lo, hi, 3, dtype=torch.int64)
-    batch = sampler.sample(seeds)
-    expected = local.sample(orig.index_select(0, seeds))
-    assert _edge_sets(batch, orig) == _edge_sets(expected, torch.arange(graph.num_nodes))
-    assert orig.index_select(0, batch.input_nodes).tolist()[: seeds.numel()] == orig.index_select(0, seeds).tolist()
+    batches = list(torch.arange(lo, hi, dtype=torch.int64).chunk(3))
+    got = list(sampler.sample_stream(batches)) if stream else [sampler.sample(s) for s in batches]
+    assert len(got) == len(batches)
+    for seeds, batch in zip(batches, got):
+        expected = local.sample(orig.index_select(0, seeds))
+        assert _edge_sets(batch, orig) == _edge_sets(expected, torch.arange(graph.num_nodes))
+        assert orig.index_select(0, batch.input_nodes).tolist()[: seeds.numel()] == orig.index_select(0, seeds).tolist()
 
 
 def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) -> None:
@@ -59,7 +62,9 @@ def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) ->
     assert cached.stats.fetched_rows < uncached.stats.fetched_rows
 
 
-def _uniform_body(rank: int, world_size: int, part_dir: str, hub_new: int, degree: int, k: int, draws: int) -> None:
+def _uniform_body(
+    rank: int, world_size: int, part_dir: str, hub_new: int, degree: int, k: int, draws: int, stream: bool
+) -> None:
     from scipy.stats import chi2
 
     from partition.api import load_partition
@@ -69,10 +74,10 @@ def _uniform_body(rank: int, world_size: int, part_dir: str, hub_new: int, degre
     part = load_partition(part_dir, rank)
     sampler = NeighborSampler(DistNeighborSource(part), [k], seed=100 + rank)
     asker = int(part.owner(torch.tensor([hub_new]))[0] + 1) % world_size  # a rank that does not own the hub
+    seeds = torch.tensor([hub_new]) if rank == asker else torch.zeros(0, dtype=torch.int64)
+    batches = sampler.sample_stream([seeds] * draws) if stream else (sampler.sample(seeds) for _ in range(draws))
     counts: dict[int, int] = {}
-    for _ in range(draws):
-        seeds = torch.tensor([hub_new]) if rank == asker else torch.zeros(0, dtype=torch.int64)
-        batch = sampler.sample(seeds)
+    for batch in batches:
         if rank == asker:
             block = batch.blocks[-1]
             picked = batch.input_nodes[block.src].tolist()
@@ -105,15 +110,45 @@ def _uneven_body(rank: int, world_size: int, part_dir: str) -> None:
         assert batch.seed_nodes.numel() == (4 if step <= rank else 0)
 
 
+def _loader_body(rank: int, world_size: int, part_dir: str, prefetch: bool) -> None:
+    """The loader over the distributed sampler and features (pipelined stream), uneven seeds."""
+    from partition.api import load_partition
+    from sampling.loader import NodeLoader
+    from sampling.neighbor import NeighborSampler
+    from sampling.distributed import DistFeatureSource, DistNeighborSource
+
+    part = load_partition(part_dir, rank)
+    orig = torch.as_tensor(part.orig_ids).to(torch.float32)
+    sampler = NeighborSampler(DistNeighborSource(part), [3, 2], seed=rank)
+    features = DistFeatureSource(part, cache_rows=5)
+    lo, hi = part.inner_global_range
+    mine = torch.arange(lo, hi)[: 3 * (rank + 1)]  # uneven: rank r has 3 (r + 1) seeds
+    loader = NodeLoader(features, mine, sampler, batch_size=2, num_batches=5, prefetch=prefetch, seed=rank)
+    for epoch in range(2):
+        seen = []
+        for batch in loader:
+            # x = original id: every row, local, cached or fetched, belongs to its node.
+            assert torch.equal(batch.x[:, 0], orig.index_select(0, batch.input_nodes))
+            assert batch.blocks[-1].num_dst == batch.seed_nodes.numel()
+            seen.append(batch.seed_nodes)
+        assert len(seen) == 5
+        assert set(torch.cat(seen).tolist()) <= set(mine.tolist())
+    # An epoch abandoned half-way (every rank alike) leaves the sampler usable.
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    assert len(list(loader)) == 5
+
+
 @pytest.fixture(scope="module")
 def small_graph() -> Graph:
     return random_graph(80, avg_degree=6, seed=3)
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_full_fanout_equals_local_sampler(tmp_path, small_graph, world_size):
+@pytest.mark.parametrize("world_size,stream", [(2, False), (3, False), (2, True), (3, True)])
+def test_full_fanout_equals_local_sampler(tmp_path, small_graph, world_size, stream):
     part_dir = _partition(small_graph, world_size, tmp_path / "parts")
-    launch(_same_as_local_body, world_size, str(part_dir), small_graph, timeout=90)
+    launch(_same_as_local_body, world_size, str(part_dir), small_graph, stream, timeout=90)
 
 
 def test_remote_features_and_cache(tmp_path, small_graph):
@@ -121,7 +156,8 @@ def test_remote_features_and_cache(tmp_path, small_graph):
     launch(_features_body, 3, str(part_dir), small_graph.num_nodes, timeout=90)
 
 
-def test_distributed_sampling_is_uniform(tmp_path):
+@pytest.mark.parametrize("stream", [False, True])
+def test_distributed_sampling_is_uniform(tmp_path, stream):
     degree, k, draws = 12, 4, 600
     # A hub (node 0) with `degree` in-neighbours, plus a ring so every node has edges.
     n = 40
@@ -135,9 +171,15 @@ def test_distributed_sampling_is_uniform(tmp_path):
 
     orig_ids = np.load(part_dir / "orig_ids.npy")
     hub_new = int(np.nonzero(orig_ids == 0)[0][0])
-    launch(_uniform_body, 2, str(part_dir), hub_new, degree, k, draws, timeout=120)
+    launch(_uniform_body, 2, str(part_dir), hub_new, degree, k, draws, stream, timeout=120)
 
 
 def test_uneven_seed_counts_do_not_hang(tmp_path, small_graph):
     part_dir = _partition(small_graph, 3, tmp_path / "parts")
     launch(_uneven_body, 3, str(part_dir), timeout=60)
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_loader_over_distributed_sampler(tmp_path, small_graph, prefetch):
+    part_dir = _partition(small_graph, 3, tmp_path / "parts")
+    launch(_loader_body, 3, str(part_dir), prefetch, timeout=90)

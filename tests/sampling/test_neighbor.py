@@ -217,3 +217,73 @@ def test_sample_csr_int32_indices_and_hub_precision():
     nb32, c32 = sample_csr(g.indptr, g.indices.to(torch.int32), torch.arange(10), -1)
     nb64, c64 = sample_csr(g.indptr, g.indices.to(torch.int64), torch.arange(10), -1)
     assert nb32.dtype == torch.int64 and torch.equal(nb32, nb64) and torch.equal(c32, c64)
+
+
+def test_padded_sampling_matches_compact_sampling():
+    from sampling.neighbor import sample_csr_padded, unpad
+
+    g = _graph_with_hub()
+    nodes = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(0))[:200]
+    for replace in (False, True):
+        for k in (1, 4, 30):
+            gen_a, gen_b = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+            nbrs, counts = sample_csr(g.indptr, g.indices, nodes, k, replace, gen_a)
+            table = sample_csr_padded(g.indptr, g.indices, nodes, k, replace, gen_b)
+            assert table.shape == (200, k)
+            got_nbrs, got_counts = unpad(table)
+            assert torch.equal(got_counts, counts) and torch.equal(got_nbrs, nbrs)
+    # A node without neighbours at the very end of the CSR gets only padding.
+    lonely = Graph.from_edge_index(torch.tensor([[1], [0]]), num_nodes=3)
+    assert sample_csr_padded(lonely.indptr, lonely.indices, torch.tensor([2, 0]), 2, True).tolist() == [
+        [-1, -1], [1, 1]]
+    with pytest.raises(ValueError, match="fixed fan-out"):
+        sample_csr_padded(lonely.indptr, lonely.indices, torch.tensor([0]), -1)
+
+
+def _global_edges(batch: SampledBatch, layer: int) -> set:
+    block, ids = batch.blocks[layer], batch.input_nodes
+    return set(zip(ids[block.src].tolist(), ids[block.dst].tolist()))
+
+
+class _SteppingSource(CSRNeighborSource):
+    """A local source that pauses like the distributed one (three steps per hop)."""
+
+    pipelined = True
+
+    def __init__(self, graph: Graph) -> None:
+        super().__init__(graph)
+        self.steps = 0
+
+    def sample_neighbors_stepwise(self, nodes, fanout, replace=False, generator=None):
+        for _ in range(3):
+            self.steps += 1
+            yield
+        return self.sample_neighbors(nodes, fanout, replace, generator)
+
+
+def test_sample_stream_pipelines_batches_in_order():
+    g = random_graph(300, avg_degree=5.0, seed=1)
+    source = _SteppingSource(g)
+    sampler = NeighborSampler(source, [-1, 4], seed=0, pipeline=2)
+    plain = NeighborSampler(g, [-1, 4], seed=0)
+    batches = [torch.arange(i, 300, 7)[:10] for i in range(5)]
+    got = list(sampler.sample_stream(batches))
+    assert [b.seed_nodes.tolist() for b in got] == [s.tolist() for s in batches]
+    assert source.steps == 5 * 2 * 3
+    keys = _edge_keys(g)
+    for seeds, batch in zip(batches, got):
+        _check_structure(batch, seeds, [-1, 4])
+        # The full-fan-out hop is the same whatever the interleaving, and every edge is real.
+        expected = plain.sample(seeds)
+        assert _global_edges(batch, -1) == _global_edges(expected, -1)
+        for block in batch.blocks:
+            src, dst = batch.input_nodes[block.src], batch.input_nodes[block.dst]
+            assert bool(torch.isin(dst * g.num_nodes + src, keys).all())
+    # Abandoned half-way: both batches in flight are reset, so the sampler stays usable.
+    stream = sampler.sample_stream(batches)
+    next(stream)
+    stream.close()
+    assert all(bool((r.mark == torch.iinfo(torch.int32).max).all()) for r in sampler._relabelers)
+    _check_structure(sampler.sample(batches[0]), batches[0], [-1, 4])
+    with pytest.raises(ValueError, match="pipeline"):
+        NeighborSampler(g, [2], pipeline=0)
