@@ -68,6 +68,9 @@ class DistNeighborSource(NeighborSource):
         self.indptr = partition.indptr[: partition.num_inner + 1]
         self.indices = partition.global_ids.index_select(0, partition.indices[: int(self.indptr[-1])].to(torch.int64))
         self.serve_generator = torch.Generator().manual_seed(int(seed) * 7919 + partition.part_id)
+        # With other workers each hop pauses while its exchanges travel, so
+        # ``NeighborSampler.sample_stream`` interleaves batches; alone there is nothing to wait for.
+        self.pipelined = self.num_parts > 1
         self.remote_requests = 0
         self.local_requests = 0
 
@@ -81,9 +84,6 @@ class DistNeighborSource(NeighborSource):
     def set_state(self, state: Optional[Tensor]) -> None:
         if state is not None:
             self.serve_generator.set_state(state)
-
-    #: Each hop pauses while its exchanges travel: ``NeighborSampler.sample_stream`` interleaves batches.
-    pipelined = True
 
     def sample_neighbors(
         self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
