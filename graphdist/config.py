@@ -55,7 +55,7 @@ class TrainConfig:
     threads: int = 1  # torch threads per worker: N workers x 1 thread fill N cores
     seed: int = 0
     timeout: float = 180.0  # seconds before a collective fails instead of hanging
-    cache_rows: int = 0  # remote-feature cache rows per worker (0: auto, 10% of remote nodes)
+    cache_rows: int = 0  # remote-feature cache rows per worker (0: every halo node)
     # None = auto: prefetch in a background thread when the worker may use a core beyond its
     # compute threads; on a single core the thread only steals time from the step it overlaps.
     prefetch: Optional[bool] = None

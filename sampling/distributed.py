@@ -34,7 +34,7 @@ from torch import Tensor
 from graphdist import comm
 from graphdist.data.graph import ranges
 from sampling.base import LocalFeatureSource, NeighborSource, run_steps
-from sampling.neighbor import sample_csr, sample_csr_padded, unpad
+from sampling.neighbor import DENSE_MAX_NODES, sample_csr, sample_csr_padded, unpad
 
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
 
@@ -205,7 +205,9 @@ class DistFeatureSource(LocalFeatureSource):
     """Feature rows of any global node: own rows locally, hot remote rows from a cache, the rest fetched.
 
     A :class:`LocalFeatureSource` over the partition's own rows (``x[global - offset]``),
-    extended with the cache and the fetch from the other workers.
+    extended with the cache and the fetch from the other workers. Own rows and cached rows
+    live in one table (``table``; ``x`` and ``cache_rows`` are views of it), so a batch's
+    local and cached rows come in one ``index_select``; building it copies ``x`` once.
 
     Args:
         partition: this worker's ``Partition``.
@@ -256,21 +258,44 @@ class DistFeatureSource(LocalFeatureSource):
             row_bytes = self.num_features * self.x.element_size()
             limit = min(limit, int(cache_mib * 2**20 // max(row_bytes, 1)))
         hot = self._hot_halo_nodes(limit)
-        # Sorted ids give a binary-search lookup without an O(num_nodes) array.
         self.cache_ids, _ = torch.sort(hot)
-        self.cache_rows = self._fetch(self.cache_ids)
+        cached = self._fetch(self.cache_ids)
+        num_inner = int(self.partition.num_inner)
+        # One table, own rows then cached rows: a gather reads both with a single index_select
+        # straight into the batch buffer (no second copy of the cached rows, no masked writes).
+        self.table = torch.cat([self.x, cached]) if cached.shape[0] else self.x
+        self.x = self.table[:num_inner]
+        self.cache_rows = self.table[num_inner:]
+        # Table row of every global id (-1: fetch it), one int32 gather per batch. Above
+        # DENSE_MAX_NODES nodes the map would cost too much memory: a binary search over the
+        # sorted cache ids does the same.
+        self._row_of: Optional[Tensor] = None
+        if self.num_parts > 1 and self.partition.part_offsets[-1] <= DENSE_MAX_NODES:
+            row_of = torch.full((int(self.partition.part_offsets[-1]),), -1, dtype=torch.int32)
+            row_of[self.offset : self.offset + num_inner] = torch.arange(num_inner, dtype=torch.int32)
+            row_of[self.cache_ids] = torch.arange(num_inner, self.table.shape[0], dtype=torch.int32)
+            self._row_of = row_of
         self.stats = CacheStats()
 
     @property
     def cache_bytes(self) -> int:
         return int(self.cache_rows.numel() * self.cache_rows.element_size())
 
-    def _cache_lookup(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
-        """(hit mask, cache slot) for each node."""
-        if self.cache_ids.numel() == 0:
-            return torch.zeros(nodes.numel(), dtype=torch.bool), torch.zeros(nodes.numel(), dtype=torch.int64)
-        slot = torch.searchsorted(self.cache_ids, nodes).clamp_(max=self.cache_ids.numel() - 1)
-        return self.cache_ids.index_select(0, slot) == nodes, slot
+    def _table_rows(self, nodes: Tensor) -> Tensor:
+        """Row of ``self.table`` holding each node, ``-1`` where the node must be fetched."""
+        if self._row_of is not None:
+            return self._row_of.index_select(0, nodes)
+        num_inner = int(self.partition.num_inner)
+        rows = nodes - self.offset
+        own = (rows >= 0) & (rows < num_inner)
+        rows.masked_fill_(~own, -1)
+        if self.cache_ids.numel():
+            remote_idx = (~own).nonzero().view(-1)
+            remote = nodes.index_select(0, remote_idx)
+            slot = torch.searchsorted(self.cache_ids, remote).clamp_(max=self.cache_ids.numel() - 1)
+            hit = self.cache_ids.index_select(0, slot) == remote
+            rows[remote_idx[hit]] = num_inner + slot[hit]
+        return rows
 
     # ---------------------------------------------------------------- fetch
     def _fetch(self, nodes: Tensor) -> Tensor:
@@ -282,21 +307,17 @@ class DistFeatureSource(LocalFeatureSource):
         n = nodes.numel()
         if out is None:
             out = torch.empty((n, self.num_features), dtype=self.x.dtype)
-        local = (nodes >= self.offset) & (nodes < self.offset + int(self.partition.num_inner))
-        # One index_select writes every row (remote rows get a clamped placeholder) straight
-        # into `out`, then the remote minority is overwritten: no temporary of the whole batch.
-        if self.x.shape[0]:
-            rows = (nodes - self.offset).clamp_(0, self.x.shape[0] - 1)
-            torch.index_select(self.x, 0, rows, out=out)
-        remote_idx = (~local).nonzero().view(-1)
-        num_local = n - int(remote_idx.numel())
+        rows = self._table_rows(nodes)
+        miss_idx = (rows < 0).nonzero().view(-1)
+        num_miss = int(miss_idx.numel())
+        num_local = int((rows < int(self.partition.num_inner)).sum()) - num_miss
+        # Own and cached rows in one index_select into `out`; the misses read a placeholder
+        # row there and are overwritten with the fetched ones.
+        if self.table.shape[0]:
+            torch.index_select(self.table, 0, rows.clamp_(min=0) if num_miss else rows, out=out)
         if self.num_parts > 1:
-            remote = nodes.index_select(0, remote_idx)
-            hit, slot = self._cache_lookup(remote)
-            out[remote_idx[hit]] = self.cache_rows.index_select(0, slot[hit])
-            miss_idx = remote_idx[~hit]
             out[miss_idx] = self._fetch(nodes.index_select(0, miss_idx))
-            self.stats.cache_hits += int(hit.sum())
-            self.stats.fetched_rows += int(miss_idx.numel())
+        self.stats.cache_hits += n - num_local - num_miss
+        self.stats.fetched_rows += num_miss
         self.stats.local_rows += num_local
         return out

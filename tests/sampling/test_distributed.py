@@ -58,6 +58,12 @@ def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) ->
     # x = original node id, so every fetched row names the node it belongs to.
     assert torch.equal(a[:, 0], orig.index_select(0, nodes))
     assert torch.equal(a, b)
+    # Graphs too large for the dense row map look rows up by binary search: same rows, same counts.
+    searched = DistFeatureSource(part, cache_rows=None)
+    searched._row_of = None
+    assert torch.equal(searched.gather(nodes), a)
+    assert (searched.stats.cache_hits, searched.stats.fetched_rows) == (cached.stats.cache_hits,
+                                                                        cached.stats.fetched_rows)
     assert cached.stats.cache_hits > 0 and uncached.stats.cache_hits == 0
     assert cached.stats.fetched_rows < uncached.stats.fetched_rows
 
