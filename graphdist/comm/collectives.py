@@ -263,14 +263,8 @@ class PendingAllToAll:
         self._tag, self._group, self._started = tag, group, started
 
     def wait(self) -> list[torch.Tensor]:
-        t0 = time.perf_counter()
-        try:
-            self._work.wait()
-        except Exception as exc:  # noqa: BLE001
-            raise _fail("all_to_all_v", exc, self._group) from exc
-        finally:
-            # Time the caller lost: the set-up (size exchange) plus the wait, not the overlap.
-            COUNTER.add_time(self._tag, self._started + time.perf_counter() - t0)
+        # Time the caller lost: the set-up (staging, launch) plus the wait, not the overlap.
+        _timed_wait(self._work, "all_to_all_v", self._tag, self._group, already_s=self._started)
         self._payload = None
         out = self._out if self._out.device == self._device else self._out.to(self._device)
         return list(torch.split(out, self._recv_rows))
@@ -283,14 +277,19 @@ class PendingCounts:
         self._work, self._counts_out, self._counts_in, self._tag, self._group = work, counts_out, counts_in, tag, group
 
     def wait(self) -> list[int]:
-        t0 = time.perf_counter()
-        try:
-            self._work.wait()
-        except Exception as exc:  # noqa: BLE001
-            raise _fail("all_to_all_v(sizes)", exc, self._group) from exc
-        finally:
-            COUNTER.add_time(self._tag, time.perf_counter() - t0)
+        _timed_wait(self._work, "all_to_all_v(sizes)", self._tag, self._group)
         return self._counts_in.tolist()
+
+
+def _timed_wait(work: Any, op: str, tag: str, group: Group, already_s: float = 0.0) -> None:
+    """Waits for backend work, adding the wait (plus ``already_s``) to ``tag``'s time; errors name the rank."""
+    t0 = time.perf_counter()
+    try:
+        work.wait()
+    except Exception as exc:  # noqa: BLE001
+        raise _fail(op, exc, group) from exc
+    finally:
+        COUNTER.add_time(tag, already_s + time.perf_counter() - t0)
 
 
 def all_to_all_counts_async(send_rows: Sequence[int], group: Group = None, tag: str = "other") -> PendingCounts:
