@@ -14,7 +14,9 @@ source called from the prefetch thread does. Those collectives must run on a pro
 their own, never the one gradient sync uses: within one group every rank must issue
 collectives in the same order, which two threads sharing a group cannot promise (it deadlocks
 or mismatches silently). ``num_batches`` makes every worker run the same number of steps: short
-workers pad with extra batches of random seeds of their own, long ones stop early.
+workers pad with extra batches of random seeds of their own, long ones stop early. The prefetch
+thread starts batch k only once the caller has asked for batch k - ``prefetch_depth``, so ranks
+that leave an epoch early at the same batch have issued the same collectives.
 
 Thread counts: the prefetch thread uses torch's intra-op pool like the caller, so with
 ``torch.set_num_threads(1)`` the two threads simply share the process; sampling kernels release
@@ -288,11 +290,14 @@ class NodeLoader:
     def _iter_prefetch(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
         q: queue.Queue = queue.Queue(maxsize=self.prefetch_depth)
         stop = threading.Event()
-        thread = threading.Thread(target=self._produce, args=(plan, q, stop), name="graphdist-prefetch", daemon=True)
+        requested = threading.Semaphore(0)
+        thread = threading.Thread(target=self._produce, args=(plan, q, stop, requested), name="graphdist-prefetch",
+                                  daemon=True)
         self._stop, self._thread = stop, thread
         thread.start()
         try:
             while True:
+                requested.release()  # lets the producer start batch (this one + prefetch_depth)
                 t0 = time.perf_counter()
                 item = q.get()
                 self.stats.wait_s += time.perf_counter() - t0
@@ -313,10 +318,20 @@ class NodeLoader:
                     thread.join(timeout=_POLL_S)
             self._stop, self._thread = None, None
 
-    def _produce(self, plan: list[Tensor], q: queue.Queue, stop: threading.Event) -> None:
+    def _produce(self, plan: list[Tensor], q: queue.Queue, stop: threading.Event, requested: threading.Semaphore) -> None:
+        """Prepares batch k only once the caller has asked for batch k - prefetch_depth.
+
+        So how far the producer got when the caller stops early depends only on how many
+        batches the caller asked for, not on thread timing: with a distributed sampler every
+        rank that stops at the same batch has issued the same collectives (a producer that
+        raced one batch further on one rank would wait forever for its peers).
+        """
         prepared = self._prepared(plan)
         try:
-            for item in prepared:
+            for k in range(len(plan)):
+                if k >= self.prefetch_depth and not _acquire(requested, stop):
+                    return
+                item = next(prepared)
                 if stop.is_set() or not _put(q, item, stop):
                     return
             _put(q, _DONE, stop)
@@ -342,6 +357,13 @@ class NodeLoader:
         self.epoch = int(state["epoch"])
         self.generator.set_state(state["generator"])
         self.sampler.set_state(state.get("sampler"))
+
+
+def _acquire(semaphore: threading.Semaphore, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        if semaphore.acquire(timeout=_POLL_S):
+            return True
+    return False
 
 
 def _put(q: queue.Queue, item: Any, stop: threading.Event) -> bool:

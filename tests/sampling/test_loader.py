@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -116,6 +117,20 @@ def test_early_break_then_new_epoch(graph):
     assert sum(1 for _ in loader) == 50
     assert not any(t.name == "graphdist-prefetch" for t in threading.enumerate())
     assert loader.stats.batches == 53 and loader.stats.wait_s >= 0 and loader.stats.sample_s > 0
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_prefetch_runs_at_most_depth_batches_ahead_of_requests(graph, depth):
+    # How far the producer gets must depend only on what the caller asked for (with a
+    # distributed sampler, ranks that stop at the same batch must have made the same calls).
+    sampler = _Failing(NeighborSampler(graph, [3], seed=0), fail_at=-1)
+    loader = NodeLoader(graph, torch.arange(500), sampler, batch_size=10, seed=0, prefetch_depth=depth)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            time.sleep(0.3)  # ample time for a producer that is not held back to run further
+            assert sampler.calls <= 3 + depth
+            break
+    assert sampler.calls <= 3 + depth
 
 
 def test_state_dict_resumes_the_same_epoch(graph):
