@@ -66,7 +66,7 @@ class LoaderStats:
         batches: batches handed to the caller.
         wait_s: time the caller spent blocked waiting for a batch (all of sampling and
             gathering when ``prefetch=False``).
-        sample_s: time spent in ``sampler.sample`` (in the prefetch thread when prefetching).
+        sample_s: time spent in the sampler (``sample_stream``; in the prefetch thread when prefetching).
         gather_s: time spent gathering features/labels and copying to the device.
     """
 
