@@ -1,6 +1,6 @@
 """Multi-host bench: 2 emulated hosts x 1 worker over shaped links, --sync dwbp / ddp / blocking side by side.
 
-Needs root and iproute2 (network namespaces; see ``graphdist.testing.cluster``). For each dataset
+Needs root and iproute2 (network namespaces; see ``graphdist.testing.netns``). For each dataset
 and link rate it starts one worker in each host (gloo bound to the host's interface) and trains
 each sync mode for a few warm-up steps and ``--steps`` measured steps, then reports epoch time,
 seeds/s, bytes sent split by purpose (gradients vs remote neighbourhoods/features), the measured
@@ -56,8 +56,7 @@ def worker(a: argparse.Namespace) -> None:
 
     from graphdist import comm
     from graphdist.config import TrainConfig
-    from graphdist.trainers.minibatch import build_worker, train_epoch
-    from graphdist.trainers.run import seed_everything
+    from graphdist.trainers.run import build_strategy, seed_everything, worker_seed
 
     torch.set_num_threads(1)
     iface = os.environ["GLOO_SOCKET_IFNAME"]
@@ -68,61 +67,55 @@ def worker(a: argparse.Namespace) -> None:
             cfg = TrainConfig(partitions=a.partitions, hidden=a.hidden, layers=len(a.fanouts.split(",")),
                               fanouts=tuple(int(f) for f in a.fanouts.split(",")), batch_size=a.batch_size,
                               sync=mode, timeout=a.timeout, num_workers=a.world, threads=1, seed=0, dropout=0.0)
-            seed_everything(cfg.seed + a.rank)
-            state = build_worker(a.rank, a.world, cfg, a.partitions)
-            natural = state.steps_per_epoch
+            seed_everything(worker_seed(cfg.seed, a.rank))
+            strategy = build_strategy(a.rank, a.world, cfg, a.partitions)
+            natural = strategy.steps_per_epoch
             steps: list[Any] = []
-            finish = state.sync.finish
+            finish = strategy.sync.finish
 
-            def recording_finish(finish=finish, steps=steps):  # noqa: ANN202 - wraps StepStats through
+            def recording_finish(finish=finish, steps=steps):  # noqa: ANN202 - keeps every step's StepStats
                 s = finish()
                 steps.append(s)
                 return s
 
-            state.sync.finish = recording_finish
-            _set_steps(state, min(a.warmup, natural))
-            train_epoch(state, 0)
+            strategy.sync.finish = recording_finish
+            strategy.loader.num_batches = min(a.warmup, natural)
+            strategy.train_epoch(0)
             steps.clear()
-            _set_steps(state, min(a.steps, natural))
+            strategy.loader.num_batches = min(a.steps, natural)
             comm.barrier()
             comm.reset_byte_counts()
             tx0 = _tx_bytes(iface)
-            stats = train_epoch(state, 1)
+            stats = strategy.train_epoch(1)
             comm.barrier()
             tx = _tx_bytes(iface) - tx0
             rec = {"rank": a.rank, "sync": mode, "steps": stats.steps, "natural_steps": natural,
                    "seeds": stats.seeds, "time_s": stats.time_s, "bytes": comm.byte_counts(), "tx_bytes": tx,
                    "comm_exposed_s": stats.comm_exposed_s, "compute_s": stats.compute_s,
-                   "sample_wait_s": stats.sample_wait_s, **_hidden(steps)}
+                   "sample_wait_s": stats.sample_wait_s, **_hidden(stats.sync, steps)}
             out.append(comm.all_gather_object(rec))
-            if hasattr(state.sync, "close"):
-                state.sync.close()
+            strategy.close()
         if a.rank == 0:
             Path(a.result).write_text(json.dumps(out))
     finally:
         comm.shutdown()
 
 
-def _set_steps(state: Any, n: int) -> None:
-    state.loader.num_batches = n
-    state.steps_per_epoch = n
+def _hidden(summary_sums: list[float], steps: list[Any]) -> dict[str, Any]:
+    """Measured and predicted hidden fraction over the measured steps (``SyncSummary``), per-layer comm."""
+    from graphdist.sync import SyncSummary
 
-
-def _hidden(steps: list[Any]) -> dict[str, Any]:
-    """Measured and predicted hidden fraction over the measured steps, weighted by comm time."""
+    summary = SyncSummary.from_list(summary_sums)
     timed = [s for s in steps if s is not None and s.comm_s > 0]
     if not timed:
         return {"comm_s": 0.0, "hidden_measured": None, "hidden_predicted": None, "layers": []}
-    comm_s = sum(s.comm_s for s in timed)
-    measured = sum(s.comm_s - min(s.exposed_s, s.comm_s) for s in timed) / comm_s
-    predicted = sum(s.predicted_hidden_fraction * s.comm_s for s in timed) / comm_s
     names = [t.name for t in timed[0].layers]
     layers = []
     for i, name in enumerate(names):
         comm_l = [s.layers[i].comm_s for s in timed if len(s.layers) > i]
         layers.append({"name": name, "numel": timed[0].layers[i].numel, "comm_s": sum(comm_l) / len(comm_l)})
-    return {"comm_s": comm_s, "backward_s": sum(s.backward_s for s in timed), "hidden_measured": measured,
-            "hidden_predicted": predicted, "layers": layers}
+    return {"comm_s": summary.comm_s, "backward_s": summary.backward_s, "hidden_measured": summary.hidden_fraction,
+            "hidden_predicted": summary.predicted_hidden_fraction, "layers": layers}
 
 
 # ----------------------------------------------------------------------------- driver (parent)
@@ -272,7 +265,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         worker(a)
         return 0
 
-    from graphdist.testing.cluster import EmulatedCluster, unavailable_reason
+    from graphdist.testing.netns import EmulatedCluster, unavailable_reason
 
     reason = unavailable_reason()
     if reason:

@@ -115,7 +115,7 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
         if row["edges_per_s"] > result.get(mode, {}).get("edges_per_s", 0.0):
             result[mode] = row
     num_halo = part.num_local - part.num_inner
-    for label, rows in (("off", 0), ("10%", num_halo // 10), ("all", None)):
+    for label, rows in (("off", 0), ("10%", num_halo // 10), ("all", -1)):  # -1: every halo node
         features = DistFeatureSource(part, cache_rows=rows)
         start = time.perf_counter()
         for nodes in inputs:

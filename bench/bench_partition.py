@@ -50,7 +50,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     t_load = time.perf_counter()
     from partition.api import PartitionConfig, partition_stats
     from partition.format import staged_directory, write_partition_files
-    from partition.partitioners import PARTITIONERS
+    from partition.methods import PARTITIONERS
 
     config = PartitionConfig(num_parts=args.parts, method=args.method, seed=args.seed)
     config.check_graph(graph)

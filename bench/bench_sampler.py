@@ -229,7 +229,7 @@ def bench_overlap(args: argparse.Namespace) -> dict[str, Any]:
                     if label == "sync":
                         work.append(loader.stats.sample_s + loader.stats.gather_s - before)
     waits = pref_loader.stats.wait_s / max(pref_loader.stats.batches, 1)
-    loader_hidden = pref_loader.stats.hidden_fraction
+    loader_hidden = pref_loader.stats.prefetch_hidden_fraction
     for it in (sync_it, pref_it):
         it.close()
     med = statistics.median

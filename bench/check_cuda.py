@@ -10,8 +10,9 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
     python bench/check_cuda.py --nodes 200000  # a bigger graph
+    python bench/check_cuda.py --nodes 2000 --epochs 1 --out /tmp/cuda.json  # seconds
 Exit code 0 when every case that could run passed; 2 when there is no CUDA device at all.
-Writes bench/results/cuda.json.
+Writes bench/results/cuda.json (``--out``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=100_000)
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "cuda.json"))
     args = p.parse_args(argv)
     import torch
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         for devices, workers in cases:
             rows.append(run_case(devices, workers, args, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
-    out = REPO / "bench" / "results" / "cuda.json"
+    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"gpus": gpus, "torch": torch.__version__, "cases": rows}, indent=2))
     return 0 if all(r["ok"] for r in rows) else 1

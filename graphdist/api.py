@@ -1,9 +1,13 @@
 """The Python API: ``train(...)`` for one call, ``Trainer`` for finer control.
 
-Example:
+Example (one worker runs in this process; more are spawned):
+    >>> import contextlib, io, tempfile
     >>> import graphdist as gd
-    >>> result = gd.train(None, dataset="cora", num_workers=2, epochs=2)  # doctest: +SKIP
-    >>> result.best["test_acc"]  # doctest: +SKIP
+    >>> with contextlib.redirect_stdout(io.StringIO()):  # the run's progress lines
+    ...     result = gd.train(None, dataset="synthetic-2000", num_workers=1, epochs=2, hidden=16,
+    ...                       run_dir=tempfile.mkdtemp())
+    >>> [r["epoch"] for r in result.history], sorted(p.name for p in result.run_dir.iterdir())[:3]
+    ([1, 2], ['checkpoint.pt', 'config.yaml', 'loss_acc.png'])
 """
 
 from __future__ import annotations
@@ -76,7 +80,12 @@ class Trainer:
         model: a user ``torch.nn.Module`` with ``forward(x, blocks)``; None builds ``config.model``.
 
     Example:
-        >>> # Trainer(TrainConfig(dataset="cora", epochs=2)).fit().best
+        >>> import contextlib, io
+        >>> trainer = Trainer(TrainConfig(dataset="synthetic-2000", num_workers=2, epochs=1))
+        >>> with contextlib.redirect_stdout(io.StringIO()):
+        ...     parts = trainer.prepare_partitions()  # partitioned once, into $GRAPHDIST_CACHE
+        >>> parts.name, (parts / "meta.json").exists()
+        ('synthetic-2000-metis-2-s0-h1', True)
     """
 
     def __init__(self, config: TrainConfig, model: Optional[torch.nn.Module] = None) -> None:
@@ -126,6 +135,7 @@ class Trainer:
         if env.kind != "local":
             if cfg.partitions is None:
                 raise ValueError("under torchrun/SLURM pass --partitions DIR (partition once, before the job)")
+            cfg = self._job_size(cfg, env)
             part_dir = Path(cfg.partitions)
             if env.rank == 0 and not cfg.resume:
                 # The run directory must say what ran, so that --resume RUN_DIR works as locally.
@@ -159,6 +169,19 @@ class Trainer:
         return self._result(history, run_dir)
 
     @staticmethod
+    def _job_size(cfg: TrainConfig, env: Any) -> TrainConfig:
+        """Under torchrun/SLURM the launcher decides the worker count; the config records it."""
+        from graphdist.config import DEFAULT_NUM_WORKERS
+
+        if cfg.num_workers == env.world_size:
+            return cfg
+        if cfg.num_workers != DEFAULT_NUM_WORKERS and env.rank == 0:
+            # (the default is not reported: it was not asked for)
+            logger.warning("--num-workers %d is ignored under %s: the job has WORLD_SIZE=%d workers",
+                           cfg.num_workers, env.kind, env.world_size)
+        return replace(cfg, num_workers=env.world_size)
+
+    @staticmethod
     def _result(history: list[dict[str, Any]], run_dir: Path) -> TrainResult:
         return TrainResult(history=history, run_dir=run_dir, final=history[-1] if history else {},
                            best=best_epoch(history))
@@ -179,7 +202,7 @@ def train(
         model: any ``torch.nn.Module`` with ``forward(x, blocks)`` (PyG layers work on
             ``(x, x[:b.num_dst]), b.edge_index``); None builds ``options["model"]`` (default GraphSAGE).
         partitions: a partition directory, or None with ``dataset=...`` to partition on the fly.
-        strategy: ``minibatch``.
+        strategy: a registered strategy (``graphdist.trainers.base.STRATEGIES``; default ``minibatch``).
         num_workers: workers to spawn locally (ignored under torchrun/SLURM).
         epochs, lr: optimisation.
         **options: any other ``TrainConfig`` field (``hidden``, ``fanouts``, ``sync``, ``dataset``, ...).
@@ -188,7 +211,14 @@ def train(
         ``TrainResult`` with the history, the best-validation record and the run directory.
 
     Example:
-        >>> # res = train(MyGNN(...), "parts/cora-2", num_workers=2, epochs=20, fanouts=(10, 5))
+        >>> import contextlib, io, tempfile
+        >>> from graphdist.models import build_model
+        >>> model = build_model("gcn", in_dim=100, hidden=16, out_dim=16, num_layers=2)  # or any nn.Module
+        >>> with contextlib.redirect_stdout(io.StringIO()):
+        ...     res = train(model, dataset="synthetic-2000", num_workers=1, epochs=1, fanouts=(5, 5),
+        ...                 run_dir=tempfile.mkdtemp())
+        >>> res.final["epoch"], res.best is not None
+        (1, True)
     """
     if "fanouts" in options:
         options["fanouts"] = tuple(options["fanouts"])

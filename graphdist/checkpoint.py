@@ -85,7 +85,14 @@ def save_checkpoint(
     """Writes ``run_dir/name`` atomically; ``epoch`` is the number of epochs completed.
 
     Example:
-        >>> # save_checkpoint(Path("runs/x"), model, opt, epoch=3, extra={"sampler": gen.get_state()})
+        >>> import tempfile
+        >>> model = torch.nn.Linear(2, 1)
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> gen = torch.Generator().manual_seed(0)
+        >>> path = save_checkpoint(Path(tempfile.mkdtemp()), model, opt, epoch=3, extra={"sampler": gen.get_state()})
+        >>> state = load_checkpoint(path)
+        >>> state["epoch"], sorted(state["model"]), torch.equal(state["extra"]["sampler"], gen.get_state())
+        (3, ['bias', 'weight'], True)
     """
     state = {
         "format": 1,

@@ -12,11 +12,15 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-MODELS = ("sage", "gcn", "gat")
-STRATEGIES = ("minibatch",)
-SYNC_MODES = ("dwbp", "ddp", "blocking")
-PARTITION_METHODS = ("metis", "random", "super", "stream")
+from graphdist.models.registry import MODELS
+from graphdist.sync.modes import SYNC_MODES
+from graphdist.trainers.base import STRATEGIES
+from partition.methods import METHODS as PARTITION_METHODS
+
+# The choices of each option are declared once, where the implementations register (none of
+# these imports torch); only --feature-norm's live here, as they are a config matter.
 FEATURE_NORMS = ("none", "row")
+DEFAULT_NUM_WORKERS = 2
 
 
 @dataclass(frozen=True)
@@ -50,12 +54,12 @@ class TrainConfig:
     strategy: str = "minibatch"
     sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
     # --- System
-    num_workers: int = 2
+    num_workers: int = DEFAULT_NUM_WORKERS
     devices: tuple[str, ...] = ("cpu",)  # one entry for all workers, or one per worker
     threads: int = 1  # torch threads per worker: N workers x 1 thread fill N cores
     seed: int = 0
     timeout: float = 180.0  # seconds before a collective fails instead of hanging
-    cache_rows: int = 0  # remote-feature cache rows per worker (0: every halo node)
+    cache_rows: int = -1  # remote-feature cache rows per worker: -1 every halo node, 0 none, n the n hottest
     # None = auto: prefetch in a background thread when the worker may use a core beyond its
     # compute threads; on a single core the thread only steals time from the step it overlaps.
     prefetch: Optional[bool] = None
@@ -87,6 +91,8 @@ def validate(cfg: TrainConfig) -> None:
     """Raises ``ValueError`` naming the flag, the constraint, the value and what to do."""
     if cfg.model not in MODELS:
         raise _fail("model", f"must be one of {', '.join(MODELS)}", cfg.model)
+    if cfg.cache_rows < -1:
+        raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", cfg.cache_rows)
     if cfg.strategy not in STRATEGIES:
         raise _fail("strategy", f"must be one of {', '.join(STRATEGIES)}", cfg.strategy)
     if cfg.sync not in SYNC_MODES:

@@ -149,7 +149,9 @@ def spawn(
         KeyboardInterrupt: after terminating every worker on Ctrl-C.
 
     Example:
-        >>> spawn(print, 2, args=("hello",))  # doctest: +SKIP
+        Each child prints ``0 hello`` or ``1 hello`` to its own stdout (doctest sees none of it):
+
+        >>> spawn(print, 2, args=("hello",), timeout=60)
     """
     import torch.multiprocessing as mp
 

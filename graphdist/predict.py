@@ -23,20 +23,17 @@ PREDICTIONS_NAME = "predictions.npz"
 def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, init_method: str) -> None:
     from graphdist import comm
     from graphdist.checkpoint import load_checkpoint
-    from graphdist.trainers.minibatch import build_worker, layerwise_inference
-    from graphdist.trainers.run import join_job
+    from graphdist.trainers.run import build_strategy, join_job
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     join_job(rank, world_size, cfg, init_method)
     try:
-        state = build_worker(rank, world_size, cfg, cfg.partitions)
-        state.model.load_state_dict(load_checkpoint(Path(run_dir))["model"])
-        logits, hidden = layerwise_inference(state, keep_hidden=True)
-        part = state.partition
-        inner = part.global_ids[: part.num_inner]
-        orig = part.orig_ids.index_select(0, inner)
-        pieces = comm.all_gather_object((orig, logits, hidden))
-        if rank == 0:
+        strategy = build_strategy(rank, world_size, cfg, cfg.partitions)
+        strategy.model.load_state_dict(load_checkpoint(Path(run_dir))["model"])
+        mine = strategy.predict()
+        strategy.close()
+        pieces = comm.all_gather_object((mine.orig_ids, mine.logits, mine.embeddings))
+        if comm.is_main_process():
             orig_all = torch.cat([p[0] for p in pieces]).numpy()
             order = np.argsort(orig_all, kind="stable")
             logits_all = torch.cat([p[1] for p in pieces]).numpy()[order]
@@ -54,7 +51,15 @@ def predict(run_dir: str, num_workers: Optional[int] = None) -> Path:
     """Writes ``run_dir/predictions.npz``; returns its path.
 
     Example:
-        >>> # predict("runs/cora") -> Path("runs/cora/predictions.npz")
+        >>> import contextlib, io, tempfile
+        >>> import numpy as np
+        >>> import graphdist as gd
+        >>> run = tempfile.mkdtemp()
+        >>> with contextlib.redirect_stdout(io.StringIO()):
+        ...     _ = gd.train(None, dataset="synthetic-2000", num_workers=1, epochs=1, hidden=16, run_dir=run)
+        >>> out = predict(run)
+        >>> sorted(np.load(out).files), np.load(out)["orig_id"][:3].tolist()
+        (['embedding', 'logits', 'orig_id', 'pred'], [0, 1, 2])
     """
     from graphdist import runlog
     from graphdist.config import resolve

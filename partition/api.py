@@ -33,7 +33,8 @@ from partition.format import (
     verify_files,
     write_partition_files,
 )
-from partition.partitioners import DEFAULT_BALANCE, METHODS, PARTITIONERS, validate_balance
+from partition.methods import METHODS, PARTITIONERS
+from partition.methods.metis import DEFAULT_BALANCE, validate_balance
 from partition.stats import PartitionStats, format_table, partition_stats
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphdist.data.graph import Graph
+from graphdist.data.graph import Graph, counts_to_indptr  # one implementation, numpy or torch
 
 
 def graph_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -22,13 +22,6 @@ def graph_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
         True
     """
     return graph.indptr.numpy(), graph.indices.numpy()
-
-
-def counts_to_indptr(counts: np.ndarray) -> np.ndarray:
-    """``[0, c0, c0+c1, ...]`` as int64."""
-    indptr = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return indptr
 
 
 def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -43,7 +43,6 @@ import json
 import os
 import secrets
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
 
@@ -53,6 +52,7 @@ import torch
 from graphdist.data.graph import MASK_NAMES, Graph
 from partition.csr import graph_arrays
 from partition.halo import PartArrays, Relabel, build_part
+from partition.part import Partition
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -291,65 +291,6 @@ def _meta(
 
 
 # ================================================================== reading
-@dataclass(eq=False)
-class Partition:
-    """One part of a partition directory, arrays memory-mapped.
-
-    Local ids: ``0 .. num_inner-1`` are the inner nodes (global
-    ``part_offsets[part_id] + local``), then the halo nodes. CSR rows are local
-    ids ``0 .. num_rows-1`` (inner nodes, then for ``halo_hops >= 2`` the halo
-    nodes within ``halo_hops - 1`` hops); columns are local ids over all nodes.
-
-    Example:
-        >>> # part = load_partition("parts/cora-4", 0)
-        >>> # part.owner(part.global_ids[part.num_inner:]) equals part.halo_owner
-    """
-
-    part_id: int
-    num_parts: int
-    meta: dict
-    indptr: torch.Tensor
-    indices: torch.Tensor
-    global_ids: torch.Tensor
-    num_inner: int
-    halo_owner: torch.Tensor
-    part_offsets: torch.Tensor
-    x: Optional[torch.Tensor]
-    y: Optional[torch.Tensor]
-    train_mask: Optional[torch.Tensor]
-    val_mask: Optional[torch.Tensor]
-    test_mask: Optional[torch.Tensor]
-    orig_ids: torch.Tensor
-
-    @property
-    def num_local(self) -> int:
-        """Inner plus halo nodes."""
-        return int(self.global_ids.numel())
-
-    @property
-    def num_rows(self) -> int:
-        """Rows of the local CSR (inner nodes, plus halo rows when ``halo_hops >= 2``)."""
-        return int(self.indptr.numel()) - 1
-
-    @property
-    def num_halo(self) -> int:
-        return self.num_local - self.num_inner
-
-    @property
-    def inner_global_range(self) -> tuple[int, int]:
-        """``(start, stop)``: this part owns new global ids ``start <= g < stop``."""
-        return int(self.part_offsets[self.part_id]), int(self.part_offsets[self.part_id + 1])
-
-    def owner(self, global_ids: torch.Tensor) -> torch.Tensor:
-        """Part owning each new global id (binary search over ``part_offsets``)."""
-        ids = torch.as_tensor(global_ids, dtype=torch.int64)
-        return torch.searchsorted(self.part_offsets, ids, right=True) - 1
-
-    def global_indices(self) -> torch.Tensor:
-        """The CSR column ids mapped to new global ids."""
-        return self.global_ids[self.indices]
-
-
 def read_meta(path: PathLike) -> dict:
     """Reads and checks ``meta.json`` of a partition directory.
 

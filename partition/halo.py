@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partition.csr import counts_to_indptr, gather_rows
+from graphdist.data.graph import counts_to_indptr
+from partition.csr import gather_rows
 
 
 @dataclass

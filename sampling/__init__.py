@@ -12,7 +12,7 @@ Layers (each a small ABC, dataclasses between them):
   outward, ``-1`` = all), ``FullNeighborSampler``, ``ClusterSampler`` (seeds = cluster ids).
 - ``FeatureSource.gather(nodes) -> Tensor``: ``LocalFeatureSource``; remote fetch + cache.
 - ``NodeLoader``: batches of seeds -> ``SampledBatch`` with ``x``/``y``, prefetched in a thread.
-- ``layerwise_inference(model, graph, x)``: every node's output, layer by layer, in chunks.
+- ``full_neighbor_inference(model, graph, x)``: every node's output, layer by layer, in chunks.
 
 Example:
     >>> import torch
@@ -27,9 +27,10 @@ Example:
 
 from sampling.base import Block, FeatureSource, LocalFeatureSource, NeighborSource, SampledBatch, Sampler
 from sampling.cluster import ClusterSampler, metis_clusters, random_clusters
-from sampling.full import FullNeighborSampler, LayerwiseModel, as_layerwise, layerwise_inference
+from sampling.full import FullNeighborSampler, LayerwiseModel, as_layerwise, full_neighbor_inference
+from sampling.kernels import sample_csr
 from sampling.loader import LoaderStats, NodeLoader
-from sampling.neighbor import CSRNeighborSource, NeighborSampler, check_fanouts, sample_csr
+from sampling.neighbor import CSRNeighborSource, NeighborSampler, check_fanouts
 
 __all__ = [
     "Block",
@@ -47,7 +48,7 @@ __all__ = [
     "Sampler",
     "as_layerwise",
     "check_fanouts",
-    "layerwise_inference",
+    "full_neighbor_inference",
     "metis_clusters",
     "random_clusters",
     "sample_csr",

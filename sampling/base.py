@@ -176,6 +176,15 @@ class Sampler(abc.ABC):
         """Samples the computation graph of ``seeds`` (int64 global ids; sampler-specific meaning
         for cluster samplers, where they are cluster ids)."""
 
+    @property
+    def lookahead(self) -> int:
+        """How many batches beyond the one being produced ``sample_stream`` may already have read.
+
+        A loader that changes later batches' seeds (``NodeLoader.set_batch_size``) must stay
+        clear of those. 0 here: one batch at a time.
+        """
+        return 0
+
     def sample_stream(self, seed_batches: Iterable[Tensor]) -> Iterator[SampledBatch]:
         """``sample`` of each seed batch, in order; what loaders call.
 

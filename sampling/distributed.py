@@ -2,7 +2,8 @@
 
 Each worker holds one partition (its inner nodes' in-neighbour rows and feature
 rows). Per hop, ``DistNeighborSource`` sends the frontier nodes owned by other
-parts to their owners in one variable-size all-to-all, the owners sample them
+workers to their owners (an ``OwnerMap``: node range -> rank, from the placement plan)
+in one variable-size all-to-all, the owners sample them
 from their own rows and answer in a second one. ``NeighborSampler`` is used
 unchanged on top of it, so relabelling and block building are shared with the
 local sampler.
@@ -17,32 +18,45 @@ worker with no seeds left still joins with an empty request. Calls from a
 prefetch thread must use a process group of their own (``group=``), never the
 one gradient sync uses.
 
-Example:
-    >>> # part = load_partition("parts/cora-2", rank)
-    >>> # sampler = NeighborSampler(DistNeighborSource(part, group=g), [10, 5], seed=rank)
-    >>> # features = DistFeatureSource(part, group=g, cache_rows=10_000)
+Example (one worker, a real one-rank group; with more, each rank builds the same on its part):
+    >>> import tempfile
+    >>> from graphdist.testing import one_rank_group, random_graph
+    >>> from partition.api import load_partition, partition
+    >>> from sampling import NeighborSampler, NodeLoader
+    >>> part = load_partition(partition(random_graph(50, seed=0), 1, method="random",
+    ...                                 out=tempfile.mkdtemp() + "/p"), 0)
+    >>> with one_rank_group():
+    ...     sampler = NeighborSampler(DistNeighborSource(part), [5, 5], seed=0)
+    ...     features = DistFeatureSource(part, cache_rows=-1)
+    ...     loader = NodeLoader(features, torch.arange(50), sampler, batch_size=20, prefetch=False)
+    ...     sizes = [b.x.shape[0] == b.input_nodes.numel() for b in loader]
+    >>> sizes
+    [True, True, True]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator, Optional
+from typing import Generator, Optional
 
 import torch
 from torch import Tensor
 
 from graphdist import comm
 from graphdist.data.graph import ranges
+from partition.format import Partition
 from sampling.base import LocalFeatureSource, NeighborSource, run_steps
-from sampling.neighbor import DENSE_MAX_NODES, sample_csr, sample_csr_padded, unpad
+from sampling.kernels import sample_csr, sample_csr_padded, unpad
+from sampling.owners import OwnerMap
+from sampling.relabel import DENSE_MAX_NODES
 
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
 
 
-def _split_by_owner(nodes: Tensor, owners: Tensor, num_parts: int) -> tuple[list[Tensor], Tensor]:
-    """Nodes grouped by owner (one tensor per part) and the permutation that grouped them."""
+def _split_by_owner(nodes: Tensor, owners: Tensor, num_ranks: int) -> tuple[list[Tensor], Tensor]:
+    """Nodes grouped by owner (one tensor per rank) and the permutation that grouped them."""
     order = torch.argsort(owners, stable=True)
-    counts = torch.bincount(owners, minlength=num_parts).tolist()
+    counts = torch.bincount(owners, minlength=num_ranks).tolist()
     return list(torch.split(nodes.index_select(0, order), counts)), order
 
 
@@ -50,33 +64,45 @@ class DistNeighborSource(NeighborSource):
     """Samples neighbours of any global node; remote ones by their owner, in one all-to-all per hop.
 
     Args:
-        partition: this worker's ``Partition`` (its rank = its part id).
+        partition: this worker's ``Partition`` (the rows it serves).
         group: process group for the collectives (a prefetch thread needs its own).
         seed: seeds the generator that serves other workers' requests (checkpointed).
+        owners: which rank serves each node (default: part ``p`` on rank ``p``).
 
     Example:
-        >>> # src = DistNeighborSource(part); NeighborSampler(src, [15, 10], seed=rank)
+        >>> import tempfile
+        >>> from graphdist.testing import one_rank_group, tiny_graph
+        >>> from partition.api import load_partition, partition
+        >>> from sampling import NeighborSampler
+        >>> part = load_partition(partition(tiny_graph(), 1, method="random", out=tempfile.mkdtemp() + "/p"), 0)
+        >>> with one_rank_group():
+        ...     src = DistNeighborSource(part)
+        ...     batch = NeighborSampler(src, [2], seed=0).sample(torch.tensor([0, 1]))
+        >>> batch.seed_nodes.tolist(), batch.blocks[0].num_dst
+        ([0, 1], 2)
     """
 
-    def __init__(self, partition: Any, group: Any = None, seed: int = 0) -> None:
+    def __init__(self, partition: Partition, group: object = None, seed: int = 0,
+                 owners: Optional[OwnerMap] = None) -> None:
         self.partition = partition
         self.group = group
-        self.num_parts = int(partition.num_parts)
-        self.offset = int(partition.part_offsets[partition.part_id])
+        self.owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
+        self.num_ranks = self.owners.world_size
+        self.offset = partition.inner_global_range[0]
         # Rows are inner nodes in global-id order; columns mapped to global ids once, here,
         # so answers need no translation per request.
         self.indptr = partition.indptr[: partition.num_inner + 1]
-        self.indices = partition.global_ids.index_select(0, partition.indices[: int(self.indptr[-1])].to(torch.int64))
-        self.serve_generator = torch.Generator().manual_seed(int(seed) * 7919 + partition.part_id)
+        self.indices = partition.global_indices(inner_only=True)
+        self.serve_generator = torch.Generator().manual_seed(serving_seed(seed, partition.part_id))
         # With other workers each hop pauses while its exchanges travel, so
         # ``NeighborSampler.sample_stream`` interleaves batches; alone there is nothing to wait for.
-        self.pipelined = self.num_parts > 1
+        self.pipelined = self.num_ranks > 1
         self.remote_requests = 0
         self.local_requests = 0
 
     @property
     def num_nodes(self) -> int:
-        return int(self.partition.part_offsets[-1])
+        return self.owners.num_nodes
 
     def get_state(self) -> Tensor:
         return self.serve_generator.get_state()
@@ -100,13 +126,13 @@ class DistNeighborSource(NeighborSource):
         own = nodes.index_select(0, own_idx)
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
-        if self.num_parts == 1:  # one worker: nothing to exchange, already in order
+        if self.num_ranks == 1:  # one worker: nothing to exchange, already in order
             return sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
         remote = nodes.index_select(0, remote_idx)
-        requests, remote_order = _split_by_owner(remote, self.partition.owner(remote), self.num_parts)
+        requests, remote_order = _split_by_owner(remote, self.owners.rank_of(remote), self.num_ranks)
         remote_idx = remote_idx.index_select(0, remote_order)
         sizes = comm.all_to_all_counts_async([r.numel() for r in requests], group=self.group, tag="sample")
         yield  # 1: the request sizes travel
@@ -158,23 +184,47 @@ def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tens
     return nbrs_grouped.index_select(0, positions), counts
 
 
-def fetch_rows(partition: Any, table: Tensor, nodes: Tensor, group: Any = None, tag: str = "feature") -> Tensor:
+def serving_seed(seed: int, part_id: int) -> int:
+    """Seed of the generator that answers other ranks' sampling requests for ``part_id``.
+
+    Distinct per part and apart from every sampler's own seed (``seed * 1000 + rank``).
+
+    Example:
+        >>> serving_seed(0, 1), serving_seed(2, 0)
+        (1, 15838)
+    """
+    return int(seed) * 7919 + int(part_id)
+
+
+def fetch_rows(partition: Partition, table: Tensor, nodes: Tensor, group: object = None, tag: str = "feature",
+               owners: Optional[OwnerMap] = None) -> Tensor:
     """Rows of ``nodes`` from whichever worker owns them; a collective (one request, one reply).
 
     Args:
-        partition: this worker's ``Partition`` (for ownership).
+        partition: this worker's ``Partition`` (its own rows' id range).
         table: ``[num_inner, F]`` rows of this worker's inner nodes (features or embeddings).
         nodes: int64 global ids (any owner; may be empty, the call is still collective).
         group: process group.
         tag: byte-counter tag.
+        owners: which rank serves each node (default: part ``p`` on rank ``p``).
 
     Returns:
         ``[len(nodes), F]`` rows in ``nodes`` order.
+
+    Example:
+        >>> import tempfile
+        >>> from graphdist.testing import one_rank_group, tiny_graph
+        >>> from partition.api import load_partition, partition
+        >>> part = load_partition(partition(tiny_graph(), 1, method="random", out=tempfile.mkdtemp() + "/p"), 0)
+        >>> with one_rank_group():
+        ...     rows = fetch_rows(part, part.x, torch.tensor([3, 1]))
+        >>> torch.equal(rows, part.x[[3, 1]])
+        True
     """
     nodes = nodes.to(torch.int64)
-    offset = int(partition.part_offsets[partition.part_id])
-    owners = partition.owner(nodes)
-    requests, order = _split_by_owner(nodes, owners, int(partition.num_parts))
+    offset = partition.inner_global_range[0]
+    owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
+    requests, order = _split_by_owner(nodes, owners.rank_of(nodes), owners.world_size)
     asked = comm.all_to_all_v(requests, group=group, tag=tag)
     replies = [table.index_select(0, ids - offset) for ids in asked]
     # One row back per id asked: the reply sizes are known, no size exchange.
@@ -206,16 +256,18 @@ class DistFeatureSource(LocalFeatureSource):
 
     A :class:`LocalFeatureSource` over the partition's own rows (``x[global - offset]``),
     extended with the cache and the fetch from the other workers. Own rows and cached rows
-    live in one table (``table``; ``x`` and ``cache_rows`` are views of it), so a batch's
+    live in one table (``table``; ``x`` and ``cached`` are views of it), so a batch's
     local and cached rows come in one ``index_select``; building it copies ``x`` once.
 
     Args:
         partition: this worker's ``Partition``.
         group: process group (one per thread that gathers).
-        cache_rows: remote rows to cache; ``None`` = every halo node (``cache_mib`` permitting).
+        cache_rows: remote rows to cache: ``-1`` every halo node (default), ``0`` none, ``n``
+            the ``n`` hottest (``cache_mib`` permitting). The same meaning as ``--cache-rows``.
         cache_mib: a cap on the cache's memory in MiB (None = no cap).
         features: the ``[num_inner, F]`` table to serve instead of ``partition.x`` (e.g.
             normalised features, or embeddings during layer-wise inference).
+        owners: which rank serves each node (default: part ``p`` on rank ``p``).
 
     The cache is filled once, collectively, at construction: every rank must
     construct its source at the same point.
@@ -223,20 +275,24 @@ class DistFeatureSource(LocalFeatureSource):
 
     def __init__(
         self,
-        partition: Any,
-        group: Any = None,
-        cache_rows: Optional[int] = None,
+        partition: Partition,
+        group: object = None,
+        cache_rows: int = -1,
         cache_mib: Optional[float] = None,
         features: Optional[Tensor] = None,
+        owners: Optional[OwnerMap] = None,
     ) -> None:
         x = partition.x if features is None else features
         if x is None:
             raise ValueError(f"partition {partition.part_id}: has no features (x.npy) to serve")
+        if cache_rows < -1:
+            raise ValueError(f"cache_rows: expected -1 (every halo node), 0 (none) or a row count (got {cache_rows})")
         super().__init__(x)
         self.partition = partition
         self.group = group
-        self.offset = int(partition.part_offsets[partition.part_id])
-        self.num_parts = int(partition.num_parts)
+        self.owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
+        self.offset = partition.inner_global_range[0]
+        self.num_ranks = self.owners.world_size
         self.stats = CacheStats()
         self._build_cache(cache_rows, cache_mib)
 
@@ -244,16 +300,15 @@ class DistFeatureSource(LocalFeatureSource):
     def _hot_halo_nodes(self, limit: int) -> Tensor:
         """Halo nodes by how many local edges reference them, most first (global ids)."""
         part = self.partition
-        num_halo = part.num_local - part.num_inner
-        if num_halo == 0 or limit <= 0:
+        if part.num_halo == 0 or limit <= 0:
             return torch.zeros(0, dtype=torch.int64)
         refs = torch.bincount(part.indices.to(torch.int64), minlength=part.num_local)[part.num_inner :]
         top = torch.argsort(refs, descending=True, stable=True)[:limit]
         return part.global_ids[part.num_inner + top]
 
-    def _build_cache(self, cache_rows: Optional[int], cache_mib: Optional[float]) -> None:
-        num_halo = self.partition.num_local - self.partition.num_inner
-        limit = num_halo if cache_rows is None else min(int(cache_rows), num_halo)
+    def _build_cache(self, cache_rows: int, cache_mib: Optional[float]) -> None:
+        num_halo = self.partition.num_halo
+        limit = num_halo if cache_rows == -1 else min(int(cache_rows), num_halo)
         if cache_mib is not None:
             row_bytes = self.num_features * self.x.element_size()
             limit = min(limit, int(cache_mib * 2**20 // max(row_bytes, 1)))
@@ -265,13 +320,13 @@ class DistFeatureSource(LocalFeatureSource):
         # straight into the batch buffer (no second copy of the cached rows, no masked writes).
         self.table = torch.cat([self.x, cached]) if cached.shape[0] else self.x
         self.x = self.table[:num_inner]
-        self.cache_rows = self.table[num_inner:]
+        self.cached = self.table[num_inner:]
         # Table row of every global id (-1: fetch it), one int32 gather per batch. Above
         # DENSE_MAX_NODES nodes the map would cost too much memory: a binary search over the
         # sorted cache ids does the same.
         self._row_of: Optional[Tensor] = None
-        if self.num_parts > 1 and self.partition.part_offsets[-1] <= DENSE_MAX_NODES:
-            row_of = torch.full((int(self.partition.part_offsets[-1]),), -1, dtype=torch.int32)
+        if self.num_ranks > 1 and self.owners.num_nodes <= DENSE_MAX_NODES:
+            row_of = torch.full((self.owners.num_nodes,), -1, dtype=torch.int32)
             row_of[self.offset : self.offset + num_inner] = torch.arange(num_inner, dtype=torch.int32)
             row_of[self.cache_ids] = torch.arange(num_inner, self.table.shape[0], dtype=torch.int32)
             self._row_of = row_of
@@ -279,7 +334,7 @@ class DistFeatureSource(LocalFeatureSource):
 
     @property
     def cache_bytes(self) -> int:
-        return int(self.cache_rows.numel() * self.cache_rows.element_size())
+        return int(self.cached.numel() * self.cached.element_size())
 
     def _table_rows(self, nodes: Tensor) -> Tensor:
         """Row of ``self.table`` holding each node, ``-1`` where the node must be fetched."""
@@ -299,7 +354,7 @@ class DistFeatureSource(LocalFeatureSource):
 
     # ---------------------------------------------------------------- fetch
     def _fetch(self, nodes: Tensor) -> Tensor:
-        return fetch_rows(self.partition, self.x, nodes, group=self.group, tag="feature")
+        return fetch_rows(self.partition, self.x, nodes, group=self.group, tag="feature", owners=self.owners)
 
     def gather(self, nodes: Tensor, out: Optional[Tensor] = None) -> Tensor:
         """Rows of ``nodes``; a collective (every rank calls it, possibly with no nodes)."""
@@ -315,7 +370,7 @@ class DistFeatureSource(LocalFeatureSource):
         # row there and are overwritten with the fetched ones.
         if self.table.shape[0]:
             torch.index_select(self.table, 0, rows.clamp_(min=0) if num_miss else rows, out=out)
-        if self.num_parts > 1:
+        if self.num_ranks > 1:
             out[miss_idx] = self._fetch(nodes.index_select(0, miss_idx))
         self.stats.cache_hits += n - num_local - num_miss
         self.stats.fetched_rows += num_miss

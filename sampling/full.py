@@ -22,7 +22,7 @@ Example:
     ...     def layer_forward(self, i, x, block):
     ...         return block.adj() @ x / block.in_degrees().clamp(min=1).unsqueeze(1)
     >>> g = tiny_graph()
-    >>> layerwise_inference(Mean(), g, g.x, batch_size=4)[0].tolist()  # mean of nodes 1, 4, 9
+    >>> full_neighbor_inference(Mean(), g, g.x, batch_size=4)[0].tolist()  # mean of nodes 1, 4, 9
     [4.666666507720947]
 """
 
@@ -37,12 +37,12 @@ from graphdist.data.graph import Graph
 from sampling.base import Block, FeatureSource, NeighborSource, SampledBatch, Sampler
 from sampling.neighbor import CSRNeighborSource, NeighborSampler
 
-__all__ = ["LayerwiseModel", "FullNeighborSampler", "layerwise_inference", "as_layerwise"]
+__all__ = ["LayerwiseModel", "FullNeighborSampler", "full_neighbor_inference", "as_layerwise"]
 
 
 @runtime_checkable
 class LayerwiseModel(Protocol):
-    """A GNN that can run one layer on one block: what ``layerwise_inference`` needs.
+    """A GNN that can run one layer on one block: what ``full_neighbor_inference`` needs.
 
     Attributes:
         num_layers: number of message-passing layers.
@@ -113,7 +113,7 @@ def as_layerwise(convs: Sequence[nn.Module], activation: Callable[[Tensor], Tens
 
 
 @torch.no_grad()
-def layerwise_inference(
+def full_neighbor_inference(
     model: LayerwiseModel,
     graph: Union[Graph, NeighborSource],
     features: Union[Tensor, FeatureSource],
@@ -136,7 +136,11 @@ def layerwise_inference(
         ValueError: if ``model`` lacks ``num_layers``/``layer_forward`` or ``batch_size < 1``.
 
     Example:
-        >>> # logits = layerwise_inference(model, graph, graph.x, batch_size=8192)
+        >>> from graphdist.models import build_model
+        >>> from graphdist.testing import random_graph
+        >>> g = random_graph(30, seed=0, feature_dim=4)
+        >>> full_neighbor_inference(build_model("sage", 4, 8, 3), g, g.x, batch_size=8).shape
+        torch.Size([30, 3])
     """
     if not isinstance(model, LayerwiseModel):
         raise ValueError(

@@ -76,8 +76,8 @@ class LoaderStats:
     gather_s: float = 0.0
 
     @property
-    def hidden_fraction(self) -> float:
-        """Share of sampling + gathering time the caller did not wait for (1.0 = fully hidden)."""
+    def prefetch_hidden_fraction(self) -> float:
+        """Share of sampling + gathering time the caller did not wait for (1.0 = fully hidden by prefetch)."""
         work = self.sample_s + self.gather_s
         return 0.0 if work <= 0 else max(0.0, 1.0 - self.wait_s / work)
 
@@ -189,6 +189,12 @@ class NodeLoader:
         self.epoch = 0
         self.stats = LoaderStats()
         self._ring: Optional[_BufferRing] = None
+        # This epoch's plan (None between epochs), the fresh seeds used before each batch, and
+        # how many batches the caller has received: what set_batch_size needs to replan.
+        self._batches: Optional[list[Tensor]] = None
+        self._consumed: list[int] = []
+        self._shuffled: Tensor = self.seeds
+        self._yielded = 0
         self._stop: Optional[threading.Event] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -203,14 +209,89 @@ class NodeLoader:
 
     def _plan(self) -> list[Tensor]:
         """This epoch's seed batches, drawn in the caller's thread so prefetching cannot reorder RNG use."""
-        n, bs = self.seeds.numel(), self.batch_size
+        n = self.seeds.numel()
         order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
-        seeds = self.seeds.index_select(0, order)
-        batches = list(torch.split(seeds, bs))[: self.natural_num_batches()]
-        want = len(self)
-        if want <= len(batches):
-            return batches[:want]
-        return batches + [self._padding_batch(seeds) for _ in range(want - len(batches))]
+        self._shuffled = self.seeds.index_select(0, order)
+        self._batches, self._consumed = [], []
+        self._plan_from(0, 0, len(self))
+        return self._batches
+
+    def _plan_from(self, k: int, start: int, want: int) -> None:
+        """(Re)plans batches ``k..want-1`` at the current batch size from fresh seeds ``shuffled[start:]``."""
+        bs = self.batch_size
+        pieces = list(torch.split(self._shuffled[start:], bs))
+        if self.drop_last and pieces and pieces[-1].numel() < bs:
+            pieces.pop()
+        pieces = pieces[: max(0, want - k)]
+        consumed, batches = [], []
+        for piece in pieces:
+            consumed.append(start)
+            batches.append(piece)
+            start += piece.numel()
+        for _ in range(want - k - len(pieces)):
+            consumed.append(start)
+            batches.append(self._padding_batch(self._shuffled))
+        # In place: the producer thread reads the plan by index, lazily.
+        self._batches[k:] = batches
+        self._consumed[k:] = consumed
+
+    def earliest_batch_size_change(self) -> int:
+        """The first batch of this epoch whose seeds are not drawn yet (0 between epochs).
+
+        Batches before it may already be sampling: up to ``prefetch_depth`` ahead of the caller in
+        the prefetch thread, and ``sampler.lookahead`` more inside a pipelined sampler.
+        """
+        if self._batches is None:
+            return 0
+        return self._yielded + (self.prefetch_depth if self.prefetch else 0) + self.sampler.lookahead
+
+    def set_batch_size(self, batch_size: int, from_batch: Optional[int] = None) -> None:
+        """Seeds per batch from batch ``from_batch`` of the current epoch on (and in later epochs).
+
+        Batches already planned before ``from_batch`` keep their seeds; the rest are replanned
+        from the seeds not used yet, at the new size, and the epoch keeps its number of batches
+        (a larger share runs out sooner and pads; a smaller one leaves seeds unused, as a fixed
+        ``num_batches`` does). Between epochs ``from_batch`` may be omitted. Distributed workers
+        must pass the same ``from_batch`` on every rank (their collectives follow the batches).
+
+        Args:
+            batch_size: the new size (>= 1).
+            from_batch: the first batch (0-based, this epoch) to get it; at least
+                :meth:`earliest_batch_size_change`.
+
+        Raises:
+            ValueError: a size below 1, or a batch that may already be sampling.
+
+        Example:
+            >>> from graphdist.testing import tiny_graph
+            >>> from sampling import NeighborSampler
+            >>> g = tiny_graph()
+            >>> loader = NodeLoader(g, torch.arange(10), NeighborSampler(g, [1], seed=0), batch_size=2,
+            ...                     shuffle=False, prefetch=False)
+            >>> sizes = []
+            >>> for i, b in enumerate(loader):
+            ...     sizes.append(b.seed_nodes.numel())
+            ...     if i == 0:
+            ...         loader.set_batch_size(4, from_batch=loader.earliest_batch_size_change())
+            >>> sizes  # 5 batches as planned; 8 fresh seeds fill two of 4, then padding
+            [2, 4, 4, 4, 4]
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size: expected >= 1 (got {batch_size})")
+        if self._batches is None:
+            if from_batch not in (None, 0):
+                raise ValueError(f"from_batch: no epoch is running; expected None or 0 (got {from_batch})")
+            self.batch_size = int(batch_size)
+            return
+        earliest = self.earliest_batch_size_change()
+        if from_batch is None or from_batch < earliest:
+            raise ValueError(
+                f"from_batch: batches before {earliest} of this epoch may already be sampling "
+                f"(got {from_batch}); pass from_batch >= {earliest}, the same on every rank"
+            )
+        self.batch_size = int(batch_size)
+        if from_batch < len(self._batches):
+            self._plan_from(from_batch, self._consumed[from_batch], len(self._batches))
 
     def _padding_batch(self, shuffled: Tensor) -> Tensor:
         n = shuffled.numel()
@@ -223,8 +304,12 @@ class NodeLoader:
 
     # ------------------------------------------------------------- one batch
     def _prepared(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
-        """The plan's batches, sampled (``sampler.sample_stream``, which may pipeline) and gathered."""
-        stream = self.sampler.sample_stream(plan)
+        """The plan's batches, sampled (``sampler.sample_stream``, which may pipeline) and gathered.
+
+        The plan is read by index when the sampler asks for a batch, so ``set_batch_size`` can
+        replan batches the sampler has not reached.
+        """
+        stream = self.sampler.sample_stream(plan[k] for k in range(len(plan)))
         try:
             while True:
                 t0 = time.perf_counter()
@@ -269,6 +354,7 @@ class NodeLoader:
     # ------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[SampledBatch]:
         self._stop_previous()
+        self._yielded = 0
         plan = self._plan()
         self.epoch += 1
         return self._iter_prefetch(plan) if self.prefetch else self._iter_sync(plan)
@@ -283,9 +369,11 @@ class NodeLoader:
                 if batch is None:
                     return
                 self.stats.batches += 1
+                self._yielded += 1
                 yield batch
         finally:
             prepared.close()
+            self._end_epoch(plan)
 
     def _iter_prefetch(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
         q: queue.Queue = queue.Queue(maxsize=self.prefetch_depth)
@@ -306,6 +394,7 @@ class NodeLoader:
                 if isinstance(item, _Failure):
                     raise item.exc
                 self.stats.batches += 1
+                self._yielded += 1
                 yield item
         finally:
             # Early exit (break, exception): unblock the producer and wait for it, so the
@@ -317,6 +406,11 @@ class NodeLoader:
                 except queue.Empty:
                     thread.join(timeout=_POLL_S)
             self._stop, self._thread = None, None
+            self._end_epoch(plan)
+
+    def _end_epoch(self, plan: list[Tensor]) -> None:
+        if self._batches is plan:  # not a newer epoch's plan (an old generator closed late)
+            self._batches = None
 
     def _produce(self, plan: list[Tensor], q: queue.Queue, stop: threading.Event, requested: threading.Semaphore) -> None:
         """Prepares batch k only once the caller has asked for batch k - prefetch_depth.

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from partition.methods import METHODS  # the registry alone: imports neither torch nor pymetis
+
 PROG = "graphdist-partition"
-METHODS = ("metis", "random", "super", "stream")  # mirrors partition.partitioners.METHODS; imported lazily
 
 EXAMPLES = """\
 examples:
@@ -116,7 +117,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> CliArgs:
             raise UsageError(f"--halo-hops: expected an integer >= 1 (got {ns.halo_hops})")
         if ns.seed < 0:
             raise UsageError(f"--seed: expected an integer >= 0 (got {ns.seed})")
-        from partition.partitioners import validate_balance
+        from partition.methods.metis import validate_balance
 
         try:
             validate_balance(ns.balance)

@@ -45,6 +45,13 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from graphdist.config import FEATURE_NORMS, MODELS, PARTITION_METHODS, STRATEGIES, SYNC_MODES, TrainConfig
+
+    default = TrainConfig.__dataclass_fields__  # the defaults shown in --help come from the config
+
+    def d(name: str) -> str:
+        value = default[name].default
+        return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
     p = argparse.ArgumentParser(
         prog="graphdist-train",
         description="Train a GNN with distributed sampling and wait-free layer-wise gradient sync.",
@@ -55,43 +62,46 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--dataset", metavar="NAME|PATH",
          help="cora, citeseer, pubmed, synthetic-<N> (e.g. synthetic-100k) or a path (default synthetic-100k)")
     _add(data, "--partitions", metavar="DIR", help="an existing partition directory (graphdist-partition)")
-    _add(data, "--partition-method", choices=["metis", "random", "super", "stream"],
-         help="how --dataset is partitioned on the fly (default metis)")
+    _add(data, "--partition-method", choices=list(PARTITION_METHODS),
+         help=f"how --dataset is partitioned on the fly (default {d('partition_method')})")
     model = p.add_argument_group("Model")
-    _add(model, "--model", choices=["sage", "gcn", "gat"], help="reference model (default sage)")
-    _add(model, "--hidden", type=int, help="hidden width (default 128)")
-    _add(model, "--layers", type=int, help="GNN layers (default 2)")
+    _add(model, "--model", choices=list(MODELS), help=f"reference model (default {d('model')})")
+    _add(model, "--hidden", type=int, help=f"hidden width (default {d('hidden')})")
+    _add(model, "--layers", type=int, help=f"GNN layers (default {d('layers')})")
     _add(model, "--fanouts", metavar="K1,K2,..",
-         help="neighbours per layer from the seeds outward, -1 = all (default 10,5)")
-    _add(model, "--dropout", type=float, help="dropout (default 0.5)")
-    _add(model, "--heads", type=int, help="GAT attention heads (default 4)")
-    _add(model, "--feature-norm", choices=["none", "row"],
+         help=f"neighbours per layer from the seeds outward, -1 = all (default {d('fanouts')})")
+    _add(model, "--dropout", type=float, help=f"dropout (default {d('dropout')})")
+    _add(model, "--heads", type=int, help=f"GAT attention heads (default {d('heads')})")
+    _add(model, "--feature-norm", choices=list(FEATURE_NORMS),
          help="row: divide each feature row by its sum, as usual for cora/citeseer/pubmed (default none)")
     opt = p.add_argument_group("Optimisation")
-    _add(opt, "--batch-size", type=int, help="seeds per step over all workers (default 512)")
-    _add(opt, "--epochs", type=int, help="epochs (default 5)")
+    _add(opt, "--batch-size", type=int, help=f"seeds per step over all workers (default {d('batch_size')})")
+    _add(opt, "--epochs", type=int, help=f"epochs (default {d('epochs')})")
     _add(opt, "--max-steps", type=int, help="cap on steps per epoch (default 0 = every train node once)")
-    _add(opt, "--lr", type=float, help="Adam learning rate (default 0.005)")
-    _add(opt, "--weight-decay", type=float, help="Adam weight decay (default 0)")
+    _add(opt, "--lr", type=float, help=f"Adam learning rate (default {d('lr')})")
+    _add(opt, "--weight-decay", type=float, help=f"Adam weight decay (default {d('weight_decay')})")
     sync = p.add_argument_group("Sync")
-    _add(sync, "--strategy", choices=["minibatch"], help="training strategy (default minibatch)")
-    _add(sync, "--sync", choices=["dwbp", "ddp", "blocking"],
-         help="gradient sync: wait-free layer-wise (dwbp, default), torch DDP, or blocking allreduce")
+    _add(sync, "--strategy", choices=list(STRATEGIES),
+         help=f"training strategy (default {d('strategy')})")
+    _add(sync, "--sync", choices=list(SYNC_MODES),
+         help="gradient sync: " + "; ".join(f"{k}: {v}" for k, v in SYNC_MODES.items())
+         + f" (default {d('sync')})")
     system = p.add_argument_group("System")
-    _add(system, "--num-workers", type=int, help="local workers to spawn (default 2; torchrun sets its own)")
+    _add(system, "--num-workers", type=int, help=f"local workers to spawn (default {d('num_workers')}; torchrun sets its own)")
     _add(system, "--devices", metavar="D1,D2,..", help="cpu (default), or one per worker, e.g. cpu,cuda:0")
-    _add(system, "--threads", type=int, help="torch threads per worker (default 1)")
-    _add(system, "--seed", type=int, help="random seed (default 0)")
-    _add(system, "--timeout", type=float, help="seconds before a collective fails instead of hanging (default 180)")
-    _add(system, "--cache-rows", type=int, help="remote-feature cache rows per worker (default 0 = all halo nodes)")
+    _add(system, "--threads", type=int, help=f"torch threads per worker (default {d('threads')})")
+    _add(system, "--seed", type=int, help=f"random seed (default {d('seed')})")
+    _add(system, "--timeout", type=float, help=f"seconds before a collective fails instead of hanging (default {default['timeout'].default:g})")
+    _add(system, "--cache-rows", type=int,
+         help="remote-feature cache rows per worker: -1 every halo node (default), 0 none, N the N hottest")
     prefetch = system.add_mutually_exclusive_group()
     prefetch.add_argument("--prefetch", dest="prefetch", action="store_const", const=True, default=None,
                           help="always sample the next batch in a background thread (default: when the worker "
                                "may use a core beyond its --threads)")
     prefetch.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
                           help="sample in the training thread")
-    _add(system, "--log-interval", type=int, help="steps between progress lines (default 20)")
-    _add(system, "--eval-every", type=int, help="evaluate every N epochs, and after the last (default 1; 0 = never)")
+    _add(system, "--log-interval", type=int, help=f"steps between progress lines (default {d('log_interval')})")
+    _add(system, "--eval-every", type=int, help=f"evaluate every N epochs, and after the last (default {d('eval_every')}; 0 = never)")
     _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")
     _add(system, "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     _add(system, "--predict", metavar="RUN_DIR", help="write predictions and embeddings of RUN_DIR's model")

@@ -1,7 +1,11 @@
 """The only code in graphdist that calls ``torch.distributed``.
 
-Process-group set-up with a timeout, role helpers, and (added by later work)
-collectives that name the rank and operation on failure and count bytes.
+- ``group``: process-group set-up with a timeout, role helpers (``is_main_process``).
+- ``collectives``: all-to-all, gather, broadcast, handles and futures; errors name the rank.
+- ``algorithms``: allreduce algorithms as callables ``algorithm(tensor, group, tag) -> Handle``.
+- ``topology``: which ranks share a host (``Topology``, ``discover_topology``).
+- ``counters``: bytes sent per purpose tag, and the part that crosses hosts.
+- ``ddp``: torch DDP over a graphdist group, with a communication hook.
 
 Example:
     >>> from graphdist import comm
@@ -9,23 +13,34 @@ Example:
     False
 """
 
-from graphdist.comm.collectives import (
-    COUNTER,
-    Handle,
-    all_gather_object,
+from graphdist.comm.algorithms import (
+    ALLREDUCE_ALGORITHMS,
+    AllreduceAlgorithm,
+    Ring,
     all_reduce,
     all_reduce_async,
+    allreduce_algorithm,
+)
+from graphdist.comm.collectives import (
+    Handle,
+    all_gather_object,
     all_to_all_counts_async,
     all_to_all_v,
     all_to_all_v_async,
     broadcast,
     broadcast_object,
-    byte_counts,
-    ddp_wrap,
     new_group,
+    start_all_reduce,
+    wait_future,
+)
+from graphdist.comm.counters import (
+    COUNTER,
+    byte_counts,
+    inter_host_byte_counts,
     reset_byte_counts,
     time_counts,
 )
+from graphdist.comm.ddp import ddp_wrap
 from graphdist.comm.group import (
     CommError,
     barrier,
@@ -36,29 +51,39 @@ from graphdist.comm.group import (
     is_main_process,
     shutdown,
 )
+from graphdist.comm.topology import Topology, discover_topology
 
 __all__ = [
+    "ALLREDUCE_ALGORITHMS",
+    "AllreduceAlgorithm",
     "COUNTER",
+    "CommError",
     "Handle",
+    "Ring",
+    "Topology",
     "all_gather_object",
     "all_reduce",
     "all_reduce_async",
     "all_to_all_counts_async",
     "all_to_all_v",
     "all_to_all_v_async",
+    "allreduce_algorithm",
+    "barrier",
     "broadcast",
     "broadcast_object",
     "byte_counts",
     "ddp_wrap",
-    "new_group",
-    "reset_byte_counts",
-    "time_counts",
-    "CommError",
-    "barrier",
+    "discover_topology",
     "get_rank",
     "get_world_size",
     "init_process_group",
+    "inter_host_byte_counts",
     "is_initialized",
     "is_main_process",
+    "new_group",
+    "reset_byte_counts",
     "shutdown",
+    "start_all_reduce",
+    "time_counts",
+    "wait_future",
 ]

@@ -5,84 +5,37 @@ Every collective here:
   died or a link that broke surfaces as an error within the group's timeout,
   never as a hang);
 - counts the bytes this rank sends, per tag (``grad``, ``feature``, ``sample``,
-  ...), so trainers can report traffic by purpose;
+  ...), so trainers can report traffic by purpose (``graphdist.comm.counters``);
 - stages CUDA tensors through host memory when the group is gloo (mixed
   CPU/GPU clusters run gloo: CPU ranks cannot join NCCL).
+
+Allreduce is not here: each allreduce algorithm (``graphdist.comm.algorithms``) starts its
+own work through :func:`start_all_reduce` and counts bytes by its own formula.
+
+Example (one rank, a real gloo group):
+    >>> import torch
+    >>> from graphdist.testing import one_rank_group
+    >>> with one_rank_group():
+    ...     parts = all_to_all_v([torch.arange(3)], tag="doc")
+    ...     gathered = all_gather_object({"rank": 0})
+    >>> parts[0].tolist(), gathered
+    ([0, 1, 2], [{'rank': 0}])
 """
 
 from __future__ import annotations
 
 import datetime
 import re
-import threading
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
+from graphdist.comm.counters import COUNTER
 from graphdist.comm.group import CommError, cpu_group, get_rank, get_world_size, is_initialized, ranks_at
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
-
-# ----------------------------------------------------------------- counters
-
-
-@dataclass
-class ByteCounter:
-    """Bytes sent, calls, and seconds inside blocking collectives, per tag.
-
-    Thread-safe (the prefetch thread counts too). Seconds are wall time in the
-    call, waiting for slower peers included: what the caller lost to the exchange.
-    """
-
-    sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, tag: str, nbytes: int) -> None:
-        with self._lock:
-            self.sent[tag] += int(nbytes)
-            self.calls[tag] += 1
-
-    def add_time(self, tag: str, seconds: float) -> None:
-        with self._lock:
-            self.seconds[tag] += seconds
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self.sent)
-
-    def time_snapshot(self) -> dict[str, float]:
-        with self._lock:
-            return dict(self.seconds)
-
-    def reset(self) -> None:
-        with self._lock:
-            self.sent.clear()
-            self.calls.clear()
-            self.seconds.clear()
-
-
-COUNTER = ByteCounter()
-
-
-def byte_counts() -> dict[str, int]:
-    """Bytes this rank has sent, per tag, since the last :func:`reset_byte_counts`."""
-    return COUNTER.snapshot()
-
-
-def time_counts() -> dict[str, float]:
-    """Seconds this rank spent inside blocking collectives (all_to_all_v), per tag."""
-    return COUNTER.time_snapshot()
-
-
-def reset_byte_counts() -> None:
-    COUNTER.reset()
-
 
 # ------------------------------------------------------------------ helpers
 
@@ -137,23 +90,39 @@ def _run(op: str, group: Group, call: Callable[[], Any]) -> Any:
 class Handle:
     """An in-flight asynchronous collective. ``wait()`` finishes it and copies back.
 
+    ``future()`` gives the same completion as a ``torch.futures.Future`` of the result
+    tensor, the currency of communication hooks (``graphdist.sync.hooks``).
+
     Example:
-        >>> # h = all_reduce_async(grad); ...; h.wait()
+        >>> import torch
+        >>> from graphdist.testing import one_rank_group
+        >>> with one_rank_group():
+        ...     h = start_all_reduce(torch.ones(2))
+        ...     value = h.future().wait()
+        >>> value.tolist(), h.done
+        ([1.0, 1.0], True)
     """
 
-    def __init__(self, op: str, work: Any, group: Group, on_done: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, op: str, work: Any, group: Group, on_done: Optional[Callable[[], None]] = None,
+                 result: Optional[torch.Tensor] = None) -> None:
         self.op = op
         self._work = work
         self._group = group
         self._on_done = on_done
+        self._result = result
         self.done = False
 
     def is_completed(self) -> bool:
         return self.done or bool(self._work is None or self._work.is_completed())
 
-    def wait(self, timeout_s: Optional[float] = None) -> None:
+    def wait(self, timeout_s: Optional[float] = None) -> Optional[torch.Tensor]:
+        """Waits for the backend (within the group's timeout, or ``timeout_s``); returns the result tensor.
+
+        Raises:
+            CommError: naming this rank and the operation, if the collective failed or timed out.
+        """
         if self.done:
-            return
+            return self._result
         try:
             if self._work is not None:
                 if timeout_s is None:
@@ -162,68 +131,80 @@ class Handle:
                     self._work.wait(timeout=datetime.timedelta(seconds=timeout_s))
         except Exception as exc:  # noqa: BLE001
             raise _fail(self.op, exc, self._group) from exc
-        if self._on_done is not None:
-            self._on_done()
-        self.done = True
+        self._finish()
+        return self._result
 
-    def add_done_callback(self, callback: Callable[[], None]) -> bool:
-        """Calls ``callback()`` when the backend finishes the collective, from the backend's thread.
+    def _finish(self) -> None:
+        if not self.done:
+            if self._on_done is not None:
+                self._on_done()
+            self.done = True
 
-        Used to time collectives without waiting on them (``sync`` reports when each
-        layer's all-reduce completed). The callback must be cheap and must not raise
-        or call collectives: it runs on a communication thread. It fires on completion
-        of the backend work, which may be before ``wait()`` copies a staged tensor back.
+    def future(self) -> torch.futures.Future:
+        """A future of the result tensor, completed by the backend's thread (copy-back included).
 
-        Args:
-            callback: a function of no arguments.
-
-        Returns:
-            ``True`` if the callback was registered (or already ran because there was
-            no backend work), ``False`` where this backend's work has no future; then
-            the caller has no completion time and should fall back to ``wait()``.
-
-        Example:
-            >>> # h = all_reduce_async(buf); h.add_done_callback(lambda: times.append(time.perf_counter()))
+        Wait on it with :func:`wait_future`, which turns a backend error into a ``CommError``.
         """
         if self._work is None:
-            callback()
-            return True
-        try:
-            future = self._work.get_future()
-        except Exception:  # noqa: BLE001 - some backends' work objects have no future
-            return False
-        # The future's value is never read here: an error surfaces through wait().
-        future.then(lambda _fut: callback())
-        return True
+            fut: torch.futures.Future = torch.futures.Future()
+            self._finish()
+            fut.set_result(self._result)
+            return fut
+
+        def completed(backend: torch.futures.Future) -> Optional[torch.Tensor]:
+            backend.value()  # re-raises the backend's error, if any
+            self._finish()
+            return self._result
+
+        return self._work.get_future().then(completed)
+
+
+def wait_future(future: torch.futures.Future, op: str = "collective", group: Group = None) -> Any:
+    """``future.wait()``, with a backend error (a dead peer, a timeout) as a ``CommError`` naming the rank.
+
+    Example:
+        >>> import torch
+        >>> f = torch.futures.Future(); f.set_result(3)
+        >>> wait_future(f)
+        3
+    """
+    try:
+        return future.wait()
+    except CommError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every backend error becomes a CommError
+        raise _fail(op, exc, group) from exc
 
 
 # ------------------------------------------------------------ collectives
 
+REDUCE_OPS = ("sum", "max", "min")
 
-def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, tag: str = "other") -> torch.Tensor:
-    """In-place all-reduce (``sum``, ``max``, ``min``); returns ``tensor``.
 
-    Example:
-        >>> # t = all_reduce(torch.ones(3))  # inside a process group: t == world_size
+def start_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None) -> Handle:
+    """Starts an in-place all-reduce on the backend and returns at once; counts nothing.
+
+    The building block of the allreduce algorithms (``graphdist.comm.algorithms``), which
+    count their bytes by their own formulas; callers use ``comm.all_reduce`` or an algorithm.
     """
-    all_reduce_async(tensor, op=op, group=group, tag=tag).wait()
-    return tensor
-
-
-def all_reduce_async(tensor: torch.Tensor, op: str = "sum", group: Group = None, tag: str = "grad") -> Handle:
-    """Starts an in-place all-reduce and returns at once; ``Handle.wait()`` completes it.
-
-    Bytes counted as a ring all-reduce sends them: ``2 (P-1)/P * nbytes``.
-    """
+    if op not in REDUCE_OPS:
+        raise ValueError(f"Expected op one of {REDUCE_OPS} (got {op!r})")
     reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
     group = _route(group, tensor)
-    size = dist.get_world_size(group)
-    nbytes = tensor.numel() * tensor.element_size()
-    COUNTER.add(tag, int(2 * (size - 1) / size * nbytes))
     staged = _staged(tensor, group)
     work = _run("all_reduce", group, lambda: dist.all_reduce(staged, op=reduce_op, group=group, async_op=True))
     on_done = (lambda: tensor.copy_(staged)) if staged is not tensor else None
-    return Handle("all_reduce", work, group, on_done)
+    return Handle("all_reduce", work, group, on_done, result=tensor)
+
+
+def group_size(group: Group = None, tensor: Optional[torch.Tensor] = None) -> int:
+    """Ranks in ``group`` (the group a tensor of this kind is routed to)."""
+    return dist.get_world_size(_route(group, tensor))
+
+
+def group_rank(group: Group = None, tensor: Optional[torch.Tensor] = None) -> int:
+    """This process's rank within ``group``."""
+    return dist.get_rank(_route(group, tensor))
 
 
 def all_to_all_v(
@@ -387,81 +368,6 @@ def broadcast(tensor: torch.Tensor, src: int = 0, group: Group = None, tag: str 
     if staged is not tensor:
         tensor.copy_(staged)
     return tensor
-
-
-def ddp_wrap(
-    module: torch.nn.Module,
-    group: Group = None,
-    find_unused_parameters: bool = False,
-    grad_scale: Optional[Callable[[], float]] = None,
-    tag: str = "grad",
-    **kwargs: Any,
-) -> torch.nn.Module:
-    """Wraps ``module`` in torch ``DistributedDataParallel`` over ``group`` (CPU or one device).
-
-    DDP averages gradients over ranks (sum / world size) during backward; a caller
-    that wants a weighted mean scales the loss (``graphdist.sync.LayerwiseSync``
-    with ``mode="ddp"`` does). DDP also broadcasts rank 0's parameters and buffers
-    at construction. Must be called by every rank.
-
-    Args:
-        module: the model; its parameters must live on one device (or the CPU).
-        group: process group (default: the default group).
-        find_unused_parameters: set when some parameters may get no gradient in a
-            step (DDP errors in the next step otherwise); costs a graph traversal.
-        grad_scale: if given, a comm hook replaces DDP's mean: each bucket is
-            multiplied by ``grad_scale()`` (called during backward, once per bucket)
-            and summed over ranks, e.g. ``n_rank / n_total`` for a seed-weighted mean.
-            Without it DDP averages (sum / world size).
-        tag: byte-counter tag of the hook's all-reduces (only with ``grad_scale``).
-        **kwargs: passed to ``DistributedDataParallel`` (e.g. ``bucket_cap_mb``).
-
-    Returns:
-        The wrapped module; ``.module`` is the original.
-
-    Raises:
-        CommError: if DDP's initial parameter broadcast fails.
-
-    Example:
-        >>> # ddp_model = ddp_wrap(model); loss(ddp_model(x)).backward()
-    """
-    from torch.nn.parallel import DistributedDataParallel
-
-    device_ids = None
-    devices = {p.device for p in module.parameters()}
-    if len(devices) == 1:
-        device = next(iter(devices))
-        device_ids = [device] if device.type == "cuda" else None
-    ddp = _run(
-        "ddp_wrap",
-        group,
-        lambda: DistributedDataParallel(
-            module,
-            device_ids=device_ids,
-            process_group=group,
-            find_unused_parameters=find_unused_parameters,
-            **kwargs,
-        ),
-    )
-    if grad_scale is not None:
-        ddp.register_comm_hook(state=(group, grad_scale, tag), hook=_scaled_sum_hook)
-    return ddp
-
-
-def _scaled_sum_hook(state: tuple[Group, Callable[[], float], str], bucket):  # noqa: ANN001, ANN201
-    """DDP comm hook: ``sum_r scale_r * grad_r`` over ranks; never blocks (returns a future).
-
-    ``bucket`` and the return value carry no annotations on purpose: DDP compares them with
-    ``dist.GradBucket`` / ``Future[Tensor]`` and this module's postponed (string) annotations
-    would fail that check.
-    """
-    group, grad_scale, tag = state
-    buf = bucket.buffer()
-    buf.mul_(grad_scale())
-    size = dist.get_world_size(group)
-    COUNTER.add(tag, int(2 * (size - 1) / size * buf.numel() * buf.element_size()))
-    future = dist.all_reduce(buf, group=group, async_op=True).get_future()
-    return future.then(lambda fut: fut.value()[0])
 
 
 def new_group(timeout_s: Optional[float] = None) -> Group:

@@ -13,7 +13,7 @@ here), not on every construction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # torch_geometric is imported lazily: spawned workers start f
 _SCAN_ROWS = 1 << 16
 
 MASK_NAMES = ("train_mask", "val_mask", "test_mask")
+
+_ArrayOrTensor = TypeVar("_ArrayOrTensor", np.ndarray, torch.Tensor)
 
 
 def as_tensor(value: Any, name: str) -> torch.Tensor:
@@ -365,8 +367,21 @@ class Graph:
 
 
 # ---------------------------------------------------------------- helpers
-def counts_to_indptr(counts: torch.Tensor) -> torch.Tensor:
-    """``[0, c0, c0+c1, ...]`` as int64."""
+def counts_to_indptr(counts: _ArrayOrTensor) -> _ArrayOrTensor:
+    """``[0, c0, c0+c1, ...]`` as int64, of the same kind as ``counts``: a numpy array or a tensor.
+
+    The partitioners work in numpy, the samplers in torch; both call this one function.
+
+    Example:
+        >>> counts_to_indptr(torch.tensor([2, 0, 3]))
+        tensor([0, 2, 2, 5])
+        >>> counts_to_indptr(np.array([2, 0, 3], dtype=np.int32))
+        array([0, 2, 2, 5])
+    """
+    if isinstance(counts, np.ndarray):
+        indptr_np = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr_np[1:])
+        return indptr_np
     indptr = torch.zeros(counts.numel() + 1, dtype=torch.int64)
     torch.cumsum(counts, dim=0, out=indptr[1:])
     return indptr

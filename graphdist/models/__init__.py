@@ -10,33 +10,26 @@ Example:
     2
 """
 
-from graphdist.models.api import (
-    MODELS,
-    BlockSequential,
-    as_block_model,
-    build_model,
-    check_picklable,
-    supports_layerwise,
-)
-from graphdist.models.gat import GAT
-from graphdist.models.gcn import GCN, GCNLayer, gcn_norm_block
-from graphdist.models.ops import aggregate, relu_dropout_, self_and_mean
-from graphdist.models.sage import GraphSAGE, SAGELayer
+from graphdist._lazy import lazy_exports
 
-__all__ = [
-    "BlockSequential",
-    "GAT",
-    "GCN",
-    "GCNLayer",
-    "GraphSAGE",
-    "MODELS",
-    "SAGELayer",
-    "aggregate",
-    "as_block_model",
-    "build_model",
-    "check_picklable",
-    "gcn_norm_block",
-    "relu_dropout_",
-    "self_and_mean",
-    "supports_layerwise",
-]
+_LAZY = {
+    "BlockSequential": "graphdist.models.api",
+    "GAT": "graphdist.models.gat",
+    "GCN": "graphdist.models.gcn",
+    "GCNLayer": "graphdist.models.gcn",
+    "GraphSAGE": "graphdist.models.sage",
+    "MODELS": "graphdist.models.registry",
+    "SAGELayer": "graphdist.models.sage",
+    "aggregate": "graphdist.models.ops",
+    "as_block_model": "graphdist.models.api",
+    "build_model": "graphdist.models.api",
+    "check_picklable": "graphdist.models.api",
+    "gcn_norm_block": "graphdist.models.gcn",
+    "model_class": "graphdist.models.registry",
+    "relu_dropout_": "graphdist.models.ops",
+    "self_and_mean": "graphdist.models.ops",
+    "supports_layerwise": "graphdist.models.api",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -49,11 +49,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdist.models.base import LayerwiseGNN
-from graphdist.models.gat import GAT
-from graphdist.models.gcn import GCN
-from graphdist.models.sage import GraphSAGE
+from graphdist.models.registry import MODELS, model_class
 
-MODELS: dict[str, type] = {"sage": GraphSAGE, "graphsage": GraphSAGE, "gcn": GCN, "gat": GAT}
 
 PICKLE_ADVICE = (
     "define the model class in an importable module (not __main__ / a notebook cell) "
@@ -85,10 +82,7 @@ def build_model(
         >>> build_model("gat", 8, 4, 3, num_layers=2, heads=2).num_layers
         2
     """
-    key = name.lower()
-    if key not in MODELS:
-        raise ValueError(f"Expected model name one of {sorted(MODELS)} (got {name!r})")
-    return MODELS[key](in_dim, hidden, out_dim, num_layers=num_layers, dropout=dropout, **kwargs)
+    return model_class(name)(in_dim, hidden, out_dim, num_layers=num_layers, dropout=dropout, **kwargs)
 
 
 class BlockSequential(LayerwiseGNN):

@@ -35,8 +35,13 @@ class GAT(LayerwiseGNN):
         attn_dropout: dropout on attention coefficients (default 0.0).
 
     Example:
+        >>> from graphdist.testing import tiny_graph
+        >>> from sampling import NeighborSampler
+        >>> g = tiny_graph(feature_dim=16)
+        >>> batch = NeighborSampler(g, [2, 2], seed=0).sample(torch.tensor([0, 1]))
         >>> model = GAT(16, 8, 4, num_layers=2, heads=2)
-        >>> # logits = model(x, blocks)
+        >>> model(g.x[batch.input_nodes], batch.blocks).shape  # logits for the 2 seeds
+        torch.Size([2, 4])
     """
 
     def __init__(

@@ -16,9 +16,15 @@ instead of ``1/sqrt((d_u+1)(d_v+1))``), so a model trained one way should be eva
 the same way.
 
 Example:
+    >>> from graphdist.testing import tiny_graph
+    >>> from sampling import NeighborSampler
+    >>> g = tiny_graph(feature_dim=16)
+    >>> batch = NeighborSampler(g, [2, 2], seed=0).sample(torch.tensor([0, 1]))
+    >>> global_in_degree = g.degrees()[batch.input_nodes]  # block-local id i is input_nodes[i]
+    >>> blocks = [gcn_norm_block(b, global_in_degree[: b.num_src]) for b in batch.blocks]
     >>> model = GCN(16, 32, 4, num_layers=2, dropout=0.5)
-    >>> # blocks = [gcn_norm_block(b, global_in_degree[b_src_global_ids]) for b in blocks]
-    >>> # logits = model(x, blocks)
+    >>> model(g.x[batch.input_nodes], blocks).shape
+    torch.Size([2, 4])
 """
 
 from __future__ import annotations
@@ -55,7 +61,15 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
         ValueError: if ``src_degree`` does not have ``num_src`` entries.
 
     Example:
-        >>> # normed = gcn_norm_block(block, deg[global_ids_of_block_sources])
+        >>> from sampling import Block
+        >>> block = Block(src=torch.tensor([1, 2]), dst=torch.tensor([0, 0]), num_src=3, num_dst=1,
+        ...               indptr=torch.tensor([0, 2]))
+        >>> deg = torch.tensor([3, 1, 3])  # global in-degrees: node 0 has a neighbour the sample left out
+        >>> normed = gcn_norm_block(block, deg)
+        >>> normed.src.tolist(), normed.indptr.tolist()  # the self loop comes first in its row
+        ([0, 1, 2], [0, 3])
+        >>> normed.edge_weight  # 1/sqrt((d_u+1)(d_v+1)) with d_v = 3
+        tensor([0.2500, 0.3536, 0.2500])
     """
     num_src, num_dst = int(block.num_src), int(block.num_dst)
     if src_degree.numel() != num_src:
@@ -148,8 +162,15 @@ class GCN(ReLUDropoutGNN):
         dropout: dropout after each hidden ReLU (default 0.5, Kipf & Welling).
 
     Example:
+        >>> from graphdist.testing import tiny_graph
+        >>> from sampling import NeighborSampler
+        >>> g = tiny_graph(feature_dim=16)
+        >>> batch = NeighborSampler(g, [2, 2], seed=0).sample(torch.tensor([0, 1]))
+        >>> degs = [g.degrees()[batch.input_nodes[: b.num_src]] for b in batch.blocks]
         >>> model = GCN(16, 32, 4, num_layers=2)
-        >>> # logits = model(x, [gcn_norm_block(b, deg_b) for b, deg_b in zip(blocks, degs)])
+        >>> logits = model(g.x[batch.input_nodes], [gcn_norm_block(b, deg_b) for b, deg_b in zip(batch.blocks, degs)])
+        >>> model.needs_global_degrees, logits.shape
+        (True, torch.Size([2, 4]))
     """
 
     # The trainer sees this and hands every block its sources' global in-degrees

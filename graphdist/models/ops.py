@@ -233,7 +233,12 @@ def aggregate(x: torch.Tensor, block: Any, kind: str = MEAN) -> torch.Tensor:
         The aggregated features; differentiable in ``x``.
 
     Example:
-        >>> # h = aggregate(x, block, "mean")
+        >>> from types import SimpleNamespace
+        >>> block = SimpleNamespace(src=torch.tensor([1, 2]), dst=torch.tensor([0, 0]), num_src=3, num_dst=1,
+        ...                         indptr=torch.tensor([0, 2]))  # sources 1 and 2 -> destination 0
+        >>> x = torch.tensor([[1.0], [2.0], [4.0]])
+        >>> aggregate(x, block, "mean"), aggregate(x, block, "sum")
+        (tensor([[3.]]), tensor([[6.]]))
     """
     a, transpose = block_matrices(block, kind, x.dtype)
     return _SpMM.apply(x, a, transpose)
@@ -243,7 +248,13 @@ def self_and_mean(x: torch.Tensor, block: Any, kind: str = MEAN) -> torch.Tensor
     """``cat([x[:num_dst], aggregate(x, block, kind)], 1)`` with a fused backward.
 
     Example:
-        >>> # z = self_and_mean(x, block); h = z @ W.t()  # one GEMM for self + neighbours
+        >>> from types import SimpleNamespace
+        >>> block = SimpleNamespace(src=torch.tensor([1, 2]), dst=torch.tensor([0, 0]), num_src=3, num_dst=1,
+        ...                         indptr=torch.tensor([0, 2]))
+        >>> z = self_and_mean(torch.tensor([[1.0], [2.0], [4.0]]), block)
+        >>> W = torch.tensor([[1.0, 10.0]])  # [W_self | W_neigh] for one output feature
+        >>> z, z @ W.t()  # one GEMM for self + neighbours
+        (tensor([[1., 3.]]), tensor([[31.]]))
     """
     a, transpose = block_matrices(block, kind, x.dtype)
     return _SelfAndAgg.apply(x, a, transpose)

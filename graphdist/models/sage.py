@@ -99,8 +99,14 @@ class GraphSAGE(ReLUDropoutGNN):
         aggr: neighbour aggregation, ``"mean"`` (default), ``"sum"`` or ``"max"``.
 
     Example:
+        >>> from graphdist.testing import tiny_graph
+        >>> from sampling import NeighborSampler
+        >>> g = tiny_graph(feature_dim=16)
+        >>> batch = NeighborSampler(g, [2, 2, 2], seed=0).sample(torch.tensor([0, 1]))
         >>> model = GraphSAGE(16, 32, 4, num_layers=3, dropout=0.5)
-        >>> # logits = model(x_input_nodes, blocks)  # blocks[0] is the input layer
+        >>> logits = model(g.x[batch.input_nodes], batch.blocks)  # blocks[0] is the input layer
+        >>> logits.shape, batch.blocks[0].num_src == len(batch.input_nodes)
+        (torch.Size([2, 4]), True)
     """
 
     def __init__(

@@ -1,4 +1,13 @@
-"""Layer-wise gradient sync (DWBP, SACP), halo embedding exchange and model averaging.
+"""Gradient sync: *when* each layer communicates (scheduling) and *what* it sends (hooks).
+
+- ``modes``: ``SYNC_MODES``, the one list of modes (imports no torch; this package's names load lazily).
+- ``base``: ``GradientSync``, the per-step calls (``begin_step`` / ``finish``).
+- ``factory``: ``make_sync(mode, model)``.
+- ``layerwise``: ``LayerwiseSync``, DWBP's wait-free per-layer launch, or blocking after backward.
+- ``hooks``: ``hook(state, bucket) -> Future[Tensor]``; the seed-weighted allreduce.
+- ``ddp``: ``DdpSync``, torch DDP with the same hook.
+- ``stats``: per-step and per-epoch timings; ``hidden_fraction``, the one formula.
+- ``timing``: DESIGN.md §6's timing model.
 
 Example:
     >>> from graphdist.sync import dwbp_timing
@@ -6,29 +15,32 @@ Example:
     0.5
 """
 
-from graphdist.sync.layerwise import (
-    MODES,
-    Layer,
-    LayerTiming,
-    LayerwiseSync,
-    LayerwiseSyncState,
-    StepStats,
-    SyncSummary,
-    discover_layers,
-    wait_free_witness,
-)
-from graphdist.sync.timing import TimingPrediction, dwbp_timing
+from graphdist._lazy import lazy_exports
 
-__all__ = [
-    "MODES",
-    "Layer",
-    "LayerTiming",
-    "LayerwiseSync",
-    "LayerwiseSyncState",
-    "StepStats",
-    "SyncSummary",
-    "TimingPrediction",
-    "discover_layers",
-    "dwbp_timing",
-    "wait_free_witness",
-]
+_LAZY = {
+    "AllreduceState": "graphdist.sync.hooks",
+    "Bucket": "graphdist.sync.hooks",
+    "CommHook": "graphdist.sync.hooks",
+    "DdpSync": "graphdist.sync.ddp",
+    "GradientSync": "graphdist.sync.base",
+    "LAYERWISE_MODES": "graphdist.sync.layerwise",
+    "Layer": "graphdist.sync.stats",
+    "LayerTiming": "graphdist.sync.stats",
+    "LayerwiseSync": "graphdist.sync.layerwise",
+    "SYNC_MODES": "graphdist.sync.modes",
+    "SeedWeights": "graphdist.sync.hooks",
+    "StepStats": "graphdist.sync.stats",
+    "SyncSummary": "graphdist.sync.stats",
+    "TimingPrediction": "graphdist.sync.timing",
+    "backward_per_layer": "graphdist.sync.stats",
+    "discover_layers": "graphdist.sync.layerwise",
+    "dwbp_timing": "graphdist.sync.timing",
+    "explicit_layers": "graphdist.sync.layerwise",
+    "hidden_fraction": "graphdist.sync.stats",
+    "make_sync": "graphdist.sync.factory",
+    "seed_weighted_allreduce": "graphdist.sync.hooks",
+    "wait_free_witness": "graphdist.sync.stats",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

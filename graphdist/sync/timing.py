@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from graphdist.sync.stats import hidden_fraction
+
 
 @dataclass(frozen=True)
 class TimingPrediction:
@@ -59,7 +61,8 @@ def dwbp_timing(forward: float, backward: Sequence[float], comm: Sequence[float]
     total_comm = float(sum(comm))
     t_seq = compute + total_comm
     t_dwbp = max(compute, ends[-1]) if ends else compute
-    hidden = (t_seq - t_dwbp) / total_comm if total_comm > 0 else 0.0
+    # The exposed wait is what DWBP adds to compute; the same formula as measured steps use.
+    hidden = hidden_fraction(total_comm, t_dwbp - compute) if total_comm > 0 else 0.0
     return TimingPrediction(t_seq, t_dwbp, hidden, tuple(ends))
 
 

@@ -26,11 +26,13 @@ def find_dataset(name: str) -> Path:
 
     Skips the calling test when it is absent (fails when ``CI=true``), saying how to point at it.
     """
-    from graphdist.data.loaders import dataset_dirs
+    from graphdist.data import paths
 
-    dirs = dataset_dirs() or [Path(__file__).resolve().parents[2].parent / "shared" / "datasets"]
-    for d in dirs:
-        if (d / f"{name}.npz").exists():
-            return d / f"{name}.npz"
+    # Only the GRAPHDIST_DATA directories (never the cache, which tests isolate), or, for a
+    # checkout run without it, the shared datasets folder beside the repo.
+    dirs = paths.dataset_dirs() or [Path(__file__).resolve().parents[2].parent / "shared" / "datasets"]
+    found = paths.find_dataset(name, dirs=dirs)
+    if found is not None:
+        return found
     require(False, f"{name}.npz not found in {':'.join(map(str, dirs))}; set GRAPHDIST_DATA to its folder")
     raise AssertionError("unreachable")

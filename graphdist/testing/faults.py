@@ -23,7 +23,21 @@ class FailingModel(torch.nn.Module):
         at_call: 1-based forward call that fails.
 
     Example:
-        >>> # gd.train(FailingModel(GraphSAGE(...), rank=1, mode="kill"), parts, num_workers=2)
+        In a job, ``FailingModel(GraphSAGE(...), rank=1, mode="kill")`` makes rank 1 die as the
+        OOM killer would. Without a process group this process is rank 0:
+
+        >>> from graphdist.models import GraphSAGE
+        >>> from graphdist.testing import tiny_graph
+        >>> from sampling import NeighborSampler
+        >>> g = tiny_graph()
+        >>> batch = NeighborSampler(g, [2, 2], seed=0).sample(torch.tensor([0, 1]))
+        >>> model = FailingModel(GraphSAGE(1, 8, 3), rank=0, mode="raise", at_call=2)
+        >>> model(g.x[batch.input_nodes], batch.blocks).shape  # call 1 runs the inner model
+        torch.Size([2, 3])
+        >>> model(g.x[batch.input_nodes], batch.blocks)
+        Traceback (most recent call last):
+        ...
+        RuntimeError: injected failure on rank 0 at forward call 2
     """
 
     def __init__(self, inner: torch.nn.Module, rank: int = 1, mode: str = "raise", at_call: int = 2) -> None:

@@ -8,13 +8,14 @@ a child still running at the deadline is killed and the error names it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from graphdist.launch import WorkerFailed, WorkerTimeout, spawn
 
-__all__ = ["WorkerFailed", "WorkerTimeout", "launch"]
+__all__ = ["WorkerFailed", "WorkerTimeout", "launch", "one_rank_group"]
 
 
 def _child(
@@ -60,12 +61,55 @@ def launch(
         WorkerTimeout: a worker was still running after ``timeout`` seconds.
 
     Example:
-        >>> def hello(rank, world_size):
-        ...     assert world_size == 2
-        >>> launch(hello, 2, timeout=30)  # doctest: +SKIP
+        A function defined in a session cannot be pickled for the children; a builtin can.
+        ``math.log(rank, world_size)`` runs on both ranks and fails on rank 0 (``log(0)``):
+
+        >>> import math
+        >>> launch(math.log, 2, timeout=30)
+        Traceback (most recent call last):
+        ...
+        graphdist.launch.WorkerFailed: worker rank 0 raised:
+        ...ValueError: math domain error...
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
     with tempfile.TemporaryDirectory(prefix="graphdist-launch-") as tmp:
         init_file = os.path.join(tmp, "store")
         spawn(_child, world_size, args=(fn, world_size, init_file, backend, timeout, args), timeout=timeout)
+
+
+@contextlib.contextmanager
+def one_rank_group(timeout_s: float = 30.0) -> Iterator[None]:
+    """A real one-rank gloo process group in this process (``file://`` init), left on exit.
+
+    For examples and tests of collectives that need no peers. Inside an existing group it
+    does nothing.
+
+    Example:
+        >>> import torch
+        >>> from graphdist import comm
+        >>> with one_rank_group():
+        ...     comm.get_world_size(), comm.all_reduce(torch.ones(1)).item()
+        (1, 1.0)
+        >>> comm.is_initialized()
+        False
+    """
+    from graphdist import comm
+
+    if comm.is_initialized():
+        yield
+        return
+    saved = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    try:
+        with tempfile.TemporaryDirectory(prefix="graphdist-one-rank-") as tmp:
+            comm.init_process_group(0, 1, f"file://{os.path.join(tmp, 'store')}", timeout_s=timeout_s)
+            try:
+                yield
+            finally:
+                comm.shutdown()
+    finally:
+        if saved is None:
+            os.environ.pop("GLOO_SOCKET_IFNAME", None)
+        else:
+            os.environ["GLOO_SOCKET_IFNAME"] = saved

@@ -1,98 +1,66 @@
-"""Mini-batch training (DistDGL-like): one partition per worker, distributed sampling, layer-wise sync.
+"""``--strategy minibatch`` (DistDGL-like): distributed sampling, layer-wise gradient sync.
 
 Per worker: load its partition; sample seeds from its own train nodes with the
 distributed sampler (remote neighbourhoods and features come from their owners,
 hot remote features from a cache); train; sync gradients layer by layer
-(DWBP by default). Every worker runs the same number of steps per epoch: the
-global batch is split in proportion to each worker's train nodes. Evaluation is
-exact layer-wise full-neighbour inference, distributed the same way.
+(DWBP by default). Every worker runs the plan's steps per epoch, each with the plan's
+batch share of its train nodes. Evaluation is exact layer-wise full-neighbour inference,
+distributed the same way (``trainers/evaluate.py``).
 
-This module composes the pieces; the algorithms live in ``sampling``,
-``graphdist.sync``, ``graphdist.models`` and ``graphdist.comm``.
+This module composes the pieces; the algorithms live in ``sampling``, ``graphdist.sync``,
+``graphdist.models`` and ``graphdist.comm``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 
 from graphdist import comm
-from graphdist.config import TrainConfig
+from graphdist.trainers.base import EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext
+from graphdist.trainers.evaluate import accuracy, evaluated_nodes, exact_inference, sampled_inference
+from graphdist.trainers.features import GlobalLabels, feature_table, model_inputs
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class EpochStats:
-    """What one epoch measured on this rank (summed or averaged over ranks by ``reduce``)."""
+def sampler_seed(seed: int, rank: int) -> int:
+    """Seed of a rank's neighbour sampler (its own draws; other ranks' requests use the serving seed).
 
-    loss_sum: float = 0.0
-    seeds: int = 0
-    correct: int = 0
-    time_s: float = 0.0
-    sample_wait_s: float = 0.0
-    compute_s: float = 0.0
-    comm_exposed_s: float = 0.0
-    comm_total_s: float = 0.0
-    backward_s: float = 0.0
-    hidden_sum: float = 0.0
-    predicted_sum: float = 0.0
-    hidden_steps: int = 0
+    Example:
+        >>> sampler_seed(0, 1), sampler_seed(3, 0)
+        (1, 3000)
+    """
+    return int(seed) * 1000 + int(rank)
 
 
-@dataclass
-class WorkerState:
-    """Everything one worker holds while training."""
+def loader_seed(seed: int, rank: int) -> int:
+    """Seed of a rank's loader (shuffle and padding), apart from its sampler's.
 
-    rank: int
-    world_size: int
-    cfg: TrainConfig
-    device: torch.device
-    partition: Any
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    sync: Any
-    loader: Any
-    sampler: Any
-    neighbor_source: Any
-    features: Any
-    train_seeds: torch.Tensor
-    steps_per_epoch: int
-    with_degrees: bool = False  # features carry a last column of global in-degrees (GCN)
-
-
-def _log(rank: int, msg: str, *args: Any) -> None:
-    if rank == 0:
-        logger.info(msg, *args)
-
-
-# ------------------------------------------------------------------- set-up
+    Example:
+        >>> loader_seed(0, 1)
+        18
+    """
+    return sampler_seed(seed, rank) + 17
 
 
 def resolve_device(spec: str) -> torch.device:
-    """``cpu`` or ``cuda[:i]``, checked: a CUDA device on a CPU-only build is a clear error."""
+    """``cpu`` or ``cuda[:i]``, checked: a CUDA device on a CPU-only build is a clear error.
+
+    Example:
+        >>> resolve_device("cpu")
+        device(type='cpu')
+    """
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
             raise RuntimeError(f"--devices asks for {spec} but this torch build / machine has no CUDA device")
         return torch.device(spec)
     return torch.device("cpu")
-
-
-def steps_per_epoch(train_counts: list[int], batch_size: int) -> int:
-    """Steps every worker runs: the global batch covers all train nodes once per epoch.
-
-    Example:
-        >>> steps_per_epoch([100, 60], 64)
-        3
-    """
-    return max(1, math.ceil(sum(train_counts) / batch_size))
 
 
 def use_prefetch(setting: Optional[bool], threads: int) -> bool:
@@ -111,132 +79,19 @@ def use_prefetch(setting: Optional[bool], threads: int) -> bool:
     return cores > threads
 
 
-def local_batch_size(num_train: int, steps: int) -> int:
-    """This worker's batch share: its train nodes spread over the common step count."""
-    return max(1, math.ceil(num_train / steps)) if num_train else 1
+def build_model(ctx: WorkerContext, in_dim: int, num_classes: int) -> torch.nn.Module:
+    """The user's model, or ``cfg.model`` built with the same initial weights on every rank."""
+    from graphdist.models import build_model as build_reference
+
+    if ctx.model is not None:
+        return ctx.model
+    cfg = ctx.cfg
+    torch.manual_seed(cfg.seed)  # same initial weights on every rank
+    extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
+    return build_reference(cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers, dropout=cfg.dropout, **extra)
 
 
-def build_worker(
-    rank: int,
-    world_size: int,
-    cfg: TrainConfig,
-    partition_dir: str,
-    model: Optional[torch.nn.Module] = None,
-) -> WorkerState:
-    """Loads this rank's partition and builds sampler, loader, model, optimizer and sync."""
-    from graphdist.models import build_model
-    from graphdist.sync import LayerwiseSync
-    from partition.api import load_partition
-    from sampling import NeighborSampler, NodeLoader
-    from sampling.distributed import DistFeatureSource, DistNeighborSource
-
-    device = resolve_device(cfg.device_of(rank))
-    part = load_partition(partition_dir, rank)
-    if part.num_parts != world_size:
-        raise ValueError(
-            f"{partition_dir} has {part.num_parts} parts but the job has {world_size} workers; "
-            f"repartition with --num-parts {world_size} or run --num-workers {part.num_parts}"
-        )
-    # Sampling and feature fetch may run in the prefetch thread: their collectives get a
-    # group of their own, so they never interleave with gradient sync on the default group.
-    sample_group = comm.new_group(cfg.timeout)
-    neighbor_source = DistNeighborSource(part, group=sample_group, seed=cfg.seed)
-    sampler = NeighborSampler(neighbor_source, cfg.fanouts, seed=cfg.seed * 1000 + rank)
-    num_remote = part.num_local - part.num_inner
-    cache_rows = cfg.cache_rows if cfg.cache_rows > 0 else None
-    num_classes = int(part.meta.get("num_classes") or 0)
-    if model is None:
-        torch.manual_seed(cfg.seed)  # same initial weights on every rank
-        extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
-        model = build_model(cfg.model, part.x.shape[1], cfg.hidden, num_classes, cfg.layers,
-                            dropout=cfg.dropout, **extra)
-    table = normalize_features(part.x, cfg.feature_norm)
-    with_degrees = bool(getattr(model, "needs_global_degrees", False))
-    if with_degrees:
-        # Global in-degrees travel as one extra feature column: remote nodes' degrees then come
-        # with their features (same fetch, same cache) and the batch carries them.
-        table = torch.cat([table, inner_degrees(part).to(table.dtype).view(-1, 1)], dim=1)
-    features = DistFeatureSource(part, group=sample_group, cache_rows=cache_rows, features=table)
-
-    inner_ids = torch.arange(part.num_inner, dtype=torch.int64) + int(part.part_offsets[rank])
-    train_seeds = inner_ids[part.train_mask.to(torch.bool)] if part.train_mask is not None else inner_ids
-    counts = comm.all_gather_object(int(train_seeds.numel()))
-    steps = steps_per_epoch(counts, cfg.batch_size)
-    batch = local_batch_size(int(train_seeds.numel()), steps)
-    if cfg.max_steps:
-        steps = min(steps, cfg.max_steps)
-
-    labels = part.y.to(torch.int64) if part.y is not None else None
-    loader = NodeLoader(
-        features,
-        train_seeds,
-        sampler,
-        batch_size=batch,
-        shuffle=True,
-        labels=_GlobalLabels(labels, int(part.part_offsets[rank])) if labels is not None else None,
-        num_batches=steps,
-        prefetch=use_prefetch(cfg.prefetch, cfg.threads),
-        seed=cfg.seed * 1000 + rank + 17,
-    )
-
-    model = model.to(device)
-    _broadcast_parameters(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sync = LayerwiseSync(model, mode=cfg.sync)
-    _log(
-        rank,
-        "part %d: %s inner, %s halo, %s train seeds, batch share %d, %d steps/epoch, cache %d of %d remote rows, "
-        "prefetch %s",
-        rank, f"{part.num_inner:,}", f"{num_remote:,}", f"{int(train_seeds.numel()):,}", batch, steps,
-        int(features.cache_ids.numel()), num_remote, "on" if loader.prefetch else "off",
-    )
-    return WorkerState(
-        rank=rank, world_size=world_size, cfg=cfg, device=device, partition=part, model=model,
-        optimizer=optimizer, sync=sync, loader=loader, sampler=sampler, neighbor_source=neighbor_source,
-        features=features, train_seeds=train_seeds, steps_per_epoch=steps,
-        with_degrees=with_degrees,
-    )
-
-
-def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
-    """``row``: each row divided by its sum (rows summing to 0 stay 0); ``none``: ``x`` itself.
-
-    Example:
-        >>> normalize_features(torch.tensor([[1.0, 3.0], [0.0, 0.0]]), "row").tolist()
-        [[0.25, 0.75], [0.0, 0.0]]
-    """
-    if how == "none":
-        return x
-    return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
-
-
-def inner_degrees(part: Any) -> torch.Tensor:
-    """Global in-degree of this part's inner nodes: their CSR rows hold every in-neighbour."""
-    indptr = part.indptr[: part.num_inner + 1]
-    return indptr[1:] - indptr[:-1]
-
-
-def model_inputs(x: torch.Tensor, blocks: list[Any], with_degrees: bool) -> tuple[torch.Tensor, list[Any]]:
-    """Splits the degree column off ``x`` and normalises the blocks with it (GCN); else as given."""
-    if not with_degrees:
-        return x, blocks
-    from graphdist.models import gcn_norm_block
-
-    degrees = x[:, -1]
-    return x[:, :-1], [gcn_norm_block(b, degrees[: b.num_src]) for b in blocks]
-
-
-class _GlobalLabels:
-    """Labels of this worker's inner nodes, indexed by global id (seeds are always inner)."""
-
-    def __init__(self, y: torch.Tensor, offset: int) -> None:
-        self.y, self.offset = y, offset
-
-    def __call__(self, nodes: torch.Tensor) -> torch.Tensor:
-        return self.y.index_select(0, nodes - self.offset)
-
-
-def _broadcast_parameters(model: torch.nn.Module) -> None:
+def broadcast_parameters(model: torch.nn.Module) -> None:
     """Rank 0's initial weights everywhere (a user model may have been built with any seed)."""
     with torch.no_grad():
         for p in model.state_dict().values():
@@ -244,185 +99,199 @@ def _broadcast_parameters(model: torch.nn.Module) -> None:
                 comm.broadcast(p, src=0, tag="init")
 
 
-# ------------------------------------------------------------------ training
+class MinibatchStrategy(Strategy):
+    """Mini-batch training on one partition per worker, with distributed sampling and features.
 
+    Set-up (collective, the same order on every rank): device, partition, sampling group,
+    owner map, neighbour source and sampler, model, feature table and cache, seeds, loader,
+    optimizer, gradient sync.
+    """
 
-def train_epoch(state: WorkerState, epoch: int, on_step: Optional[Callable[[int, float], None]] = None) -> EpochStats:
-    """One epoch of ``steps_per_epoch`` steps on this rank."""
-    model, sync, opt, cfg = state.model, state.sync, state.optimizer, state.cfg
-    model.train()
-    stats = EpochStats()
-    start = time.perf_counter()
-    interval_start, interval_seeds = start, 0
-    state.loader.stats.reset()
-    sync.reset_summary()
-    for step, batch in enumerate(state.loader, start=1):
-        t0 = time.perf_counter()
-        batch = batch.to(state.device) if state.device.type != "cpu" else batch
-        n = int(batch.seed_nodes.numel())
-        opt.zero_grad(set_to_none=False)
-        sync.begin_step(n)
-        x, blocks = model_inputs(batch.x, batch.blocks, state.with_degrees)
-        out = sync.model(x, blocks)  # the DDP wrapper in ddp mode
-        if n:
-            loss = F.cross_entropy(out, batch.y)
+    name = "minibatch"
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        from partition.api import load_partition
+
+        cfg, rank = ctx.cfg, ctx.rank
+        mine = ctx.plan.of(rank)
+        if len(mine.parts) != 1:
+            raise ValueError(f"--strategy minibatch serves one part per worker; the plan gives rank {rank} "
+                             f"parts {list(mine.parts)}")
+        self.device = resolve_device(mine.device)
+        self.partition = load_partition(ctx.partition_dir, mine.parts[0])
+        self._build_sources()
+        model = build_model(ctx, int(self.partition.x.shape[1]), int(self.partition.meta.get("num_classes") or 0))
+        self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
+        self._build_features()
+        self._build_loader()
+        self.model = model.to(self.device)
+        broadcast_parameters(self.model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.sync = self._build_sync()
+        self._log_setup()
+
+    # ------------------------------------------------------------ set-up steps
+
+    def _build_sources(self) -> None:
+        """Sampling group, owner map, distributed neighbour source and sampler."""
+        from sampling import NeighborSampler
+        from sampling.distributed import DistNeighborSource
+        from sampling.owners import OwnerMap
+
+        ctx, part = self.ctx, self.partition
+        # Sampling and feature fetch may run in the prefetch thread: their collectives get a
+        # group of their own, so they never interleave with gradient sync on the default group.
+        self.sample_group = comm.new_group(ctx.cfg.timeout)
+        self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
+        self.neighbor_source = DistNeighborSource(part, group=self.sample_group, seed=ctx.cfg.seed, owners=self.owners)
+        self.sampler = NeighborSampler(self.neighbor_source, ctx.cfg.fanouts, seed=sampler_seed(ctx.cfg.seed, ctx.rank))
+
+    def _build_features(self) -> None:
+        """The served feature table (normalised, degree column for GCN) and the remote-row cache."""
+        from sampling.distributed import DistFeatureSource
+
+        table = feature_table(self.partition, self.ctx.cfg.feature_norm, self.with_degrees)
+        self.features = DistFeatureSource(self.partition, group=self.sample_group, cache_rows=self.ctx.cfg.cache_rows,
+                                          features=table, owners=self.owners)
+
+    def _build_loader(self) -> None:
+        """This rank's train seeds, batched at its plan share over the plan's steps."""
+        from sampling import NodeLoader
+
+        ctx, part = self.ctx, self.partition
+        self.train_seeds = part.mask_global_ids("train_mask")
+        labels = GlobalLabels(part.y.to(torch.int64), part.inner_global_range[0]) if part.y is not None else None
+        self.loader = NodeLoader(
+            self.features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
+            shuffle=True, labels=labels, num_batches=ctx.plan.steps_per_epoch,
+            prefetch=use_prefetch(ctx.cfg.prefetch, ctx.cfg.threads), seed=loader_seed(ctx.cfg.seed, ctx.rank),
+        )
+
+    def _build_sync(self) -> Any:
+        from graphdist.sync import make_sync
+
+        return make_sync(self.ctx.cfg.sync, self.model, algorithm=comm.allreduce_algorithm("ring", self.ctx.topology))
+
+    def _log_setup(self) -> None:
+        if comm.is_main_process():
+            part = self.partition
+            logger.info(
+                "part %d: %s inner, %s halo, %s train seeds, batch share %d, %d steps/epoch, cache %d of %d remote "
+                "rows, prefetch %s", part.part_id, f"{part.num_inner:,}", f"{part.num_halo:,}",
+                f"{int(self.train_seeds.numel()):,}", self.loader.batch_size, len(self.loader),
+                int(self.features.cache_ids.numel()), part.num_halo, "on" if self.loader.prefetch else "off",
+            )
+
+    # ---------------------------------------------------------------- training
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.loader)
+
+    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
+        """One epoch of the plan's steps on this rank."""
+        model, sync, opt, cfg = self.model, self.sync, self.optimizer, self.ctx.cfg
+        model.train()
+        stats = EpochStats()
+        start = time.perf_counter()
+        interval_start, interval_seeds = start, 0
+        self.loader.stats.reset()
+        self.features.stats = type(self.features.stats)()
+        sync.reset_summary()
+        for step, batch in enumerate(self.loader, start=1):
+            t0 = time.perf_counter()
+            batch = batch.to(self.device) if self.device.type != "cpu" else batch
+            n = int(batch.seed_nodes.numel())
+            opt.zero_grad(set_to_none=False)
+            sync.begin_step(n)
+            x, blocks = model_inputs(batch.x, batch.blocks, self.with_degrees)
+            out = sync.model(x, blocks)  # the DDP wrapper in ddp mode
+            if n:
+                loss = F.cross_entropy(out, batch.y)
+            else:
+                # No seeds this step: a zero loss still runs backward, so every layer's
+                # collective is issued as on the other ranks.
+                loss = out.sum() * 0.0
+            loss.backward()
+            t_wait = time.perf_counter()
+            sync.finish()
+            t_synced = time.perf_counter()
+            opt.step()
+            t1 = time.perf_counter()
+            stats.steps += 1
+            stats.loss_sum += float(loss.detach()) * n
+            stats.seeds += n
+            if n:
+                stats.correct += int((out.detach().argmax(dim=-1) == batch.y).sum())
+            stats.comm_exposed_s += t_synced - t_wait
+            stats.compute_s += (t1 - t0) - (t_synced - t_wait)
+            interval_seeds += n
+            if on_progress is not None and (step % cfg.log_interval == 0 or step == self.steps_per_epoch):
+                now = time.perf_counter()
+                on_progress(step, self._progress(epoch, step, stats, interval_seeds, now - interval_start))
+                interval_start, interval_seeds = now, 0
+        stats.time_s = time.perf_counter() - start
+        stats.sample_wait_s = self.loader.stats.wait_s
+        stats.sync = sync.summary.as_list()
+        stats.extras = {"cache_hit_rate": self.features.stats.hit_rate}
+        return stats
+
+    def _progress(self, epoch: int, step: int, stats: EpochStats, seeds: int, seconds: float) -> str:
+        ms = 1000.0 * seconds / max(1, min(self.ctx.cfg.log_interval, step))
+        comm_share = stats.comm_exposed_s / max(1e-9, stats.comm_exposed_s + stats.compute_s)
+        hidden = self.sync.summary.hidden_fraction
+        loss = stats.loss_sum / max(1, stats.seeds)
+        return (
+            f"epoch {epoch} step {step}/{self.steps_per_epoch} | loss {loss:.4f} | {ms:.1f} ms/step | "
+            f"{seeds * self.ctx.world_size / max(seconds, 1e-9):,.0f} seeds/s | comm {100 * comm_share:.0f}% "
+            f"hidden {100 * hidden:.0f}%"
+        )
+
+    # ------------------------------------------------------------- evaluation
+
+    def _exact(self, keep_hidden: bool = False) -> Any:
+        return exact_inference(self.model, self.partition, self.features.x, self.device, self.with_degrees,
+                               owners=self.owners, keep_hidden=keep_hidden)
+
+    def evaluate(self) -> dict[str, float]:
+        """Train (full-neighbour), val and test accuracy over all workers."""
+        part = self.partition
+        if hasattr(self.model, "layer_forward"):
+            pred = self._exact().argmax(dim=-1)
         else:
-            # No seeds this step: a zero loss still runs backward, so every layer's
-            # collective is issued as on the other ranks.
-            loss = out.sum() * 0.0
-        loss.backward()
-        t_wait = time.perf_counter()
-        sync.finish()
-        t_synced = time.perf_counter()
-        opt.step()
-        t1 = time.perf_counter()
-        stats.loss_sum += float(loss.detach()) * n
-        stats.seeds += n
-        if n:
-            stats.correct += int((out.detach().argmax(dim=-1) == batch.y).sum())
-        stats.comm_exposed_s += t_synced - t_wait
-        stats.compute_s += (t1 - t0) - (t_synced - t_wait)
-        step_stats = sync.last_step_stats
-        if step_stats is not None and step_stats.comm_s > 0:
-            stats.comm_total_s += step_stats.comm_s
-            stats.backward_s += step_stats.backward_s
-            stats.hidden_sum += step_stats.hidden_fraction
-            stats.predicted_sum += step_stats.predicted_hidden_fraction
-            stats.hidden_steps += 1
-        interval_seeds += n
-        if on_step is not None and (step % cfg.log_interval == 0 or step == state.steps_per_epoch):
-            now = time.perf_counter()
-            on_step(step, _progress(state, epoch, step, stats, interval_seeds, now - interval_start))
-            interval_start, interval_seeds = now, 0
-    stats.time_s = time.perf_counter() - start
-    stats.sample_wait_s = state.loader.stats.wait_s
-    return stats
+            nodes = evaluated_nodes(part)
+            pred = torch.full((part.num_inner,), -1, dtype=torch.int64)
+            out = sampled_inference(self.model, self.neighbor_source, self.features,
+                                    nodes + part.inner_global_range[0], self.ctx.cfg.layers, self.device,
+                                    self.with_degrees)
+            if out.numel():
+                pred[nodes] = out.argmax(dim=-1)
+        return accuracy(pred, part)
+
+    def predict(self) -> Predictions:
+        """Logits and embeddings of this rank's inner nodes (exact layer-wise inference)."""
+        if not hasattr(self.model, "layer_forward"):
+            raise ValueError("--predict needs a model with layer_forward (num_layers, layer_forward(i, x, block))")
+        logits, hidden = self._exact(keep_hidden=True)
+        part = self.partition
+        orig = part.orig_ids.index_select(0, part.global_ids[: part.num_inner])
+        return Predictions(orig_ids=orig, logits=logits, embeddings=hidden)
+
+    # ------------------------------------------------------------- checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        # The loader's state holds its shuffle generator and its sampler's; the neighbour
+        # source's serving generator answers other ranks' requests.
+        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        self.neighbor_source.set_state(state["serve"])
+
+    def close(self) -> None:
+        self.sync.close()
 
 
-def _progress(state: WorkerState, epoch: int, step: int, stats: EpochStats, seeds: int, seconds: float) -> str:
-    ms = 1000.0 * seconds / max(1, min(state.cfg.log_interval, step))
-    comm_share = stats.comm_exposed_s / max(1e-9, stats.comm_exposed_s + stats.compute_s)
-    hidden = stats.hidden_sum / stats.hidden_steps if stats.hidden_steps else float("nan")
-    loss = stats.loss_sum / max(1, stats.seeds)
-    return (
-        f"epoch {epoch} step {step}/{state.steps_per_epoch} | loss {loss:.4f} | {ms:.1f} ms/step | "
-        f"{seeds * state.world_size / max(seconds, 1e-9):,.0f} seeds/s | comm {100 * comm_share:.0f}% "
-        f"hidden {100 * hidden:.0f}%"
-    )
-
-
-# ---------------------------------------------------------------- evaluation
-
-
-@torch.no_grad()
-def layerwise_inference(state: WorkerState, keep_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Exact full-neighbour outputs (logits) for this rank's inner nodes, layer by layer.
-
-    With ``keep_hidden`` also returns the last hidden layer's output (the input of
-    the final layer: the nodes' embeddings).
-
-    Each layer needs the previous layer's embeddings of halo nodes: one
-    all-to-all fetches them from their owners, then the layer runs on the
-    partition's own CSR (inner rows over inner + halo columns).
-    """
-    from sampling.base import Block
-    from sampling.distributed import fetch_rows
-
-    part, model = state.partition, state.model
-    model.eval()
-    num_inner = part.num_inner
-    indptr = part.indptr[: num_inner + 1].clone()
-    src = part.indices[: int(indptr[-1])].to(torch.int64)
-    dst = torch.repeat_interleave(torch.arange(num_inner), indptr[1:] - indptr[:-1], output_size=src.numel())
-    block = Block(src=src, dst=dst, num_src=part.num_local, num_dst=num_inner, indptr=indptr)
-    halo_ids = part.global_ids[num_inner:]
-    h = state.features.x
-    if state.with_degrees:
-        # Local table = inner rows then halo rows: the degree column of both, as one "x".
-        halo_degrees = fetch_rows(part, h[:, -1:], halo_ids, group=None, tag="eval")
-        h, (block,) = h[:, :-1], model_inputs(torch.cat([h[:, -1:], halo_degrees]), [block], True)[1]
-    block = block.to(state.device)
-    hidden = h
-    for i in range(model.num_layers):
-        halo = fetch_rows(part, h, halo_ids, group=None, tag="eval")
-        x = torch.cat([h, halo]).to(state.device)
-        hidden = h
-        h = model.layer_forward(i, x, block).cpu()
-    return (h, hidden) if keep_hidden else h
-
-
-@torch.no_grad()
-def sampled_inference(state: WorkerState, nodes_local: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    """Full-neighbour outputs of some inner nodes for models without ``layer_forward``.
-
-    Samples every neighbour over all layers (exact, but each chunk materialises
-    its L-hop neighbourhood: slower than layer-wise inference on large graphs).
-    Every rank runs the same number of chunks (collectives inside).
-    """
-    from sampling.neighbor import NeighborSampler
-
-    model = state.model
-    model.eval()
-    sampler = NeighborSampler(state.neighbor_source, [-1] * state.cfg.layers, seed=0)
-    offset = int(state.partition.part_offsets[state.rank])
-    chunks = max(comm.all_gather_object(math.ceil(nodes_local.numel() / chunk)))
-    outs = []
-    for i in range(chunks):
-        seeds = nodes_local[i * chunk : (i + 1) * chunk] + offset
-        batch = sampler.sample(seeds)
-        x = state.features.gather(batch.input_nodes)
-        if seeds.numel():
-            x, blocks = model_inputs(x, batch.blocks, state.with_degrees)
-            blocks = [b.to(state.device) for b in blocks]
-            outs.append(model(x.to(state.device), blocks).cpu())
-    return torch.cat(outs) if outs else torch.zeros(0)
-
-
-def evaluate(state: WorkerState) -> dict[str, float]:
-    """Train (full-neighbour), val and test accuracy over all workers (one all-reduce of counts)."""
-    part = state.partition
-    y = part.y.to(torch.int64)
-    if hasattr(state.model, "layer_forward"):
-        pred = layerwise_inference(state).argmax(dim=-1)
-    else:
-        wanted = torch.zeros(part.num_inner, dtype=torch.bool)
-        for mask in (part.train_mask, part.val_mask, part.test_mask):
-            if mask is not None:
-                wanted |= mask.to(torch.bool)
-        nodes = wanted.nonzero().view(-1)
-        pred = torch.full((part.num_inner,), -1, dtype=torch.int64)
-        out = sampled_inference(state, nodes)
-        if out.numel():
-            pred[nodes] = out.argmax(dim=-1)
-    counts = []
-    for mask in (part.train_mask, part.val_mask, part.test_mask):
-        m = mask.to(torch.bool) if mask is not None else torch.zeros_like(y, dtype=torch.bool)
-        counts += [float((pred[m] == y[m]).sum()), float(m.sum())]
-    total = comm.all_reduce(torch.tensor(counts, dtype=torch.float64), tag="eval").tolist()
-    acc = lambda c, n: c / n if n else float("nan")  # noqa: E731
-    return {"train_full_acc": acc(*total[0:2]), "val_acc": acc(*total[2:4]), "test_acc": acc(*total[4:6])}
-
-
-def reduce_epoch(stats: EpochStats) -> dict[str, float]:
-    """Sums counts and takes the slowest rank's time over all workers."""
-    sums = torch.tensor(
-        [stats.loss_sum, stats.seeds, stats.correct, stats.hidden_sum, stats.predicted_sum, stats.hidden_steps,
-         stats.backward_s, stats.comm_total_s], dtype=torch.float64,
-    )
-    comm.all_reduce(sums, tag="eval")
-    times = torch.tensor([stats.time_s], dtype=torch.float64)
-    comm.all_reduce(times, op="max", tag="eval")
-    loss_sum, seeds, correct, hidden_sum, predicted_sum, hidden_steps, backward_s, comm_s = sums.tolist()
-    ranks = comm.get_world_size()
-    return {
-        "loss": loss_sum / max(1.0, seeds),
-        "train_acc": correct / max(1.0, seeds),
-        "seeds": int(seeds),
-        "epoch_time_s": float(times[0]),
-        "seeds_per_s": seeds / max(1e-9, float(times[0])),
-        # DWBP (DESIGN.md section 6), averaged over steps and ranks; None where not measured (ddp, 1 worker).
-        "hidden_fraction": hidden_sum / hidden_steps if hidden_steps else None,
-        "predicted_hidden_fraction": predicted_sum / hidden_steps if hidden_steps else None,
-        "backward_s": backward_s / ranks,  # per rank, summed over the epoch's steps
-        "grad_comm_s": comm_s / ranks,  # T_comm: the layers' collective service times, per rank
-    }
+__all__ = ["MinibatchStrategy", "broadcast_parameters", "build_model", "loader_seed", "resolve_device",
+           "sampler_seed", "use_prefetch"]

@@ -1,13 +1,16 @@
-"""One worker's whole run: join the group, build, resume, train epochs, evaluate, checkpoint.
+"""The one training loop: join the group, plan, build the strategy, resume, epochs, metrics, checkpoints.
 
-``worker_main`` is what the local launcher spawns and what each torchrun/srun
-process calls. Rank 0 writes the run directory; every rank contributes its RNG
-and sampler states to the checkpoint so that a resume is bit-identical.
+``worker_main`` is what the local launcher spawns and what each torchrun/srun process
+calls. Any ``Strategy`` (``trainers/base.py``) runs under it: the loop owns epochs, the
+metrics record, evaluation cadence, checkpoints, plots and resume; the strategy owns how
+an epoch trains. Rank 0 writes the run directory; every rank contributes its RNG and
+strategy state to the checkpoint so that a resume is bit-identical.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import sys
@@ -20,6 +23,7 @@ import torch
 
 from graphdist import comm
 from graphdist.config import TrainConfig
+from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
 
 logger = logging.getLogger("graphdist")
 
@@ -33,6 +37,16 @@ def setup_logging(rank: int, verbose: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+
+
+def worker_seed(seed: int, rank: int) -> int:
+    """Seed of a rank's global RNGs (torch, numpy, random): distinct per rank.
+
+    Example:
+        >>> worker_seed(0, 2)
+        2
+    """
+    return int(seed) + int(rank)
 
 
 def seed_everything(seed: int) -> None:
@@ -58,46 +72,165 @@ def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> 
                             timeout_s=cfg.timeout)
 
 
-def _rank_state(state: Any) -> dict[str, Any]:
+def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
+    """The default placement ``Plan`` from the partition's ``meta.json`` (pure: every rank gets the same).
+
+    Raises:
+        ValueError: the directory's part count differs from the worker count.
+    """
+    from partition.api import read_meta
+    from placement.plan import default_plan
+
+    meta = read_meta(partition_dir)
+    if int(meta["num_parts"]) != world_size:
+        raise ValueError(
+            f"{partition_dir} has {meta['num_parts']} parts but the job has {world_size} workers; "
+            f"repartition with --num-parts {world_size} or run --num-workers {meta['num_parts']}"
+        )
+    counts = [p["num_train"] if p.get("num_train") is not None else p["num_inner"] for p in meta["parts"]]
+    return default_plan(counts, cfg.batch_size, cfg.devices, cfg.max_steps)
+
+
+def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str,
+                   model: Optional[torch.nn.Module] = None) -> Strategy:
+    """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it)."""
+    topology = comm.discover_topology()
+    plan = plan_job(partition_dir, cfg, world_size)
+    if comm.is_main_process():
+        logger.info("topology: %s; plan:\n%s", topology.describe(), plan.describe())
+    ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partition_dir=partition_dir, plan=plan,
+                        topology=topology, model=model)
+    return strategy_class(cfg.strategy)(ctx)
+
+
+# ----------------------------------------------------------------- checkpoint
+
+
+def _rank_state(strategy: Strategy) -> dict[str, Any]:
     from graphdist.checkpoint import rng_state
 
-    # The loader's state holds its shuffle generator and its sampler's; the neighbour
-    # source's serving generator answers other ranks' requests.
-    return {"rng": rng_state(), "loader": state.loader.state_dict(), "serve": state.neighbor_source.get_state()}
+    return {"rng": rng_state(), **strategy.state_dict()}
 
 
-def _restore_rank_state(state: Any, saved: dict[str, Any]) -> None:
-    from graphdist.checkpoint import set_rng_state
-
-    set_rng_state(saved["rng"])
-    state.loader.load_state_dict(saved["loader"])
-    state.neighbor_source.set_state(saved["serve"])
-
-
-def _save(state: Any, run_dir: Path, epoch: int) -> None:
+def save(strategy: Strategy, run_dir: Path, epoch: int) -> None:
     """Every rank's states gathered to rank 0, which writes one atomic checkpoint."""
     from graphdist.checkpoint import save_checkpoint
 
-    ranks = comm.all_gather_object(_rank_state(state))
-    if state.rank == 0:
-        save_checkpoint(run_dir, state.model, state.optimizer, epoch, extra={"ranks": ranks,
-                                                                             "world_size": state.world_size})
+    ranks = comm.all_gather_object(_rank_state(strategy))
+    if comm.is_main_process():
+        save_checkpoint(run_dir, strategy.model, strategy.optimizer, epoch,
+                        extra={"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name})
 
 
-def _resume(state: Any, resume_dir: Path) -> int:
-    from graphdist.checkpoint import load_checkpoint
+def resume(strategy: Strategy, resume_dir: Path) -> int:
+    """Restores model, optimizer, this rank's RNGs and strategy state; returns the epochs completed."""
+    from graphdist.checkpoint import load_checkpoint, set_rng_state
 
     ckpt = load_checkpoint(resume_dir)
     saved_world = int(ckpt["extra"].get("world_size", 1))
-    if saved_world != state.world_size:
+    if saved_world != strategy.ctx.world_size:
         raise ValueError(
             f"--resume {resume_dir}: the checkpoint was written by {saved_world} workers, "
-            f"this job has {state.world_size}; resume with --num-workers {saved_world}"
+            f"this job has {strategy.ctx.world_size}; resume with --num-workers {saved_world}"
         )
-    state.model.load_state_dict(ckpt["model"])
-    state.optimizer.load_state_dict(ckpt["optimizer"])
-    _restore_rank_state(state, ckpt["extra"]["ranks"][state.rank])
+    saved_strategy = ckpt["extra"].get("strategy", "minibatch")
+    if saved_strategy != strategy.name:
+        raise ValueError(f"--resume {resume_dir}: the checkpoint was written by --strategy {saved_strategy}, "
+                         f"this job runs --strategy {strategy.name}; resume with --strategy {saved_strategy}")
+    strategy.model.load_state_dict(ckpt["model"])
+    strategy.optimizer.load_state_dict(ckpt["optimizer"])
+    saved = ckpt["extra"]["ranks"][strategy.ctx.rank]
+    set_rng_state(saved["rng"])
+    strategy.load_state_dict({k: v for k, v in saved.items() if k != "rng"})
     return int(ckpt["epoch"])
+
+
+# --------------------------------------------------------------------- record
+
+
+def reduce_epoch(stats: EpochStats) -> dict[str, Any]:
+    """The epoch's record over all workers: counts and sync totals summed, the slowest rank's time,
+    strategy extras averaged over ranks."""
+    from graphdist.sync import SyncSummary
+
+    keys = sorted(stats.extras)
+    sync = stats.sync or SyncSummary().as_list()
+    sums = torch.tensor([stats.loss_sum, stats.seeds, stats.correct, *sync, *(stats.extras[k] for k in keys)],
+                        dtype=torch.float64)
+    comm.all_reduce(sums, tag="eval")
+    times = torch.tensor([stats.time_s], dtype=torch.float64)
+    comm.all_reduce(times, op="max", tag="eval")
+    ranks = comm.get_world_size()
+    values = sums.tolist()
+    loss_sum, seeds, correct = values[:3]
+    summary = SyncSummary.from_list(values[3 : 3 + len(sync)])
+    extras = {k: v / ranks for k, v in zip(keys, values[3 + len(sync) :])}
+    epoch_time = float(times[0])
+    record: dict[str, Any] = {
+        "loss": loss_sum / max(1.0, seeds),
+        "train_acc": correct / max(1.0, seeds),
+        "seeds": int(seeds),
+        "steps": stats.steps,
+        "epoch_time_s": epoch_time,
+        "seeds_per_s": seeds / max(1e-9, epoch_time),
+        # DWBP (DESIGN.md section 6) over all steps and ranks; None where not measured (ddp, 1 worker).
+        "hidden_fraction": _finite(summary.hidden_fraction),
+        "predicted_hidden_fraction": _finite(summary.predicted_hidden_fraction),
+        "backward_s": summary.backward_s / ranks,  # per rank, summed over the epoch's steps
+        "grad_comm_s": summary.comm_s / ranks,  # T_comm: the layers' collective service times, per rank
+        # This rank's (rank 0's) split of its epoch time.
+        "time_sample_s": stats.sample_wait_s,
+        "time_compute_s": stats.compute_s,
+        "time_comm_s": stats.comm_exposed_s,
+    }
+    record.update(extras)
+    return record
+
+
+def _finite(x: float) -> Optional[float]:
+    return None if math.isnan(x) else x
+
+
+def _traffic() -> dict[str, dict[str, int]]:
+    """Bytes sent this epoch over all ranks, per tag, and the part that crossed hosts."""
+    sent = comm.all_gather_object((comm.byte_counts(), comm.inter_host_byte_counts()))
+
+    def total(i: int) -> dict[str, int]:
+        keys = sorted({k for s in sent for k in s[i]})
+        return {k: sum(s[i].get(k, 0) for s in sent) for k in keys}
+
+    return {"bytes_sent": total(0), "bytes_inter_host": total(1)}
+
+
+# ----------------------------------------------------------------------- loop
+
+
+def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dict[str, Any]]:
+    """Resume if asked, then epochs ``start+1 .. cfg.epochs``: train, record, evaluate, checkpoint."""
+    from graphdist import runlog
+
+    main = comm.is_main_process()
+    start_epoch = resume(strategy, Path(cfg.resume)) if cfg.resume else 0
+    if main and cfg.resume:
+        runlog.truncate_metrics(run_path, start_epoch)
+        logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
+    history = runlog.read_metrics(run_path) if main else []
+    for epoch in range(start_epoch + 1, cfg.epochs + 1):
+        comm.reset_byte_counts()
+        stats = strategy.train_epoch(epoch, on_progress=(lambda step, line: logger.info(line)) if main else None)
+        record = {"epoch": epoch, **reduce_epoch(stats), **_traffic()}
+        if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
+            t0 = time.perf_counter()
+            record.update(strategy.evaluate())
+            record["eval_time_s"] = time.perf_counter() - t0
+        save(strategy, run_path, epoch)
+        if main:
+            runlog.append_metrics(run_path, record)
+            history.append(record)
+            logger.info(epoch_line(record))
+    if main:
+        runlog.plot_run(run_path, history)
+    return history
 
 
 def worker_main(
@@ -109,51 +242,31 @@ def worker_main(
     init_method: str,
     model: Optional[torch.nn.Module] = None,
 ) -> list[dict[str, Any]]:
-    """Runs training on this rank; returns the per-epoch history (identical on every rank).
+    """Runs training on this rank; returns the per-epoch history (on rank 0; empty elsewhere).
 
     Raises:
         CommError: a collective failed or timed out (names this rank and the operation).
     """
-    from graphdist import runlog
-    from graphdist.trainers.minibatch import build_worker, evaluate, reduce_epoch, train_epoch
-
     join_job(rank, world_size, cfg, init_method)
     try:
-        seed_everything(cfg.seed + rank)
-        state = build_worker(rank, world_size, cfg, partition_dir, model=model)
-        run_path = Path(run_dir)
-        start_epoch = _resume(state, Path(cfg.resume)) if cfg.resume else 0
-        if rank == 0 and cfg.resume:
-            runlog.truncate_metrics(run_path, start_epoch)
-            logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
-        history = runlog.read_metrics(run_path) if rank == 0 else []
-        for epoch in range(start_epoch + 1, cfg.epochs + 1):
-            comm.reset_byte_counts()
-            stats = train_epoch(state, epoch, on_step=(lambda s, line: logger.info(line)) if rank == 0 else None)
-            record = {"epoch": epoch, **reduce_epoch(stats)}
-            sent = comm.all_gather_object(comm.byte_counts())
-            record["bytes_sent"] = {k: sum(s.get(k, 0) for s in sent) for k in sorted({k for s in sent for k in s})}
-            record["time_sample_s"] = stats.sample_wait_s
-            record["time_compute_s"] = stats.compute_s
-            record["time_comm_s"] = stats.comm_exposed_s
-            record["cache_hit_rate"] = state.features.stats.hit_rate
-            if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-                t0 = time.perf_counter()
-                record.update(evaluate(state))
-                record["eval_time_s"] = time.perf_counter() - t0
-            _save(state, run_path, epoch)
-            if rank == 0:
-                runlog.append_metrics(run_path, record)
-                history.append(record)
-                logger.info(_epoch_line(record))
-        if rank == 0:
-            runlog.plot_run(run_path, history)
-        return history
+        seed_everything(worker_seed(cfg.seed, rank))
+        strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model)
+        try:
+            return run_epochs(strategy, cfg, Path(run_dir))
+        finally:
+            strategy.close()
     finally:
         comm.shutdown()
 
 
-def _epoch_line(r: dict[str, Any]) -> str:
+def epoch_line(r: dict[str, Any]) -> str:
+    """The one log line per epoch.
+
+    Example:
+        >>> epoch_line({"epoch": 2, "loss": 0.5, "epoch_time_s": 1.25, "seeds_per_s": 800.0, "val_acc": 0.8,
+        ...             "bytes_sent": {"grad": 2**20}, "hidden_fraction": 0.9})
+        'epoch 2 done | loss 0.5000 | 1.2 s | 800 seeds/s | val 80.00% | sent 1.0 MiB | hidden 90%'
+    """
     parts = [f"epoch {r['epoch']} done", f"loss {r['loss']:.4f}", f"{r['epoch_time_s']:.1f} s",
              f"{r['seeds_per_s']:,.0f} seeds/s"]
     for key in ("val_acc", "test_acc"):

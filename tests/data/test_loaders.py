@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from graphdist.data import loaders
 from graphdist.data.loaders import cache_dir, dataset_dirs, find_dataset, load_graph, read_table
+from graphdist.data.readers import npz as npz_reader, planetoid, text as text_reader
 
 # From ../shared/datasets/README.md: nodes, directed edges, features, classes, train/val/test.
 PLANETOID = {
@@ -123,8 +123,8 @@ def offline(monkeypatch, tmp_path) -> Path:
 def test_offline_lookup_fails_fast_saying_where_it_looked(monkeypatch, tmp_path):
     empty = offline(monkeypatch, tmp_path)
     calls = []
-    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: calls.append(a) or False)
-    monkeypatch.setattr(loaders, "_download_planetoid", lambda *a: pytest.fail("must not download offline"))
+    monkeypatch.setattr(planetoid, "_network_reachable", lambda *a, **k: calls.append(a) or False)
+    monkeypatch.setattr(planetoid, "_download_planetoid", lambda *a: pytest.fail("must not download offline"))
     with pytest.raises(FileNotFoundError) as info:
         load_graph("pubmed")
     message = str(info.value)
@@ -137,7 +137,7 @@ def test_offline_lookup_fails_fast_saying_where_it_looked(monkeypatch, tmp_path)
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_download_can_be_disabled(monkeypatch, tmp_path, how):
     offline(monkeypatch, tmp_path)
-    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: pytest.fail("must not probe"))
+    monkeypatch.setattr(planetoid, "_network_reachable", lambda *a, **k: pytest.fail("must not probe"))
     if how == "environment":
         monkeypatch.setenv("GRAPHDIST_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="downloading is disabled"):
@@ -146,12 +146,12 @@ def test_download_can_be_disabled(monkeypatch, tmp_path, how):
 
 def test_failed_download_is_reported_with_its_cause(monkeypatch, tmp_path):
     offline(monkeypatch, tmp_path)
-    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: True)
+    monkeypatch.setattr(planetoid, "_network_reachable", lambda *a, **k: True)
 
     def broken(name, root):
         raise OSError("connection reset")
 
-    monkeypatch.setattr(loaders, "_download_planetoid", broken)
+    monkeypatch.setattr(planetoid, "_download_planetoid", broken)
     with pytest.raises(FileNotFoundError, match=re.escape("downloading it failed (OSError: connection reset)")):
         load_graph("citeseer")
     assert not (cache_dir() / "citeseer.npz").exists()
@@ -161,7 +161,7 @@ def test_downloaded_dataset_is_converted_into_the_cache_once(monkeypatch, tmp_pa
     from torch_geometric.data import Data
 
     offline(monkeypatch, tmp_path)
-    monkeypatch.setattr(loaders, "_network_reachable", lambda *a, **k: True)
+    monkeypatch.setattr(planetoid, "_network_reachable", lambda *a, **k: True)
     downloads = []
 
     def fake(name, root):
@@ -171,7 +171,7 @@ def test_downloaded_dataset_is_converted_into_the_cache_once(monkeypatch, tmp_pa
                     y=torch.arange(n) % 2, train_mask=torch.arange(n) < 2, val_mask=torch.arange(n) == 2,
                     test_mask=torch.arange(n) > 2)
 
-    monkeypatch.setattr(loaders, "_download_planetoid", fake)
+    monkeypatch.setattr(planetoid, "_download_planetoid", fake)
     g = load_graph("cora")
     assert (g.num_nodes, g.num_edges, int(g.train_mask.sum())) == (5, 4, 2)
     assert (cache_dir() / "cora.npz").is_file()
@@ -182,7 +182,7 @@ def test_downloaded_dataset_is_converted_into_the_cache_once(monkeypatch, tmp_pa
 
 def test_network_probe_gives_up_quickly_on_an_unroutable_address():
     # 192.0.2.0/24 is TEST-NET-1: never routed, so the probe must return False.
-    assert loaders._network_reachable("192.0.2.1", 9, timeout=0.5) is False
+    assert planetoid._network_reachable("192.0.2.1", 9, timeout=0.5) is False
 
 
 def test_synthetic_names():
@@ -243,11 +243,11 @@ def test_npz_dense_and_csr_features_give_the_same_graph(tmp_path):
 def test_uncompressed_npz_features_are_memory_mapped_and_scanned_once(tmp_path):
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     np.savez(tmp_path / "g.npz", edge_index=np.array([[0, 1], [1, 0]]), x=x)
-    mapped = loaders._npz_member_memmap(tmp_path / "g.npz", "x")
+    mapped = npz_reader._npz_member_memmap(tmp_path / "g.npz", "x")
     assert isinstance(mapped, np.memmap) and np.array_equal(mapped, x)
     assert torch.equal(load_graph(tmp_path / "g.npz").x, torch.from_numpy(x))
     np.savez_compressed(tmp_path / "c.npz", x=x)
-    assert loaders._npz_member_memmap(tmp_path / "c.npz", "x") is None  # deflated: read normally
+    assert npz_reader._npz_member_memmap(tmp_path / "c.npz", "x") is None  # deflated: read normally
     x[2, 1] = np.inf
     np.savez(tmp_path / "bad.npz", edge_index=np.array([[0, 1], [1, 0]]), x=x)
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'bad.npz'}: x: features must be finite (got NaN or inf in row 2)")):
@@ -499,7 +499,7 @@ def test_edge_list_errors(tmp_path):
 
 
 def test_read_table_handles_chunk_boundaries(tmp_path, monkeypatch):
-    monkeypatch.setattr(loaders, "_TEXT_CHUNK", 7)  # forces many chunks cut mid-line
+    monkeypatch.setattr(text_reader, "_TEXT_CHUNK", 7)  # forces many chunks cut mid-line
     rows = [(i, i * 3 + 1) for i in range(50)]
     (tmp_path / "t.csv").write_text("a,b\n# c\n" + "".join(f"{a},{b}\n" for a, b in rows))
     table = read_table(tmp_path / "t.csv", np.int64, allow_header=True)

@@ -11,7 +11,10 @@ import torch
 from graphdist.data.graph import Graph
 from graphdist.testing import random_graph, tiny_graph, tiny_partition
 from partition.csr import cut_edges, graph_arrays, symmetric_csr
-from partition.partitioners import PARTITIONERS, metis, refine_train_balance, stream, validate_balance
+from partition.methods import PARTITIONERS
+from partition.methods.metis import metis, validate_balance
+from partition.methods.refine import refine_train_balance
+from partition.methods.stream import stream
 from partition.stats import partition_stats
 
 

@@ -50,7 +50,7 @@ def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) ->
 
     part = load_partition(part_dir, rank)
     orig = torch.as_tensor(part.orig_ids).to(torch.float32)
-    cached = DistFeatureSource(part, cache_rows=None)
+    cached = DistFeatureSource(part, cache_rows=-1)
     uncached = DistFeatureSource(part, cache_rows=0)
     gen = torch.Generator().manual_seed(rank)
     nodes = torch.randint(0, num_nodes, (200,), generator=gen)
@@ -59,7 +59,7 @@ def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) ->
     assert torch.equal(a[:, 0], orig.index_select(0, nodes))
     assert torch.equal(a, b)
     # Graphs too large for the dense row map look rows up by binary search: same rows, same counts.
-    searched = DistFeatureSource(part, cache_rows=None)
+    searched = DistFeatureSource(part, cache_rows=-1)
     searched._row_of = None
     assert torch.equal(searched.gather(nodes), a)
     assert (searched.stats.cache_hits, searched.stats.fetched_rows) == (cached.stats.cache_hits,
@@ -144,6 +144,19 @@ def _loader_body(rank: int, world_size: int, part_dir: str, prefetch: bool) -> N
         if i == 2:
             break
     assert len(list(loader)) == 5
+    # A batch share changed mid-epoch, from the same batch on every rank: the collectives still
+    # line up (no hang), and the new size applies from that batch on.
+    sizes, change = [], None
+    for i, batch in enumerate(loader):
+        sizes.append(batch.seed_nodes.numel())
+        if i == 0:
+            # Pipelined sampler: one batch in flight beyond the one produced; prefetch one more.
+            change = loader.earliest_batch_size_change()
+            assert change == 1 + (1 if prefetch else 0) + 1
+            loader.set_batch_size(3, from_batch=change)
+    assert len(sizes) == 5 and all(s <= 2 for s in sizes[:change])
+    if rank == 2:  # 9 seeds: 2 per batch until the change, then 3 while they last
+        assert sizes[change] == 3
 
 
 @pytest.fixture(scope="module")

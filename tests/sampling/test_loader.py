@@ -161,3 +161,32 @@ def test_bad_arguments(graph):
         NodeLoader(graph, torch.rand(5), sampler, batch_size=2)
     with pytest.raises(ValueError, match="sampler"):
         NodeLoader(graph, torch.arange(5), object(), batch_size=2)
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_batch_size_changes_from_a_later_batch_and_seeds_stay_unique(graph, prefetch):
+    loader = _loader(graph, torch.arange(100), batch_size=10, prefetch=prefetch, shuffle=True, num_batches=10)
+    sizes, seen, changed_at = [], [], None
+    for i, batch in enumerate(loader):
+        sizes.append(batch.seed_nodes.numel())
+        seen.append(batch.seed_nodes)
+        if i == 1:
+            changed_at = loader.earliest_batch_size_change()
+            # prefetch depth (1) ahead of the 2 batches handed out; the local sampler reads no further.
+            assert changed_at == (3 if prefetch else 2)
+            with pytest.raises(ValueError, match=f"batches before {changed_at} of this epoch may already be sampling"):
+                loader.set_batch_size(20, from_batch=changed_at - 1)
+            loader.set_batch_size(20, from_batch=changed_at)
+    # The epoch keeps its 10 batches: 10 seeds each until the change, then 20 while fresh seeds last.
+    fresh = 100 - 10 * changed_at
+    refilled = [20] * (fresh // 20) + ([fresh % 20] if fresh % 20 else [])
+    assert len(sizes) == 10 and sizes[:changed_at] == [10] * changed_at
+    assert sizes[changed_at : changed_at + len(refilled)] == refilled
+    unpadded = torch.cat(seen[: changed_at + len(refilled)])
+    assert unpadded.unique().numel() == unpadded.numel() == 100  # every seed exactly once before padding
+    # The new size holds for the next epoch; between epochs no batch index is needed.
+    assert [b.seed_nodes.numel() for b in loader][:5] == [20] * 5
+    loader.set_batch_size(50)
+    assert len(loader) == 10 and loader.natural_num_batches() == 2
+    with pytest.raises(ValueError, match="batch_size: expected >= 1"):
+        loader.set_batch_size(0)

@@ -220,7 +220,7 @@ def test_sample_csr_int32_indices_and_hub_precision():
 
 
 def test_padded_sampling_matches_compact_sampling():
-    from sampling.neighbor import sample_csr_padded, unpad
+    from sampling.kernels import sample_csr_padded, unpad
 
     g = _graph_with_hub()
     nodes = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(0))[:200]

@@ -9,7 +9,7 @@ from torch_geometric.nn import GATConv, GraphConv, SAGEConv
 
 from graphdist.data.graph import Graph
 from graphdist.testing import random_graph
-from sampling import Block, ClusterSampler, NeighborSampler, as_layerwise, layerwise_inference
+from sampling import Block, ClusterSampler, NeighborSampler, as_layerwise, full_neighbor_inference
 
 ATOL = 1e-5
 
@@ -108,28 +108,28 @@ def test_partial_fanout_differs_from_full_graph(graph):
     assert not torch.allclose(got, want, atol=1e-3)
 
 
-def test_layerwise_inference_equals_full_graph(graph):
+def test_full_neighbor_inference_equals_full_graph(graph):
     model = MeanSAGE()
     with torch.no_grad():
         want = model.full(graph.x, graph)
-    got = layerwise_inference(model, graph, graph.x, batch_size=37)
+    got = full_neighbor_inference(model, graph, graph.x, batch_size=37)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-5)
 
 
-def test_layerwise_inference_with_pyg_convs(graph):
+def test_full_neighbor_inference_with_pyg_convs(graph):
     torch.manual_seed(0)
     model = as_layerwise([SAGEConv(6, 16), SAGEConv(16, 3)])
     model.train()
     with torch.no_grad():
         want = _pyg_full(model.convs, graph.x, graph.edge_index())
-    got = layerwise_inference(model, graph, graph.x, batch_size=64)
+    got = full_neighbor_inference(model, graph, graph.x, batch_size=64)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-5)
     assert model.training, "the model's mode is restored"
 
 
-def test_layerwise_inference_rejects_plain_modules(graph):
+def test_full_neighbor_inference_rejects_plain_modules(graph):
     with pytest.raises(ValueError, match="LayerwiseModel"):
-        layerwise_inference(nn.Linear(6, 2), graph, graph.x)
+        full_neighbor_inference(nn.Linear(6, 2), graph, graph.x)
 
 
 def test_cluster_batch_of_all_clusters_equals_full_graph(graph):

@@ -62,11 +62,14 @@ def _reference(world_size: int) -> _Net:
 
 
 def _train(rank: int, world_size: int, mode: str, sync_cls=None):
-    from graphdist.sync import LayerwiseSync
+    from graphdist.sync import make_sync
 
     torch.manual_seed(7)
     net = _Net()
-    sync = (sync_cls or LayerwiseSync)(net, mode=mode, find_unused_parameters=(mode == "ddp"))
+    if sync_cls is None:
+        sync = make_sync(mode, net, find_unused_parameters=(mode == "ddp"))
+    else:
+        sync = sync_cls(net, mode=mode)
     model = sync.model
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     timelines, stats = [], []
@@ -89,19 +92,16 @@ def _assert_same(net: nn.Module, ref: nn.Module, what: str) -> None:
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=lambda m: f"{what} {name}: {m}")
 
 
-class _WaitInHook:
-    """A deliberately blocking DWBP: launches and waits at once inside the hook."""
+def _waiting_sync():
+    """A deliberately blocking DWBP: the scheduler waits for each layer right after launching it."""
+    from graphdist.sync import LayerwiseSync
 
-    @staticmethod
-    def make():
-        from graphdist.sync import LayerwiseSync
+    class WaitingSync(LayerwiseSync):
+        def _launch(self, index: int) -> None:
+            super()._launch(index)
+            self._wait_and_write(index)
 
-        class WaitingSync(LayerwiseSync):
-            def _launch(self, index: int) -> None:
-                super()._launch(index)
-                self._wait(index)
-
-        return WaitingSync
+    return WaitingSync
 
 
 def _body(rank: int, world_size: int) -> None:
@@ -117,12 +117,16 @@ def _body(rank: int, world_size: int) -> None:
             assert [layer.name for layer in sync.layers] == ["fc3", "fc2", "fc1", "unused"], sync.layers
             for tl in timelines[1:]:
                 assert wait_free_witness(tl, "fc3"), tl
-            assert all(s.comm_s > 0 and 0.0 <= s.hidden_fraction <= 1.0 for s in stats)
+            # Every step communicated, and each layer's service time is within its launch-to-wait window.
+            for s in stats:
+                assert s.comm_s > 0 and len(s.layers) == 4, s
+                assert all(t.launch_s <= t.complete_s for t in s.layers), s.layers
             assert sync.summary.steps == STEPS
+            assert sync.summary.comm_s == pytest.approx(sum(s.comm_s for s in stats))
         if mode == "blocking":
             assert not any(wait_free_witness(tl, "fc3") for tl in timelines)
-    # Launching and waiting inside the hook gives the same numbers but fails the check.
-    net, sync, timelines, _ = _train(rank, world_size, "dwbp", _WaitInHook.make())
+    # Waiting right after each launch gives the same numbers but fails the check.
+    net, sync, timelines, _ = _train(rank, world_size, "dwbp", _waiting_sync())
     _assert_same(net, ref, "wait-in-hook")
     assert not any(wait_free_witness(tl, "fc3") for tl in timelines[1:])
 
@@ -148,7 +152,10 @@ def test_without_process_group_gradients_stay_local_and_steps_are_timed():
     grads = [p.grad.clone() for p in net.fc3.parameters()]
     stats = sync.finish()
     assert [g.equal(p.grad) for g, p in zip(grads, net.fc3.parameters())] == [True, True]
-    assert stats.total_seeds == 5 and stats.comm_s == 0.0 and stats.backward_s >= 0.0
+    assert stats.total_seeds == 5 and stats.comm_s == 0.0 and stats.layers == []
+    # Backward is timed from the first gradient hook to the last: 3 ready layers, in order.
+    grads = [t for kind, _, t in sync.timeline if kind == "grad"]
+    assert len(grads) == 6 and stats.backward_s == pytest.approx(grads[-1] - grads[0])
     assert [k for k, _, _ in sync.timeline if k == "ready"] == ["ready"] * 3  # unused never ready
     with pytest.raises(RuntimeError, match="finish\\(\\) without begin_step"):
         sync.finish()
@@ -159,7 +166,7 @@ def test_without_process_group_gradients_stay_local_and_steps_are_timed():
 def test_layers_discovery_and_explicit_grouping():
     from torch_geometric.nn import GraphSAGE as PygSAGE
 
-    from graphdist.sync import LayerwiseSync, discover_layers
+    from graphdist.sync import LayerwiseSync, discover_layers, make_sync
 
     pyg = PygSAGE(4, 8, num_layers=2, out_channels=3)
     names = [layer.name for layer in discover_layers(pyg)]
@@ -175,6 +182,8 @@ def test_layers_discovery_and_explicit_grouping():
             LayerwiseSync(net, layers=[net.fc1, net.fc1, net.fc2, net.fc3, net.unused])
         with pytest.raises(ValueError, match="Expected mode one of"):
             LayerwiseSync(net, mode="async")
+        with pytest.raises(ValueError, match="Expected a sync mode in"):
+            make_sync("async", net)
 
 
 def test_dwbp_timing_model_hand_computed():

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from graphdist.testing.cluster import (
+from graphdist.testing.netns import (
     ClusterUnavailable,
     EmulatedCluster,
     list_namespaces,

@@ -1,4 +1,4 @@
-"""The minibatch trainer's pieces against single-process oracles."""
+"""The minibatch strategy against single-process oracles."""
 
 from pathlib import Path
 
@@ -7,41 +7,67 @@ import torch
 
 from graphdist.config import TrainConfig
 from graphdist.testing import launch, random_graph
-from graphdist.trainers.minibatch import local_batch_size, normalize_features, steps_per_epoch
+from graphdist.trainers.features import normalize_features
+
+STEPS = 3
 
 
-def _full_graph_outputs(graph, cfg: TrainConfig) -> torch.Tensor:
-    """The reference: the same model (same seed) layer by layer on the whole graph."""
-    from graphdist.models import build_model, gcn_norm_block
+def _full_block(graph):
     from sampling.base import Block
 
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.layers, dropout=cfg.dropout)
-    model.eval()
     n = graph.num_nodes
-    block = Block(src=graph.indices.to(torch.int64), dst=graph.dst_of_edges(), num_src=n, num_dst=n,
-                  indptr=graph.indptr)
+    return Block(src=graph.indices.to(torch.int64), dst=graph.dst_of_edges(), num_src=n, num_dst=n,
+                 indptr=graph.indptr)
+
+
+def _reference_model(graph, cfg: TrainConfig):
+    from graphdist.models import build_model
+
+    torch.manual_seed(cfg.seed)
+    return build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.layers, dropout=cfg.dropout)
+
+
+def _full_graph_forward(model, graph):
+    """The model layer by layer on the whole graph (GCN normalised by global degrees)."""
+    from graphdist.models import gcn_norm_block
+
+    block = _full_block(graph)
     if getattr(model, "needs_global_degrees", False):
         block = gcn_norm_block(block, graph.degrees())
     h = graph.x
-    with torch.no_grad():
-        for i in range(model.num_layers):
-            h = model.layer_forward(i, h, block)
+    for i in range(model.num_layers):
+        h = model.layer_forward(i, h, block)
     return h
 
 
-def _distributed_inference_body(rank: int, world_size: int, part_dir: str, cfg: TrainConfig, expected: torch.Tensor):
-    from graphdist.trainers.minibatch import build_worker, layerwise_inference
+def _full_graph_outputs(graph, cfg: TrainConfig) -> torch.Tensor:
+    model = _reference_model(graph, cfg)
+    model.eval()
+    with torch.no_grad():
+        return _full_graph_forward(model, graph)
 
-    state = build_worker(rank, world_size, cfg, part_dir)
-    out = layerwise_inference(state)
-    part = state.partition
+
+def _strategy(rank, world_size, cfg, part_dir):
+    from graphdist.trainers.run import build_strategy
+
+    return build_strategy(rank, world_size, cfg, part_dir)
+
+
+def _distributed_inference_body(rank: int, world_size: int, part_dir: str, cfg: TrainConfig, expected: torch.Tensor):
+    strategy = _strategy(rank, world_size, cfg, part_dir)
+    out = strategy._exact()
+    part = strategy.partition
     orig = torch.as_tensor(part.orig_ids).to(torch.int64).index_select(0, part.global_ids[: part.num_inner])
     torch.testing.assert_close(out, expected.index_select(0, orig), rtol=1e-4, atol=1e-4)
+    # predict() returns the same logits keyed by original id.
+    pred = strategy.predict()
+    assert torch.equal(pred.orig_ids, orig)
+    torch.testing.assert_close(pred.logits, out)
+    strategy.close()
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn"])
-def test_distributed_layerwise_inference_equals_full_graph(tmp_path, model):
+def test_distributed_exact_inference_equals_full_graph(tmp_path, model):
     from partition.api import partition
 
     graph = random_graph(90, avg_degree=5, seed=4, feature_dim=6)
@@ -52,16 +78,65 @@ def test_distributed_layerwise_inference_equals_full_graph(tmp_path, model):
     launch(_distributed_inference_body, 2, str(part_dir), cfg, expected, timeout=90)
 
 
-def test_batch_shares_cover_all_train_nodes_in_equal_steps():
-    counts = [100, 7, 0]
-    steps = steps_per_epoch(counts, 32)
-    assert steps == 4
-    shares = [local_batch_size(c, steps) for c in counts]
-    assert all(s * steps >= c for s, c in zip(shares, counts))
-    assert shares[0] == 25 and shares[1] == 2
+# ----------------------------------------------- N workers == one process
+
+
+def _oracle_graph():
+    graph = random_graph(120, avg_degree=4, seed=11, feature_dim=5)
+    graph.x = torch.randn(graph.num_nodes, 5, generator=torch.Generator().manual_seed(1))
+    return graph
+
+
+def _oracle_cfg(sync: str, world_size: int) -> TrainConfig:
+    # Full fan-out, one batch of every train node per step, no dropout: the distributed step
+    # computes the same loss as one process on the whole graph.
+    return TrainConfig(model="sage", hidden=8, layers=2, fanouts=(-1, -1), dropout=0.0, batch_size=10_000,
+                       lr=0.05, sync=sync, epochs=STEPS, num_workers=world_size, prefetch=False, seed=3,
+                       timeout=20)
+
+
+def _one_process_params(graph, cfg: TrainConfig) -> list[torch.Tensor]:
+    """Plain torch: full-graph forward, cross-entropy over every train node, Adam, STEPS times."""
+    model = _reference_model(graph, cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    train = graph.train_mask.nonzero().view(-1)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        out = _full_graph_forward(model, graph)
+        torch.nn.functional.cross_entropy(out[train], graph.y[train]).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _oracle_body(rank: int, world_size: int, part_dir: str, expected: dict[str, list[torch.Tensor]]):
+    for sync, params in expected.items():
+        strategy = _strategy(rank, world_size, _oracle_cfg(sync, world_size), part_dir)
+        for epoch in range(1, STEPS + 1):
+            stats = strategy.train_epoch(epoch)
+            assert stats.steps == 1, stats
+        model = strategy.model
+        for (name, p), q in zip(model.named_parameters(), params):
+            torch.testing.assert_close(p.detach(), q, rtol=1e-4, atol=1e-5,
+                                       msg=lambda m: f"{world_size} workers, --sync {sync}, {name}: {m}")
+        strategy.close()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_n_workers_train_like_one_process(tmp_path, world_size):
+    from partition.api import partition
+
+    graph = _oracle_graph()
+    part_dir = partition(graph, world_size, method="random", out=Path(tmp_path) / "parts", seed=0)
+    expected = {sync: _one_process_params(graph, _oracle_cfg(sync, world_size)) for sync in ("dwbp", "blocking", "ddp")}
+    # The oracle can fail: the first step alone already moves every parameter.
+    start = [p.detach() for p in _reference_model(graph, _oracle_cfg("dwbp", world_size)).parameters()]
+    assert all((a - b).abs().max() > 1e-3 for a, b in zip(expected["dwbp"], start))
+    launch(_oracle_body, world_size, str(part_dir), expected, timeout=120)
 
 
 def test_row_normalisation():
     x = torch.tensor([[1.0, 3.0], [0.0, 0.0], [2.0, 2.0]])
     assert normalize_features(x, "row").tolist() == [[0.25, 0.75], [0.0, 0.0], [0.5, 0.5]]
     assert normalize_features(x, "none") is x
+    with pytest.raises(ValueError, match="--feature-norm must be one of none, row"):
+        normalize_features(x, "l2")

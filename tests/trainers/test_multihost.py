@@ -1,8 +1,8 @@
 """Multi-host training over emulated hosts: torchrun 2 hosts x 2 workers, shaped links, a cut link.
 
-Each test starts an :class:`~graphdist.testing.cluster.EmulatedCluster` (root + iproute2; skipped
+Each test starts an :class:`~graphdist.testing.netns.EmulatedCluster` (root + iproute2; skipped
 elsewhere, failed when ``CI=true``) and runs the real CLI under torchrun in both hosts with the
-recipe of ``graphdist.testing.cluster.torchrun_argv``.
+recipe of ``graphdist.testing.netns.torchrun_argv``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphdist.testing.cluster import EmulatedCluster, TorchrunJob, unavailable_reason
+from graphdist.testing.netns import EmulatedCluster, TorchrunJob, unavailable_reason
 from graphdist.testing.env import find_dataset, require
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,39 +1,7 @@
-"""An emulated cluster on one machine: hosts as network namespaces, links with a rate limit.
+"""The emulated cluster: :class:`EmulatedCluster` (hosts as network namespaces, shaped links) and :class:`Host`.
 
-Loopback hides what makes distributed training hard (gloo moves ~1.6 GB/s over
-``lo`` here). :class:`EmulatedCluster` makes H "hosts", each a Linux network
-namespace with its own address in a private test subnet, wired to a bridge in
-a "switch" namespace through one veth pair per host. Each host's link is
-shaped in both directions by a token bucket (``tc ... tbf``), so a job started
-in the hosts (:meth:`EmulatedCluster.run`, :meth:`EmulatedCluster.torchrun`)
-really crosses a limited link, and :meth:`EmulatedCluster.cut` /
-:meth:`EmulatedCluster.restore` unplug a host and plug it back::
-
-    root namespace (untouched)
-    gdc-<pid>-<n>-sw:  br0 ── p0 ── p1 ── ...          the switch
-                             │     │
-    gdc-<pid>-<n>-h0:  eth0 10.213.0.1/24  (tbf rate)   host 0
-    gdc-<pid>-<n>-h1:  eth0 10.213.0.2/24  (tbf rate)   host 1
-
-What it touches: only the namespaces it creates. Every veth is created inside
-the switch namespace and its host end moved straight into the host namespace,
-so the machine's own interfaces, addresses and routes never change; a host
-namespace has a route to the test subnet only (no default route), so a
-process in it can reach the other hosts and nothing else. On exit (also after
-an exception, SIGTERM, or interpreter exit) it stops every process it started
-and everything still running inside its namespaces, then deletes the
-namespaces (which deletes their veths). Namespaces of a *dead* process with
-this prefix (a test that was SIGKILLed) are removed when the next cluster starts.
-
-Limits: needs root and iproute2 (``ip``, ``tc``); :func:`unavailable_reason`
-says in one line what is missing. This machine's kernel has no ``sch_netem``,
-so there is no delay or loss emulation: asking for ``delay``/``loss`` raises
-:class:`ClusterUnavailable` saying so (on a kernel with netem it is used).
-
-Example:
-    >>> with EmulatedCluster(hosts=2, rate="100mbit") as c:  # doctest: +SKIP
-    ...     c.run(1, ["python", "-m", "http.server", "8000", "--bind", c.addr(1)])
-    ...     c.check_output(0, ["python", "-c", f"import urllib.request as u; u.urlopen('http://{c.addr(1)}:8000')"])
+:mod:`graphdist.testing.netns` has the picture and the run book; the ``ip``/``tc``
+helpers it calls are in :mod:`graphdist.testing.netns.iproute`.
 """
 
 from __future__ import annotations
@@ -44,8 +12,6 @@ import itertools
 import json
 import logging
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -54,137 +20,28 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Mapping, Optional, Sequence, Union
 
+from graphdist.testing.netns.iproute import (
+    PREFIX,
+    ClusterError,
+    ClusterUnavailable,
+    Rate,
+    _kill_namespace,
+    _run_cmd,
+    _tbf_args,
+    list_namespaces,
+    netem_available,
+    parse_rate,
+    remove_stale,
+    unavailable_reason,
+)
+from graphdist.testing.netns.torchrun import torchrun_argv
+
 logger = logging.getLogger(__name__)
 
-PREFIX = "gdc"  # namespace names: gdc-<owner pid>-<n>-h<i> and ...-sw
 DEFAULT_SUBNET = "10.213.0.0/24"  # private, unlikely to clash; it only exists inside our namespaces
 HOST_IFACE = "eth0"  # every host's interface (names are per namespace, so all hosts use the same one)
-Rate = Union[None, str, int, float]  # "1gbit", "300mbit", "100mbit", "512kbit" or bits/s; None = unshaped
 
 _SEQ = itertools.count()
-_UNITS = {"": 1, "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
-
-
-class ClusterError(RuntimeError):
-    """An ``ip``/``tc`` command failed; the message has the command and its error."""
-
-
-class ClusterUnavailable(ClusterError):
-    """Root, iproute2 or a kernel feature (netns, netem) is missing; the message is one line."""
-
-
-def parse_rate(rate: Rate) -> Optional[int]:
-    """Bits per second of a rate (``"300mbit"``, ``"1gbit"``, ``1e8``); None stays None.
-
-    Raises:
-        ValueError: on a rate that is not a positive number with a tc bit unit.
-
-    Example:
-        >>> parse_rate("300mbit"), parse_rate("1gbit"), parse_rate(5e6)
-        (300000000, 1000000000, 5000000)
-    """
-    if rate is None:
-        return None
-    if isinstance(rate, (int, float)):
-        bps = float(rate)
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(rate).lower())
-        if not m or m.group(2) not in _UNITS:
-            raise ValueError(f"rate: Expected a number with a unit bit/kbit/mbit/gbit, e.g. '100mbit' (got {rate!r})")
-        bps = float(m.group(1)) * _UNITS[m.group(2)]
-    if bps <= 0:
-        raise ValueError(f"rate: Expected a positive rate (got {rate!r})")
-    return int(bps)
-
-
-def _run_cmd(argv: Sequence[str], check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise ClusterError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
-    return proc
-
-
-def unavailable_reason() -> Optional[str]:
-    """None when clusters can be made here, else one line saying what is missing.
-
-    Checks root, ``ip`` and ``tc`` on the PATH, and that a namespace can really be
-    created (a container without CAP_SYS_ADMIN has root but no ``ip netns add``).
-
-    Example:
-        >>> reason = unavailable_reason()  # e.g. "needs root to create network namespaces (running as uid 1000)"
-    """
-    if os.name != "posix" or not sys.platform.startswith("linux"):
-        return f"emulated clusters need Linux network namespaces (this is {sys.platform})"
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
-    if missing:
-        return f"emulated clusters need iproute2 ({' and '.join(missing)} not found): apt-get install -y iproute2"
-    if os.geteuid() != 0:
-        return f"emulated clusters need root to create network namespaces (running as uid {os.geteuid()})"
-    probe = f"{PREFIX}-{os.getpid()}-probe"
-    made = _run_cmd(["ip", "netns", "add", probe], check=False)
-    if made.returncode != 0:
-        return f"cannot create a network namespace (`ip netns add` said: {made.stderr.strip().splitlines()[-1:]})"
-    _run_cmd(["ip", "netns", "del", probe], check=False)
-    return None
-
-
-def netem_available() -> bool:
-    """Whether this kernel has ``sch_netem`` (delay/loss emulation); probed in a throw-away namespace."""
-    if unavailable_reason() is not None:
-        return False
-    probe = f"{PREFIX}-{os.getpid()}-netem"
-    _run_cmd(["ip", "netns", "add", probe])
-    try:
-        return _run_cmd(["ip", "-n", probe, "link", "set", "lo", "up"], check=False).returncode == 0 and _run_cmd(
-            ["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"], check=False
-        ).returncode == 0
-    finally:
-        _run_cmd(["ip", "netns", "del", probe], check=False)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def list_namespaces(prefix: str = PREFIX) -> list[str]:
-    """Network namespaces whose name starts with ``<prefix>-`` (ours, live or stale)."""
-    out = _run_cmd(["ip", "netns", "list"], check=False).stdout
-    names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    return [n for n in names if n.startswith(prefix + "-")]
-
-
-def _kill_namespace(name: str) -> None:
-    """SIGKILLs whatever still runs in namespace ``name``, then deletes it."""
-    pids = _run_cmd(["ip", "netns", "pids", name], check=False).stdout.split()
-    for pid in pids:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-    # The kernel frees a namespace once its last process is gone; the name goes away at once.
-    _run_cmd(["ip", "netns", "del", name], check=False)
-
-
-def remove_stale(prefix: str = PREFIX) -> list[str]:
-    """Deletes namespaces ``<prefix>-<pid>-...`` whose owner process is dead; returns their names.
-
-    A live owner's namespaces are left alone: other tests may run clusters concurrently.
-    """
-    removed = []
-    for name in list_namespaces(prefix):
-        m = re.match(rf"{re.escape(prefix)}-(\d+)-", name)
-        if m and not _pid_alive(int(m.group(1))):
-            _kill_namespace(name)
-            removed.append(name)
-    if removed:
-        logger.info("removed %d stale namespace(s) of dead owners: %s", len(removed), ", ".join(removed))
-    return removed
 
 
 @dataclass(frozen=True)
@@ -237,11 +94,18 @@ class EmulatedCluster:
         ClusterUnavailable: (on entry) root or iproute2 missing, or delay/loss asked without netem.
         ClusterError: an ``ip``/``tc`` command failed (everything made so far is removed).
 
-    Example:
-        >>> with EmulatedCluster(hosts=2, rate="300mbit") as c:  # doctest: +SKIP
-        ...     before = c.link_stats(0).tx_bytes
-        ...     c.measure_throughput(0, 1, 40_000_000) / 1e6     # ~285 (Mbit/s of payload)
-        ...     c.cut(1); ...; c.restore(1)
+    Example::
+
+        with EmulatedCluster(hosts=2, rate="300mbit") as c:
+            before = c.link_stats(0).tx_bytes
+            c.measure_throughput(0, 1, 40_000_000) / 1e6     # ~285 (Mbit/s of payload)
+            c.cut(1); ...; c.restore(1)
+
+    Making the object needs no root (``with`` or :meth:`start` creates the namespaces):
+
+        >>> c = EmulatedCluster(hosts=2, rate="300mbit")
+        >>> c.addr(1), c.iface(1), c.rate_str(1)
+        ('10.213.0.2', 'eth0', '300mbit')
     """
 
     def __init__(
@@ -352,8 +216,9 @@ class EmulatedCluster:
     def set_rate(self, host: int, rate: Rate) -> None:
         """Changes host ``host``'s link rate (both directions) while the cluster runs.
 
-        Example:
-            >>> # c.set_rate(1, "100mbit")
+        Example::
+
+            c.set_rate(1, "100mbit")
         """
         self.rates[host] = parse_rate(rate)
         self._shape(host)
@@ -405,8 +270,9 @@ class EmulatedCluster:
         Returns:
             The ``Popen`` of ``ip netns exec`` (which execs ``argv``: same pid).
 
-        Example:
-            >>> # p = c.run(0, [sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE)
+        Example::
+
+            p = c.run(0, [sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE)
         """
         full_env = {**os.environ, **(dict(env) if env else {})}
         # A session of its own: close() can signal the whole process group (torchrun's workers too).
@@ -463,10 +329,11 @@ class EmulatedCluster:
         Timed at the receiver from the first to the last byte. A token bucket lets a
         burst through at line speed, so send enough for ~2 s at the rate you check.
 
-        Example:
-            >>> # c.measure_throughput(0, 1, 30_000_000) / 1e6   # ~95 on a 100mbit link
+        Example::
+
+            c.measure_throughput(0, 1, 30_000_000) / 1e6   # ~95 on a 100mbit link
         """
-        from graphdist.testing import _netprobe
+        from graphdist.testing.netns import _netprobe
 
         receiver = self.run(dst, [sys.executable, _netprobe.__file__, "recv", self.addr(dst), str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -501,8 +368,15 @@ class EmulatedCluster:
 
         Start one per host; each runs ``nproc_per_node`` workers of ``args`` (``["-m", module, ...]``).
 
-        Example:
-            >>> # agents = [c.torchrun(h, 2, ["-m", "graphdist.cli.train", "--partitions", d]) for h in (0, 1)]
+        Example::
+
+            agents = [c.torchrun(h, 2, ["-m", "graphdist.cli.train", "--partitions", d]) for h in (0, 1)]
+
+        Host 1's command line, which needs no root to build:
+
+            >>> argv = torchrun_argv(2, 2, "10.213.0.1", 29400, False, "10.213.0.2", ["-m", "m"], python="python")
+            >>> argv[argv.index("--rdzv-conf"):]
+            ['--rdzv-conf', 'is_host=false', '--local-addr', '10.213.0.2', '-m', 'm']
         """
         argv = torchrun_argv(len(self.hosts), nproc_per_node, self.addr(0), port, host == 0, self.addr(host),
                              args, rdzv_conf=rdzv_conf)
@@ -559,101 +433,6 @@ class EmulatedCluster:
                 raise ClusterError(f"cluster {self.name}: namespaces left behind: {', '.join(left)}")
 
 
-class TorchrunJob:
-    """One torchrun agent per host of a running cluster, their output captured line by line.
-
-    Args:
-        cluster: the running :class:`EmulatedCluster`.
-        nproc_per_node: workers per host.
-        args: what each worker runs (``["-m", "graphdist.cli.train", ...]``).
-        port: rendezvous port on host 0 (default 29400).
-        env: extra environment for every agent (``GLOO_SOCKET_IFNAME`` is set per host).
-        rdzv_conf: extra ``--rdzv-conf`` entries, e.g. ``{"read_timeout": 20}``.
-        cwd: working directory of the agents.
-        on_line: called as ``on_line(host, line)`` from a reader thread for every output line
-            (e.g. to cut a link when a line appears); must not block. What it raises, ``wait`` raises.
-
-    Example:
-        >>> # job = TorchrunJob(c, 2, ["-m", "graphdist.cli.train", "--partitions", d, "--epochs", "1"])
-        >>> # assert job.wait(timeout=180) == [0, 0], job.output()
-    """
-
-    def __init__(
-        self,
-        cluster: EmulatedCluster,
-        nproc_per_node: int,
-        args: Sequence[str],
-        port: int = 29400,
-        env: Optional[Mapping[str, str]] = None,
-        rdzv_conf: Optional[Mapping[str, Any]] = None,
-        cwd: Optional[str] = None,
-        on_line: Optional[Any] = None,
-    ) -> None:
-        self.cluster = cluster
-        self.start = time.monotonic()
-        self.lines: list[tuple[float, int, str]] = []  # (seconds since start, host, line)
-        self.exit_times: list[Optional[float]] = [None] * len(cluster.hosts)
-        self._on_line = on_line
-        self.errors: list[BaseException] = []  # raised by on_line (re-raised by wait)
-        self._lock = threading.Lock()
-        self.agents = [
-            cluster.torchrun(h, nproc_per_node, args, port=port, env=env, rdzv_conf=rdzv_conf,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
-            for h in range(len(cluster.hosts))
-        ]
-        self._readers = [threading.Thread(target=self._read, args=(h,), daemon=True) for h in range(len(self.agents))]
-        for t in self._readers:
-            t.start()
-
-    def _read(self, host: int) -> None:
-        proc = self.agents[host]
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip("\n")
-            with self._lock:
-                self.lines.append((time.monotonic() - self.start, host, line))
-            if self._on_line is not None:
-                try:
-                    self._on_line(host, line)
-                except Exception as exc:  # noqa: BLE001 - keep reading; wait() reports it
-                    self.errors.append(exc)
-        proc.wait()
-        self.exit_times[host] = time.monotonic() - self.start
-
-    def wait(self, timeout: float) -> list[int]:
-        """Waits for every agent; returns their exit codes in host order.
-
-        Raises:
-            TimeoutError: agents still running after ``timeout`` s (named; they are stopped first).
-        """
-        deadline = time.monotonic() + timeout
-        for t in self._readers:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        if self.errors:
-            raise self.errors[0]
-        running = [h for h, p in enumerate(self.agents) if p.poll() is None]
-        if running:
-            self.cluster.stop_processes()
-            raise TimeoutError(f"torchrun agents on hosts {running} still running after {timeout:.0f}s; stopped. "
-                               f"Last output:\n{self.output()[-3000:]}")
-        return [int(p.returncode) for p in self.agents]
-
-    def output(self, host: Optional[int] = None) -> str:
-        """Captured lines (of one host, or all, each prefixed ``[h<i> +<s>s]``)."""
-        with self._lock:
-            lines = list(self.lines)
-        return "\n".join(f"[h{h} +{t:.1f}s] {line}" for t, h, line in lines if host is None or h == host)
-
-
-def _tbf_args(bps: int) -> list[str]:
-    """tbf parameters for ``bps``: a bucket of ~2 ms of traffic (>= 64 KiB, so a GSO super-packet
-    fits), and a queue of ~50 ms: deep enough for TCP to fill the link, short enough not to
-    turn a cut or a timeout into seconds of buffered data."""
-    rate_bytes = bps / 8.0
-    burst = max(64 * 1024, int(rate_bytes * 0.002))
-    return ["rate", f"{bps}bit", "burst", str(burst), "latency", "50ms"]
-
-
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
@@ -665,65 +444,4 @@ def _raise_system_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def torchrun_argv(
-    nnodes: int,
-    nproc_per_node: int,
-    master_addr: str,
-    port: int,
-    is_host: bool,
-    local_addr: str,
-    args: Sequence[str],
-    rdzv_conf: Optional[Mapping[str, Any]] = None,
-    python: str = sys.executable,
-) -> list[str]:
-    """One host's torchrun command for a multi-host job (the same on real machines).
-
-    Emulated hosts share one hostname, so c10d rendezvous cannot tell which agent
-    should serve the store: host 0 says ``is_host=true``, the others ``false``
-    (without it every agent waits 60 s for a store nobody started). ``--local-addr``
-    makes each agent advertise its own address (rank 0's becomes ``MASTER_ADDR``).
-    Bind gloo to the host's interface with ``GLOO_SOCKET_IFNAME`` in the environment.
-
-    Args:
-        nnodes: number of hosts.
-        nproc_per_node: workers per host.
-        master_addr: host 0's address (serves the rendezvous store).
-        port: the rendezvous port on host 0.
-        is_host: True on host 0 only.
-        local_addr: this host's address.
-        args: what each worker runs, e.g. ``["-m", "graphdist.cli.train", "--partitions", "parts/x"]``.
-        rdzv_conf: extra ``--rdzv-conf`` entries (e.g. ``{"read_timeout": 20}``).
-        python: the interpreter (torchrun is ``python -m torch.distributed.run``).
-
-    Returns:
-        The argv list.
-
-    Example:
-        >>> " ".join(torchrun_argv(2, 2, "10.213.0.1", 29400, True, "10.213.0.1", ["-m", "m"], python="python"))
-        'python -m torch.distributed.run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 10.213.0.1:29400 --rdzv-conf is_host=true --local-addr 10.213.0.1 -m m'
-    """
-    conf = {"is_host": "true" if is_host else "false", **(dict(rdzv_conf) if rdzv_conf else {})}
-    return [
-        python, "-m", "torch.distributed.run",
-        "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{master_addr}:{port}",
-        "--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items()),
-        "--local-addr", local_addr,
-        *map(str, args),
-    ]
-
-
-__all__ = [
-    "ClusterError",
-    "ClusterUnavailable",
-    "EmulatedCluster",
-    "Host",
-    "LinkStats",
-    "TorchrunJob",
-    "list_namespaces",
-    "netem_available",
-    "parse_rate",
-    "remove_stale",
-    "torchrun_argv",
-    "unavailable_reason",
-]
+__all__ = ["EmulatedCluster", "Host", "LinkStats"]

@@ -1,0 +1,79 @@
+"""torch ``DistributedDataParallel`` over a graphdist group, with a communication hook.
+
+What the hook sends (a seed-weighted allreduce, a compressed one...) is sync policy and lives
+in ``graphdist.sync.hooks``; this module only builds the wrapper, since it is a
+``torch.distributed`` object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from graphdist.comm.collectives import Group, _run
+
+
+def ddp_wrap(
+    module: torch.nn.Module,
+    group: Group = None,
+    find_unused_parameters: bool = False,
+    comm_hook: Optional[Callable[..., Any]] = None,
+    hook_state: Any = None,
+    **kwargs: Any,
+) -> torch.nn.Module:
+    """Wraps ``module`` in torch ``DistributedDataParallel`` over ``group`` (CPU or one device).
+
+    DDP averages gradients over ranks (sum / world size) during backward unless a
+    communication hook replaces that. DDP also broadcasts rank 0's parameters and buffers
+    at construction. Must be called by every rank.
+
+    Args:
+        module: the model; its parameters must live on one device (or the CPU).
+        group: process group (default: the default group).
+        find_unused_parameters: set when some parameters may get no gradient in a
+            step (DDP errors in the next step otherwise); costs a graph traversal.
+        comm_hook: a hook ``hook(state, bucket) -> Future[Tensor]`` registered with
+            ``register_comm_hook`` (e.g. ``graphdist.sync.hooks.seed_weighted_allreduce``).
+        hook_state: the hook's state object.
+        **kwargs: passed to ``DistributedDataParallel`` (e.g. ``bucket_cap_mb``).
+
+    Returns:
+        The wrapped module; ``.module`` is the original.
+
+    Raises:
+        CommError: if DDP's initial parameter broadcast fails.
+
+    Example:
+        >>> import torch, warnings
+        >>> from graphdist.testing import one_rank_group
+        >>> with one_rank_group():
+        ...     ddp = ddp_wrap(torch.nn.Linear(2, 1))
+        ...     ddp(torch.ones(3, 2)).sum().backward()
+        >>> type(ddp).__name__, ddp.module.weight.grad.shape
+        ('DistributedDataParallel', torch.Size([1, 2]))
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = None
+    devices = {p.device for p in module.parameters()}
+    if len(devices) == 1:
+        device = next(iter(devices))
+        device_ids = [device] if device.type == "cuda" else None
+    ddp = _run(
+        "ddp_wrap",
+        group,
+        lambda: DistributedDataParallel(
+            module,
+            device_ids=device_ids,
+            process_group=group,
+            find_unused_parameters=find_unused_parameters,
+            **kwargs,
+        ),
+    )
+    if comm_hook is not None:
+        ddp.register_comm_hook(state=hook_state, hook=comm_hook)
+    return ddp
+
+
+__all__ = ["ddp_wrap"]

@@ -1,0 +1,10 @@
+"""One reader per input format; ``graphdist.data.loaders.load_graph`` picks among them.
+
+* ``npz``: the graphdist ``.npz`` format (``load_npz``), memory-mapping uncompressed members.
+* ``ogb``: OGB node-property dataset directories (``load_ogb``), without the ``ogb`` package.
+* ``pyg``: saved torch_geometric dataset directories (``load_pyg_dataset``).
+* ``planetoid``: the named Planetoid datasets (cora, citeseer, pubmed): fetch, download, raw files.
+* ``edgelist``: ``src dst`` edge-list files with optional feature and label files (``load_edge_list``).
+* ``text``: the chunked numeric text parser they share (``read_table``).
+* ``common``: the validation helpers every reader shares and the ``Graph`` builder.
+"""

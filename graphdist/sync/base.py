@@ -1,0 +1,73 @@
+"""``GradientSync``: the per-step calls every gradient sync answers, whatever it sends and when.
+
+Per step::
+
+    sync = make_sync("dwbp", model)         # or "blocking", "ddp"
+    model = sync.model                      # the DDP wrapper in "ddp" mode, else model itself
+    for batch in loader:
+        optimizer.zero_grad()
+        sync.begin_step(num_seeds)          # before forward or before backward
+        loss = loss_fn(model(x, blocks), y) # mean over this rank's seeds
+        loss.backward()                     # dwbp: collectives launch from here
+        sync.finish()                       # waits, writes seed-weighted mean gradients
+        optimizer.step()
+
+Example:
+    >>> sorted(SYNC_MODES)
+    ['blocking', 'ddp', 'dwbp']
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Optional
+
+from torch import nn
+
+from graphdist.sync.modes import SYNC_MODES
+from graphdist.sync.stats import StepStats, SyncSummary
+
+class GradientSync(abc.ABC):
+    """Seed-weighted gradient averaging across ranks, driven by ``begin_step`` / ``finish``.
+
+    Attributes:
+        last_step_stats: the last finished step's :class:`StepStats` (None before one).
+        summary: totals since construction or :meth:`reset_summary`.
+        timeline: the last step's ``(event, layer, seconds since begin_step)`` where the sync
+            observes them (layer-wise modes); empty otherwise.
+    """
+
+    mode: str = ""
+
+    def __init__(self) -> None:
+        self.last_step_stats: Optional[StepStats] = None
+        self.summary = SyncSummary()
+        self.timeline: list[tuple[str, str, float]] = []
+
+    @property
+    @abc.abstractmethod
+    def model(self) -> nn.Module:
+        """The module to run forward through (a wrapper, or the model itself)."""
+
+    @abc.abstractmethod
+    def begin_step(self, num_seeds: int) -> None:
+        """Starts a step: ``num_seeds`` is this rank's seed count (the loss is their mean)."""
+
+    @abc.abstractmethod
+    def finish(self) -> StepStats:
+        """Completes the step's gradient sync; call right before ``optimizer.step()``."""
+
+    def close(self) -> None:
+        """Releases hooks (the sync object is unusable afterwards)."""
+
+    def reset_summary(self) -> None:
+        """Starts :attr:`summary` afresh (e.g. per epoch)."""
+        self.summary = SyncSummary()
+
+    def _record(self, stats: StepStats) -> StepStats:
+        self.last_step_stats = stats
+        self.summary.add_step(stats)
+        return stats
+
+
+__all__ = ["GradientSync", "SYNC_MODES"]

@@ -1,0 +1,94 @@
+"""``--sync ddp``: torch ``DistributedDataParallel`` (its own buckets and overlap) with graphdist's hook.
+
+The comparison point for DWBP. DDP decides when buckets go out; what they send is the same
+:func:`~graphdist.sync.hooks.seed_weighted_allreduce` that ``LayerwiseSync`` calls, registered
+with ``register_comm_hook``, so the weighting is identical and written once. Forward must go
+through ``sync.model`` (the DDP wrapper).
+
+Example:
+    >>> import torch
+    >>> from graphdist.testing import one_rank_group
+    >>> with one_rank_group():
+    ...     sync = DdpSync(torch.nn.Linear(2, 1))
+    ...     sync.begin_step(3); sync.model(torch.ones(3, 2)).mean().backward()
+    ...     stats = sync.finish()
+    >>> type(sync.model).__name__, stats.total_seeds
+    ('DistributedDataParallel', 3)
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Optional
+
+from torch import nn
+
+from graphdist import comm
+from graphdist.sync.base import GradientSync
+from graphdist.sync.hooks import AllreduceState, seed_weighted_allreduce
+from graphdist.sync.stats import StepStats
+
+
+class DdpSync(GradientSync):
+    """Gradient sync by torch DDP, buckets sent through the seed-weighting hook.
+
+    Args:
+        model: the model (wrapped here; ``sync.model`` is the wrapper).
+        group: process group (default: the default group).
+        find_unused_parameters: pass when a parameter may get no gradient in a step.
+        algorithm: the allreduce algorithm of the hook (default: ring).
+        tag: byte-counter tag (default ``"grad"``).
+        **ddp_kwargs: passed to ``DistributedDataParallel`` (e.g. ``bucket_cap_mb``).
+    """
+
+    mode = "ddp"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        group: Any = None,
+        find_unused_parameters: bool = False,
+        algorithm: Optional[comm.AllreduceAlgorithm] = None,
+        tag: str = "grad",
+        **ddp_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        self.hook_state = AllreduceState(algorithm, group, tag)
+        self._step = 0
+        self._t_begin = 0.0
+        self._active = False
+        self._num_seeds = 0
+        if comm.is_initialized():
+            self._model = comm.ddp_wrap(model, group=group, find_unused_parameters=find_unused_parameters,
+                                        comm_hook=seed_weighted_allreduce, hook_state=self.hook_state, **ddp_kwargs)
+        else:
+            warnings.warn("DdpSync without a process group: nothing to synchronise; the model runs unwrapped",
+                          stacklevel=2)
+            self._model = model
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    def begin_step(self, num_seeds: int) -> None:
+        if self._active:
+            raise RuntimeError("begin_step() called twice without finish(); call sync.finish() before optimizer.step()")
+        self.hook_state.weights.begin_step(int(num_seeds))
+        self._step += 1
+        self._active, self._num_seeds, self._t_begin = True, int(num_seeds), time.perf_counter()
+
+    def finish(self) -> StepStats:
+        """DDP synced inside backward; this only closes the step (the count is for the stats)."""
+        if not self._active:
+            raise RuntimeError("finish() without begin_step(num_seeds); call it before backward")
+        t0 = time.perf_counter()
+        total = self.hook_state.weights.total()
+        t1 = time.perf_counter()
+        self._active = False
+        # DDP's overlap is not observable from here: backward is begin_step..finish, comm unmeasured.
+        return self._record(StepStats(self._step, self.mode, self._num_seeds, total, t1 - self._t_begin, 0.0,
+                                      t1 - t0, float("nan"), []))
+
+
+__all__ = ["DdpSync"]

@@ -1,0 +1,60 @@
+"""``make_sync(mode, model)``: the gradient sync that ``--sync`` names."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+from torch import nn
+
+from graphdist.sync.base import GradientSync
+from graphdist.sync.ddp import DdpSync
+from graphdist.sync.layerwise import LayerwiseSync
+from graphdist.sync.modes import SYNC_MODES
+
+
+def make_sync(
+    mode: str,
+    model: nn.Module,
+    group: Any = None,
+    algorithm: Optional[Any] = None,
+    find_unused_parameters: bool = False,
+    **kwargs: Any,
+) -> GradientSync:
+    """The gradient sync for ``--sync mode`` over ``model``.
+
+    Args:
+        mode: a key of :data:`SYNC_MODES`.
+        model: the model (``sync.model`` is what forward runs through).
+        group: process group (default: the default group).
+        algorithm: the allreduce algorithm (``graphdist.comm.allreduce_algorithm``); default ring.
+        find_unused_parameters: ``ddp`` only (dwbp and blocking flush unused layers anyway).
+        **kwargs: passed to the sync class (``layers=``, ``hook=`` for layer-wise modes).
+
+    Raises:
+        ValueError: an unknown mode, naming the known ones.
+
+    Example:
+        >>> import torch, warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     type(make_sync("blocking", torch.nn.Linear(2, 2))).__name__
+        'LayerwiseSync'
+    """
+    if mode not in SYNC_MODES:
+        raise ValueError(f"Expected a sync mode in {tuple(SYNC_MODES)} (got {mode!r}); e.g. --sync dwbp")
+    if mode == "ddp":
+        if kwargs.get("layers") is not None:
+            warnings.warn("`layers` is ignored in ddp mode: DDP forms its own buckets", stacklevel=2)
+        kwargs.pop("layers", None)
+        return DdpSync(model, group=group, find_unused_parameters=find_unused_parameters, algorithm=algorithm,
+                       **kwargs)
+    if find_unused_parameters:
+        warnings.warn("find_unused_parameters only matters in ddp mode; dwbp/blocking flush unused layers anyway",
+                      stacklevel=2)
+    return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, **kwargs)
+
+
+
+
+__all__ = ["make_sync"]

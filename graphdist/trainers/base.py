@@ -1,0 +1,161 @@
+"""``Strategy``: what one worker does to train, behind the one loop in ``trainers/run.py``.
+
+A strategy is set up from a :class:`WorkerContext` (rank, config, partition directory, plan,
+device, the user's model) and answers a few calls: ``train_epoch(epoch) -> EpochStats``,
+``evaluate()``, ``predict()``, ``state_dict()`` / ``load_state_dict()`` for whatever a resume
+needs beyond model and optimizer, and ``close()``. The loop owns epochs, metrics,
+checkpoints, plots and resume; a strategy owns how a step trains. Strategies register under
+their ``--strategy`` name; the CLI's choices come from the registry.
+
+Example:
+    >>> sorted(STRATEGIES)
+    ['minibatch']
+    >>> strategy_class("minibatch").__name__
+    'MinibatchStrategy'
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py reads STRATEGIES)
+    import torch
+
+    from graphdist.comm.topology import Topology
+    from graphdist.config import TrainConfig
+    from placement.plan import Plan
+
+# name -> "module:Class", imported on first use. The one declaration of the strategy names.
+STRATEGIES: dict[str, str] = {
+    "minibatch": "graphdist.trainers.minibatch:MinibatchStrategy",
+}
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a strategy is built from.
+
+    Attributes:
+        rank, world_size: this worker and the job's size.
+        cfg: the resolved config.
+        partition_dir: the partition directory.
+        plan: who holds what (parts, device, batch share per rank).
+        topology: which ranks share a host (None: unknown).
+        model: the user's model, or None to build ``cfg.model``.
+    """
+
+    rank: int
+    world_size: int
+    cfg: "TrainConfig"
+    partition_dir: str
+    plan: "Plan"
+    topology: Optional["Topology"] = None
+    model: Optional["torch.nn.Module"] = None
+
+
+@dataclass
+class EpochStats:
+    """What one epoch measured on this rank; the loop reduces it over ranks.
+
+    Attributes:
+        loss_sum: sum over seeds of the loss (mean = ``loss_sum / seeds``).
+        seeds: seeds trained on.
+        correct: seeds whose prediction was right.
+        steps: optimizer steps taken.
+        time_s: wall time of the epoch.
+        sample_wait_s, compute_s, comm_exposed_s: where the time went.
+        sync: the gradient sync's totals (``SyncSummary.as_list()`` order), summed over ranks.
+        extras: strategy-specific numbers for the metrics record (summed over ranks unless
+            the key ends in ``_mean``, then averaged; e.g. a cache hit rate).
+    """
+
+    loss_sum: float = 0.0
+    seeds: int = 0
+    correct: int = 0
+    steps: int = 0
+    time_s: float = 0.0
+    sample_wait_s: float = 0.0
+    compute_s: float = 0.0
+    comm_exposed_s: float = 0.0
+    sync: list[float] = field(default_factory=list)
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Predictions:
+    """This rank's share of ``predict()``: original node ids, logits, last hidden layer."""
+
+    orig_ids: "torch.Tensor"
+    logits: "torch.Tensor"
+    embeddings: "torch.Tensor"
+
+
+ProgressCallback = Callable[[int, str], None]
+
+
+class Strategy(abc.ABC):
+    """One worker's way of training. Subclasses set ``model`` and ``optimizer`` in ``__init__``.
+
+    Args:
+        ctx: the worker context. Construction is collective: every rank builds its strategy
+            at the same point (sources exchange caches, the model is broadcast).
+    """
+
+    name: str = ""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.model: "torch.nn.Module"
+        self.optimizer: "torch.optim.Optimizer"
+
+    @abc.abstractmethod
+    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
+        """Trains one epoch; ``on_progress(step, line)`` gets a progress line every log interval."""
+
+    @abc.abstractmethod
+    def evaluate(self) -> dict[str, float]:
+        """Metrics over all workers (collective), e.g. ``val_acc``, ``test_acc``."""
+
+    @abc.abstractmethod
+    def predict(self) -> Predictions:
+        """This rank's nodes' outputs (collective)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state a resume needs beyond model, optimizer and global RNGs."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
+
+    def close(self) -> None:
+        """Releases hooks, threads and groups."""
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The class registered as ``name`` (imported on first use).
+
+    Raises:
+        ValueError: an unknown name, listing the registered ones.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"--strategy must be one of {', '.join(STRATEGIES)} (got {name!r})")
+    module, cls = STRATEGIES[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def register_strategy(name: str, target: str) -> None:
+    """Registers ``"module:Class"`` under ``name`` (a user's own strategy; spawned workers import it).
+
+    Example:
+        >>> register_strategy("minibatch", "graphdist.trainers.minibatch:MinibatchStrategy")
+    """
+    if ":" not in target:
+        raise ValueError(f"Expected 'module:Class' (got {target!r})")
+    STRATEGIES[name] = target
+
+
+__all__ = ["EpochStats", "Predictions", "ProgressCallback", "STRATEGIES", "Strategy", "WorkerContext",
+           "register_strategy", "strategy_class"]

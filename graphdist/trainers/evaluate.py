@@ -1,0 +1,147 @@
+"""Evaluation and prediction over partitions: exact full-neighbour outputs, accuracy over all workers.
+
+Models with ``layer_forward`` get :func:`exact_inference`: layer by layer over the whole
+partition, each layer fetching the previous layer's halo embeddings from their owners
+(one all-to-all per layer). Others get :func:`sampled_inference`: ``forward`` on
+full-neighbour blocks in chunks (exact too, but each chunk materialises its L-hop
+neighbourhood). Both are collectives: every rank calls them at the same point.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+
+from graphdist import comm
+from graphdist.trainers.features import model_inputs
+from partition.part import Partition
+from sampling.owners import OwnerMap
+
+MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+def full_block(part: Partition) -> Any:
+    """One block over the partition: inner rows (destinations) over inner + halo columns.
+
+    Example:
+        >>> import tempfile
+        >>> from graphdist.testing import tiny_graph
+        >>> from partition.api import load_partition, partition
+        >>> part = load_partition(partition(tiny_graph(), 1, method="random", out=tempfile.mkdtemp() + "/p"), 0)
+        >>> b = full_block(part)
+        >>> (b.num_dst, b.num_src, b.src.numel()) == (part.num_inner, part.num_local, int(part.indptr[-1]))
+        True
+    """
+    from sampling.base import Block
+
+    num_inner = part.num_inner
+    indptr = part.indptr[: num_inner + 1].clone()
+    src = part.indices[: int(indptr[-1])].to(torch.int64)
+    dst = torch.repeat_interleave(torch.arange(num_inner), indptr[1:] - indptr[:-1], output_size=src.numel())
+    return Block(src=src, dst=dst, num_src=part.num_local, num_dst=num_inner, indptr=indptr)
+
+
+@torch.no_grad()
+def exact_inference(
+    model: torch.nn.Module,
+    part: Partition,
+    table: torch.Tensor,
+    device: torch.device,
+    with_degrees: bool,
+    owners: Optional[OwnerMap] = None,
+    keep_hidden: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Exact full-neighbour outputs (logits) of this rank's inner nodes, one layer at a time.
+
+    Args:
+        model: a model with ``num_layers`` and ``layer_forward(i, x, block)``.
+        part: this worker's partition.
+        table: ``[num_inner, F (+1)]`` its feature rows (with the degree column for GCN).
+        device: where the layers run.
+        with_degrees: ``table``'s last column holds global in-degrees (GCN's normalisation).
+        owners: which rank serves each node (default: part ``p`` on rank ``p``).
+        keep_hidden: also return the last hidden layer's output (the input of the final
+            layer: the nodes' embeddings).
+    """
+    from sampling.distributed import fetch_rows
+
+    model.eval()
+    block = full_block(part)
+    halo_ids = part.global_ids[part.num_inner :]
+    h = table
+    if with_degrees:
+        # Local table = inner rows then halo rows: the degree column of both, as one "x".
+        halo_degrees = fetch_rows(part, h[:, -1:], halo_ids, group=None, tag="eval", owners=owners)
+        h, (block,) = h[:, :-1], model_inputs(torch.cat([h[:, -1:], halo_degrees]), [block], True)[1]
+    block = block.to(device)
+    hidden = h
+    for i in range(model.num_layers):
+        halo = fetch_rows(part, h, halo_ids, group=None, tag="eval", owners=owners)
+        x = torch.cat([h, halo]).to(device)
+        hidden = h
+        h = model.layer_forward(i, x, block).cpu()
+    return (h, hidden) if keep_hidden else h
+
+
+@torch.no_grad()
+def sampled_inference(
+    model: torch.nn.Module,
+    neighbor_source: Any,
+    features: Any,
+    seeds: torch.Tensor,
+    num_layers: int,
+    device: torch.device,
+    with_degrees: bool,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Full-neighbour outputs of some inner nodes (global ids) for models without ``layer_forward``.
+
+    Every rank runs the same number of chunks (collectives inside).
+    """
+    from sampling.neighbor import NeighborSampler
+
+    model.eval()
+    sampler = NeighborSampler(neighbor_source, [-1] * num_layers, seed=0)
+    chunks = max(comm.all_gather_object(math.ceil(seeds.numel() / chunk)))
+    outs = []
+    for i in range(chunks):
+        batch = sampler.sample(seeds[i * chunk : (i + 1) * chunk])
+        x = features.gather(batch.input_nodes)
+        if batch.seed_nodes.numel():
+            x, blocks = model_inputs(x, batch.blocks, with_degrees)
+            outs.append(model(x.to(device), [b.to(device) for b in blocks]).cpu())
+    return torch.cat(outs) if outs else torch.zeros(0)
+
+
+def evaluated_nodes(part: Partition) -> torch.Tensor:
+    """Local ids of the inner nodes in any of the train/val/test masks."""
+    wanted = torch.zeros(part.num_inner, dtype=torch.bool)
+    for name in MASKS:
+        mask = getattr(part, name)
+        if mask is not None:
+            wanted |= mask.to(torch.bool)
+    return wanted.nonzero().view(-1)
+
+
+def accuracy(pred: torch.Tensor, part: Partition) -> dict[str, float]:
+    """Full-neighbour train, val and test accuracy over all workers (one all-reduce of counts).
+
+    ``pred`` holds a class per inner node (-1: not predicted). A mask no worker has gives nan.
+    """
+    y = part.y.to(torch.int64)
+    counts = []
+    for name in MASKS:
+        mask = getattr(part, name)
+        m = mask.to(torch.bool) if mask is not None else torch.zeros_like(y, dtype=torch.bool)
+        counts += [float((pred[m] == y[m]).sum()), float(m.sum())]
+    total = comm.all_reduce(torch.tensor(counts, dtype=torch.float64), tag="eval").tolist()
+
+    def ratio(correct: float, n: float) -> float:
+        return correct / n if n else float("nan")
+
+    return {"train_full_acc": ratio(*total[0:2]), "val_acc": ratio(*total[2:4]), "test_acc": ratio(*total[4:6])}
+
+
+__all__ = ["MASKS", "accuracy", "evaluated_nodes", "exact_inference", "full_block", "sampled_inference"]

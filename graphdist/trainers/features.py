@@ -1,0 +1,82 @@
+"""The feature table a worker serves, and how a batch becomes model inputs.
+
+GCN needs every node's global in-degree, including remote ones: the degrees travel as one
+extra last column of the feature table, so remote nodes' degrees come with their features
+(same fetch, same cache) and :func:`model_inputs` splits the column off again.
+
+Example:
+    >>> import torch
+    >>> x, blocks = model_inputs(torch.ones(3, 2), [], with_degrees=False)
+    >>> x.shape
+    torch.Size([3, 2])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from graphdist.config import FEATURE_NORMS
+from partition.part import Partition
+
+
+def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
+    """``row``: each row divided by its sum (rows summing to 0 stay 0); ``none``: ``x`` itself.
+
+    Example:
+        >>> normalize_features(torch.tensor([[1.0, 3.0], [0.0, 0.0]]), "row").tolist()
+        [[0.25, 0.75], [0.0, 0.0]]
+    """
+    if how not in FEATURE_NORMS:
+        raise ValueError(f"--feature-norm must be one of {', '.join(FEATURE_NORMS)} (got {how!r})")
+    if how == "none":
+        return x
+    return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+
+
+def feature_table(part: Partition, how: str, with_degrees: bool) -> torch.Tensor:
+    """The ``[num_inner, F (+1)]`` rows this worker serves: normalised features, and the degree column.
+
+    Example:
+        >>> import tempfile
+        >>> from graphdist.testing import tiny_graph
+        >>> from partition.api import load_partition, partition
+        >>> part = load_partition(partition(tiny_graph(), 1, method="random", out=tempfile.mkdtemp() + "/p"), 0)
+        >>> feature_table(part, "none", with_degrees=True).shape[1] == part.x.shape[1] + 1
+        True
+    """
+    if part.x is None:
+        raise ValueError(f"partition {part.part_id}: has no features (x.npy); training needs node features")
+    table = normalize_features(part.x, how)
+    if with_degrees:
+        table = torch.cat([table, part.in_degrees().to(table.dtype).view(-1, 1)], dim=1)
+    return table
+
+
+def model_inputs(x: torch.Tensor, blocks: list[Any], with_degrees: bool) -> tuple[torch.Tensor, list[Any]]:
+    """Splits the degree column off ``x`` and normalises the blocks with it (GCN); else as given."""
+    if not with_degrees:
+        return x, blocks
+    from graphdist.models import gcn_norm_block
+
+    degrees = x[:, -1]
+    return x[:, :-1], [gcn_norm_block(b, degrees[: b.num_src]) for b in blocks]
+
+
+class GlobalLabels:
+    """Labels of this worker's inner nodes, indexed by global id (seeds are always inner).
+
+    Example:
+        >>> GlobalLabels(torch.tensor([7, 8, 9]), offset=10)(torch.tensor([12, 10])).tolist()
+        [9, 7]
+    """
+
+    def __init__(self, y: torch.Tensor, offset: int) -> None:
+        self.y, self.offset = y, offset
+
+    def __call__(self, nodes: torch.Tensor) -> torch.Tensor:
+        return self.y.index_select(0, nodes - self.offset)
+
+
+__all__ = ["GlobalLabels", "feature_table", "model_inputs", "normalize_features"]

@@ -1,0 +1,132 @@
+"""The ``Plan``: who holds what. Per rank its parts, its device and its batch share.
+
+A plan is a pure, frozen value: trainers read it and apply it (the distributed sources get an
+owner map built from ``rank_of_part``, the loader its ``batch_share``); it never touches a
+process group. :func:`default_plan` reproduces the one-part-per-worker layout: part ``i`` on
+rank ``i``, and batch shares in proportion to each part's train nodes, so that every worker
+runs the same number of steps and the global batch covers every train node once per epoch.
+The placement optimizer (HyScale-GNN style) will return other plans through the same type.
+
+Example:
+    >>> plan = default_plan(train_counts=[100, 60], batch_size=64, devices=["cpu"])
+    >>> plan.steps_per_epoch, [r.batch_share for r in plan.ranks], plan.rank_of_part
+    (3, [34, 20], (0, 1))
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What one rank holds and does.
+
+    Attributes:
+        rank: the rank.
+        parts: the partition ids it owns (their inner nodes, features and labels).
+        device: ``cpu`` or ``cuda:i``.
+        batch_share: seeds per step it samples from its own train nodes.
+    """
+
+    rank: int
+    parts: tuple[int, ...]
+    device: str
+    batch_share: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Parts, device and batch share of every rank, and the common step count.
+
+    Attributes:
+        ranks: one :class:`RankPlan` per rank, in rank order.
+        num_parts: parts of the partition directory.
+        steps_per_epoch: steps every rank runs per epoch (collectives need the same count).
+    """
+
+    ranks: tuple[RankPlan, ...]
+    num_parts: int
+    steps_per_epoch: int
+
+    def __post_init__(self) -> None:
+        if [r.rank for r in self.ranks] != list(range(len(self.ranks))):
+            raise ValueError(f"Expected one RankPlan per rank 0..{len(self.ranks) - 1}, in order")
+        owned = sorted(p for r in self.ranks for p in r.parts)
+        if owned != list(range(self.num_parts)):
+            raise ValueError(f"Expected every part 0..{self.num_parts - 1} on exactly one rank (got {owned})")
+        if self.steps_per_epoch < 1 or any(r.batch_share < 1 for r in self.ranks):
+            raise ValueError("Expected steps_per_epoch >= 1 and every batch_share >= 1")
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def rank_of_part(self) -> tuple[int, ...]:
+        """The rank owning each part, indexed by part id."""
+        owner = [0] * self.num_parts
+        for r in self.ranks:
+            for p in r.parts:
+                owner[p] = r.rank
+        return tuple(owner)
+
+    def of(self, rank: int) -> RankPlan:
+        """The plan of ``rank``."""
+        return self.ranks[rank]
+
+    def describe(self) -> str:
+        """One line per rank, for the log."""
+        return "\n".join(f"rank {r.rank}: parts {list(r.parts)} on {r.device}, batch share {r.batch_share}"
+                         for r in self.ranks)
+
+
+def steps_per_epoch(train_counts: Sequence[int], batch_size: int) -> int:
+    """Steps every worker runs: the global batch covers all train nodes once per epoch.
+
+    Example:
+        >>> steps_per_epoch([100, 60], 64)
+        3
+    """
+    return max(1, math.ceil(sum(train_counts) / batch_size))
+
+
+def batch_share(num_train: int, steps: int) -> int:
+    """A worker's batch share: its train nodes spread over the common step count (>= 1).
+
+    Example:
+        >>> batch_share(100, 4), batch_share(0, 4)
+        (25, 1)
+    """
+    return max(1, math.ceil(num_train / steps)) if num_train else 1
+
+
+def default_plan(
+    train_counts: Sequence[int],
+    batch_size: int,
+    devices: Sequence[str] = ("cpu",),
+    max_steps: int = 0,
+) -> Plan:
+    """Part ``i`` on rank ``i``; shares in proportion to train nodes (one entry per part = per rank).
+
+    Args:
+        train_counts: train nodes of each part.
+        batch_size: seeds per step over all ranks.
+        devices: one device for all ranks, or one per rank.
+        max_steps: cap on steps per epoch (0: a full pass over the train nodes).
+
+    Raises:
+        ValueError: ``devices`` neither 1 entry nor one per rank.
+    """
+    world = len(train_counts)
+    if len(devices) not in (1, world):
+        raise ValueError(f"Expected 1 device or one per rank ({world}) (got {len(devices)})")
+    steps = steps_per_epoch(train_counts, batch_size)
+    ranks = tuple(RankPlan(rank=r, parts=(r,), device=devices[0] if len(devices) == 1 else devices[r],
+                           batch_share=batch_share(int(n), steps)) for r, n in enumerate(train_counts))
+    return Plan(ranks=ranks, num_parts=world, steps_per_epoch=min(steps, max_steps) if max_steps else steps)
+
+
+__all__ = ["Plan", "RankPlan", "batch_share", "default_plan", "steps_per_epoch"]

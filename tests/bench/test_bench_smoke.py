@@ -1,0 +1,186 @@
+"""Every script in bench/ runs: tiny arguments, exit 0, the JSON it wrote parses, its table is printed.
+
+Benches are not imported by anything else, so an API change breaks them silently; these tests
+run each one as a user would (``python bench/X.py``, repo root as cwd, one OpenMP thread, the
+test's own GRAPHDIST_CACHE) on graphs of a few thousand nodes. They check what a bench writes,
+never how fast it was: timings belong in bench/, not in tests. Output goes to ``tmp_path``, never
+to bench/results/. The DGL peers (``--peers``) are never run here: CI has no peer environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphdist.testing import require
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
+
+# The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
+SMOKED = ("bench_cluster.py", "bench_dist_sampler.py", "bench_generator.py", "bench_models.py",
+          "bench_partition.py", "bench_sampler.py", "bench_train.py", "check_cuda.py")
+
+
+def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
+           timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Runs ``bench/<script> args`` like a user would; the environment (GRAPHDIST_CACHE included) passes through."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, str(BENCH / script), *map(str, args)], cwd=REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _ok(res: subprocess.CompletedProcess) -> None:
+    assert res.returncode == 0, (f"exit {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n"
+                                 f"--- stderr\n{res.stderr[-3000:]}")
+
+
+def _read(path: Path, *keys: str) -> dict[str, Any]:
+    assert path.exists(), f"the bench did not write {path}"
+    doc = json.loads(path.read_text())
+    missing = [k for k in keys if k not in doc]
+    assert not missing, f"{path.name} lacks top-level keys {missing} (has {sorted(doc)})"
+    return doc
+
+
+def test_every_bench_has_a_smoke_test():
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMOKED)
+
+
+def test_bench_generator(tmp_path):
+    out = tmp_path / "generator.json"
+    res = _bench("bench_generator.py", "--nodes", 2000, "--repeats", 1, "--json", out)
+    _ok(res)
+    assert "peak GiB" in res.stdout and "edge homophily" in res.stdout
+    doc = _read(out, "config", "machine", "summary", "results")
+    [row] = doc["results"]
+    assert "error" not in row, row
+    assert row["num_nodes"] == 2000 and row["num_edges"] > 0 and row["time_s"] > 0
+    assert 0.0 <= row["edge_homophily"] <= 1.0  # the first repeat computes the structure figures
+
+
+def test_bench_partition(tmp_path):
+    out = tmp_path / "partition.json"
+    methods = ["metis", "random", "super", "stream"]
+    res = _bench("bench_partition.py", "--nodes", 2000, "--parts", 2, "--methods", ",".join(methods), "--json", out)
+    _ok(res)
+    assert "edge bal" in res.stdout
+    doc = _read(out, "config", "results")
+    # A failing method is a row with "error" and the bench still exits 0: look at every row.
+    assert [r["method"] for r in doc["results"]] == methods
+    for r in doc["results"]:
+        assert "error" not in r, r
+        assert r["num_parts"] == 2 and 0.0 <= r["edge_cut"] <= 1.0, r
+
+
+def test_bench_models(tmp_path):
+    out = tmp_path / "models.json"
+    res = _bench("bench_models.py", "--iters", 1, "--scale", 0.005, "--out", out)
+    _ok(res)
+    assert "ms/batch best" in res.stdout
+    doc = _read(out, "layers", "hidden", "scale", "rows")
+    assert [r["variant"] for r in doc["rows"]] == ["graphdist", "pyg", "naive"]
+    assert all(r["ms_best"] > 0 for r in doc["rows"])
+
+
+def test_bench_sampler(tmp_path):
+    out = tmp_path / "sampler.json"
+    res = _bench("bench_sampler.py", "--nodes", 5000, "--batch-size", 64, "--batches", 3, "--warmup", 1,
+                 "--repeats", 2, "--train-nodes", 3000, "--features", 16, "--hidden", 16, "--train-steps", 3,
+                 "--overlap-rounds", 2, "--out", out)
+    _ok(res)
+    assert "M edges/s" in res.stdout and "prefetch overlap" in res.stdout
+    doc = _read(out, "meta", "graphdist", "peers", "overlap")
+    assert [r["fanouts"] for r in doc["graphdist"]] == [[15, 10, 5], [10, 5]]
+    assert all(r["edges_per_s"] > 0 and len(r["rates"]) == 2 for r in doc["graphdist"])
+    assert doc["peers"] == []
+    assert doc["overlap"]["rounds"] == 2 and doc["overlap"]["step_ms_prefetch"] > 0
+
+
+@pytest.mark.slow
+def test_bench_dist_sampler(tmp_path):
+    out = tmp_path / "dist_sampler.json"
+    res = _bench("bench_dist_sampler.py", "--nodes", 5000, "--batches", 3, "--batch-size", 64, "--out", out)
+    _ok(res)
+    assert "M edges/s" in res.stdout and "remote features" in res.stdout
+    doc = _read(out, "nodes", "local", "local_pair", "ranks")
+    assert len(doc["local_pair"]) == 2 and doc["local"]["edges_per_s"] > 0
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    for r in doc["ranks"]:
+        assert r["single"]["edges_per_s"] > 0 and r["stream"]["edges_per_s"] > 0, r
+        assert r["cache_off"]["rows"] == 0 and r["cache_all"]["rows"] == r["halo_nodes"], r
+
+
+@pytest.mark.slow
+def test_bench_train_speed(tmp_path):
+    out = tmp_path / "train.json"
+    # One 2-worker sync mode: the three differ only in a CLI flag, and each run costs seconds.
+    res = _bench("bench_train.py", "--speed", "--nodes", 3000, "--steps", 2, "--syncs", "dwbp", "--out", out,
+                 timeout=240)
+    _ok(res)
+    assert "Throughput on synthetic-3000" in res.stdout and "seeds/s" in res.stdout
+    doc = _read(out, "started", "speed")
+    rows = doc["speed"]["rows"]
+    assert [(r["workers"], r["sync"]) for r in rows] == [(1, "dwbp"), (2, "dwbp")]
+    assert all(r["seeds_per_s"] > 0 for r in rows)
+    assert doc["speed"]["peer"] is None
+
+
+def test_bench_train_accuracy(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    cora = find_dataset("cora")  # the bench takes names: point GRAPHDIST_DATA at the folder it was found in
+    out = tmp_path / "train.json"
+    res = _bench("bench_train.py", "--accuracy", "--datasets", "cora", "--workers", 1, "--seeds", 1, "--epochs", 3,
+                 "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)})
+    _ok(res)
+    assert "Test accuracy at the best-validation epoch" in res.stdout
+    doc = _read(out, "started", "accuracy")
+    assert doc["accuracy"]["recipe"][-2:] == ["--epochs", "3"]
+    [acc] = doc["accuracy"]["runs"]["cora"]["1"]
+    assert 100 / 7 < acc <= 100  # better than chance over cora's 7 classes, even after 3 epochs
+
+
+@pytest.mark.slow
+def test_bench_cluster(tmp_path):
+    from graphdist.testing.netns import unavailable_reason
+
+    reason = unavailable_reason()
+    require(reason is None, f"bench_cluster: {reason}")
+    out, png = tmp_path / "cluster.json", tmp_path / "cluster.png"
+    res = _bench("bench_cluster.py", "--datasets", "synthetic-3000", "--rates", "1gbit", "--syncs", "dwbp,ddp",
+                 "--hidden", 16, "--steps", 2, "--warmup", 1, "--timeout", 30, "--limit", 90, "--out", out,
+                 "--png", png)
+    _ok(res)
+    assert "hid meas" in res.stdout and "tx/count" in res.stdout
+    doc = _read(out, "config", "presets", "machine", "total_s", "results")
+    assert [(r["dataset"], r["rate"], r["sync"]) for r in doc["results"]] == [
+        ("synthetic-3000", "1gbit", "dwbp"), ("synthetic-3000", "1gbit", "ddp")]
+    for r in doc["results"]:
+        assert r["steps"] == 2 and r["bytes_by_tag"].get("grad", 0) > 0, r
+        assert r["veth_tx_bytes"] > 0, r  # the traffic really crossed the emulated link
+    assert png.stat().st_size > 0
+
+
+def test_check_cuda(tmp_path):
+    import torch
+
+    out = tmp_path / "cuda.json"
+    if not torch.cuda.is_available():
+        res = _bench("check_cuda.py", "--out", out)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "no CUDA device" in res.stdout
+        assert not out.exists()
+        return
+    res = _bench("check_cuda.py", "--nodes", 2000, "--epochs", 1, "--out", out, timeout=240)
+    _ok(res)
+    assert '"devices"' in res.stdout
+    doc = _read(out, "gpus", "torch", "cases")
+    assert doc["cases"] and all(c["ok"] for c in doc["cases"]), doc["cases"]
