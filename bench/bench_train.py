@@ -20,6 +20,8 @@ Run book:
     python bench/bench_train.py --accuracy                  # ~15 min on 2 cores
     python bench/bench_train.py --speed --peers --steps 30  # ~10 min
     python bench/bench_train.py --speed --nodes 100000      # quick
+    git worktree add /tmp/base <rev>                        # then, this tree against <rev>:
+    python bench/bench_train.py --speed --baseline /tmp/base --pairs 5 --nodes 300000 --steps 20
     python bench/bench_train.py --accuracy --datasets cora --workers 1 --seeds 1 --epochs 3  # seconds
     python bench/bench_train.py --speed --nodes 3000 --steps 2 --syncs dwbp                  # seconds
 Results: bench/results/train.json (git-ignored).
@@ -56,13 +58,18 @@ SPEED_ARGS = ["--model", "sage", "--layers", "3", "--hidden", "256", "--fanouts"
 
 
 
-def run_cli(args: list[str], run_dir: Path, pin: Optional[str] = None, timeout: float = 3600) -> list[dict[str, Any]]:
-    """Runs graphdist-train; returns its metrics records (raises with stderr on failure)."""
+def run_cli(args: list[str], run_dir: Path, pin: Optional[str] = None, timeout: float = 3600,
+            repo: Path = REPO) -> list[dict[str, Any]]:
+    """Runs graphdist-train of the checkout ``repo``; returns its metrics records (raises with stderr on failure).
+
+    ``python -m`` puts the working directory first on ``sys.path`` (spawned workers inherit it),
+    so running in another checkout runs that checkout's code with this environment.
+    """
     cmd = [sys.executable, "-m", "graphdist.cli.train", *args, "--run-dir", str(run_dir)]
     if pin is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", pin, *cmd]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -117,10 +124,11 @@ def print_accuracy(res: dict[str, Any]) -> None:
 
 
 def speed_run(dataset: str, workers: int, sync: str, args: argparse.Namespace, tmp: Path,
-              pin: Optional[str]) -> dict[str, Any]:
-    run = tmp / f"speed-{workers}-{sync}"
+              pin: Optional[str], repo: Path = REPO) -> dict[str, Any]:
+    run = tmp / f"speed-{workers}-{sync}-{abs(hash(str(repo)))}"
     hist = run_cli(["--dataset", dataset, "--num-workers", str(workers), "--sync", sync,
-                    "--batch-size", str(1024 * workers), "--max-steps", str(args.steps), *SPEED_ARGS], run, pin=pin)
+                    "--batch-size", str(1024 * workers), "--max-steps", str(args.steps), *SPEED_ARGS], run, pin=pin,
+                   repo=repo)
     warm = hist[-1]
     return {"workers": workers, "sync": sync, "seeds_per_s": warm["seeds_per_s"],
             "epoch_time_s": warm["epoch_time_s"], "hidden_fraction": warm.get("hidden_fraction"),
@@ -136,6 +144,36 @@ def bench_speed(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
         rows.append(speed_run(dataset, 2, sync, args, tmp, pin=None))
         print(f"  2 workers {sync}: {rows[-1]['seeds_per_s']:,.0f} seeds/s", flush=True)
     return rows
+
+
+def bench_baseline(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """This checkout against ``--baseline`` (another commit's checkout), alternating, ``--pairs`` rounds.
+
+    Each round runs 1 worker (pinned) and 2 workers (``--sync dwbp``) of the baseline, then of
+    this tree (the order flips every round, so drift hits both); the medians are compared.
+    """
+    dataset = f"synthetic-{args.nodes}"
+    trees = {"baseline": Path(args.baseline).resolve(), "this": REPO}
+    runs: dict[str, dict[str, list[float]]] = {name: {"1": [], "2": []} for name in trees}
+    for i in range(args.pairs):
+        order = ["baseline", "this"] if i % 2 == 0 else ["this", "baseline"]
+        for name in order:
+            for workers, pin in ((1, "0"), (2, None)):
+                row = speed_run(dataset, workers, "dwbp", args, tmp, pin=pin, repo=trees[name])
+                runs[name][str(workers)].append(row["seeds_per_s"])
+                print(f"  pair {i + 1} {name:<8} {workers} worker{'s' if workers > 1 else ' '}: "
+                      f"{row['seeds_per_s']:,.0f} seeds/s", flush=True)
+    return {"baseline": str(trees["baseline"]), "pairs": args.pairs, "runs": runs}
+
+
+def print_baseline(res: dict[str, Any]) -> None:
+    print(f"\nThis tree against {res['baseline']}: seeds/s, medians of {res['pairs']} alternating pairs")
+    print(f"{'workers':<9}{'baseline':>10}{'this':>10}{'this/base':>11}   runs (baseline | this)")
+    for w in ("1", "2"):
+        base, this = (statistics.median(res["runs"][n][w]) for n in ("baseline", "this"))
+        spread = " ".join(f"{v:,.0f}" for v in res["runs"]["baseline"][w]) + " | " + " ".join(
+            f"{v:,.0f}" for v in res["runs"]["this"][w])
+        print(f"{w:<9}{base:>10,.0f}{this:>10,.0f}{this / base:>10.3f}x   {spread}")
 
 
 def peer_graph(nodes: int) -> Path:
@@ -205,6 +243,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--steps", type=int, default=30, help="steps per epoch in the speed runs")
     p.add_argument("--syncs", default="dwbp,ddp,blocking", help="sync modes of the 2-worker speed runs")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="with --speed: alternate against this checkout of another commit (git worktree add DIR REV)")
+    p.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline (default 5)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "train.json"))
     args = p.parse_args(argv)
     if not (args.accuracy or args.speed or args.peers):
@@ -219,7 +260,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             peer = bench_peer(args) if args.peers else None
             if peer:
                 print(f"  DGL: {peer['seeds_per_s']:,.0f} seeds/s", flush=True)
-            rows = bench_speed(args, tmp) if args.speed else []
+            if args.speed and args.baseline:
+                result["baseline"] = bench_baseline(args, tmp)
+                print_baseline(result["baseline"])
+            rows = bench_speed(args, tmp) if args.speed and not args.baseline else []
             result["speed"] = {"nodes": args.nodes, "steps": args.steps, "rows": rows, "peer": peer}
             if rows:
                 print_speed(rows, peer, args.nodes)

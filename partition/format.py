@@ -298,7 +298,11 @@ def read_meta(path: PathLike) -> dict:
         PartitionFormatError: missing or unreadable ``meta.json``, or another format version.
 
     Example:
-        >>> # read_meta("parts/cora-4")["num_parts"]
+        >>> import tempfile
+        >>> from graphdist.testing import tiny_graph
+        >>> from partition.api import partition
+        >>> read_meta(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"))["num_parts"]
+        2
     """
     root = Path(path)
     file = root / META
@@ -369,8 +373,12 @@ def load_partition(path: PathLike, part_id: int, verify: bool = True) -> Partiti
         ValueError: ``part_id`` out of range.
 
     Example:
-        >>> # part = load_partition("parts/cora-4", 0)
-        >>> # part.x.shape[0] == part.num_inner
+        >>> import tempfile
+        >>> from graphdist.testing import tiny_graph
+        >>> from partition.api import partition
+        >>> part = load_partition(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"), 0)
+        >>> part.x.shape[0] == part.num_inner, part.num_halo > 0
+        (True, True)
     """
     root = Path(path)
     meta = read_meta(root)

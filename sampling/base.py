@@ -86,7 +86,14 @@ class Block:
         """``(x, x[:num_dst])``: the (source, destination) features PyG's bipartite layers take.
 
         Example:
-            >>> # conv = SAGEConv(16, 32); h = conv(block.pair(x), block.edge_index, size=block.size)
+            >>> from torch_geometric.nn import SAGEConv
+            >>> from graphdist.testing import tiny_graph
+            >>> from sampling import NeighborSampler
+            >>> g = tiny_graph(feature_dim=4)
+            >>> batch = NeighborSampler(g, [2], seed=0).sample(torch.tensor([0, 5]))
+            >>> block, x = batch.blocks[0], g.x[batch.input_nodes]
+            >>> SAGEConv(4, 8)(block.pair(x), block.edge_index, size=block.size).shape
+            torch.Size([2, 8])
         """
         return x, x[: self.num_dst]
 
@@ -94,7 +101,11 @@ class Block:
         """Sparse CSR ``[num_dst, num_src]`` adjacency (ones or ``values``) for ``adj @ x`` aggregation.
 
         Example:
-            >>> # mean aggregation: block.adj() @ x / block.in_degrees().clamp(min=1)[:, None]
+            >>> b = Block(src=torch.tensor([0, 1, 2]), dst=torch.tensor([0, 0, 1]), num_src=3, num_dst=2,
+            ...           indptr=torch.tensor([0, 2, 3]))
+            >>> x = torch.tensor([[1.0], [3.0], [5.0]])
+            >>> (b.adj() @ x / b.in_degrees().clamp(min=1)[:, None]).tolist()  # mean aggregation
+            [[2.0], [5.0]]
         """
         if values is None:
             values = self.edge_weight if self.edge_weight is not None else torch.ones(self.num_edges)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from graphdist.comm.counters import COUNTER
+from graphdist.comm.counters import COUNTER, byte_counts  # noqa: F401 - byte_counts: the module example
 from graphdist.comm.group import CommError, cpu_group, get_rank, get_world_size, is_initialized, ranks_at
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
@@ -228,8 +228,13 @@ def all_to_all_v(
     Returns:
         One tensor per source rank.
 
-    Example:
-        >>> # out = all_to_all_v([torch.arange(r + 1) for r in range(world_size)])
+    Example (one rank: its own entry comes back; with P ranks, ``out[r]`` is what rank r sent here):
+        >>> from graphdist.testing import one_rank_group
+        >>> with one_rank_group():
+        ...     out = all_to_all_v([torch.arange(4).view(2, 2)], tag="doc")
+        ...     sent = byte_counts()["doc"]
+        >>> out[0].tolist(), sent  # nothing crossed the network
+        ([[0, 1], [2, 3]], 0)
     """
     return all_to_all_v_async(inputs, group, tag, recv_rows).wait()
 
@@ -286,8 +291,13 @@ def all_to_all_counts_async(send_rows: Sequence[int], group: Group = None, tag: 
         tag: time-counter tag.
 
     Example:
-        >>> # sizes = all_to_all_counts_async([len(r) for r in requests]); other_work()
-        >>> # answers = all_to_all_v_async(requests, recv_rows=sizes.wait()).wait()
+        >>> from graphdist.testing import one_rank_group
+        >>> with one_rank_group():
+        ...     requests = [torch.tensor([7, 8, 9])]
+        ...     sizes = all_to_all_counts_async([len(r) for r in requests])  # ...other work here...
+        ...     answers = all_to_all_v_async(requests, recv_rows=sizes.wait()).wait()
+        >>> answers[0].tolist()
+        [7, 8, 9]
     """
     group = _route(group)
     size = dist.get_world_size(group)
@@ -310,7 +320,13 @@ def all_to_all_v_async(
     any, is done first), so the caller can compute while the data moves.
 
     Example:
-        >>> # pending = all_to_all_v_async(requests); work_on_own_nodes(); asked = pending.wait()
+        >>> from graphdist.testing import one_rank_group
+        >>> with one_rank_group():
+        ...     pending = all_to_all_v_async([torch.ones(2, 3)])
+        ...     busy = sum(range(1000))  # work on own nodes while the payload travels
+        ...     asked = pending.wait()
+        >>> asked[0].shape
+        torch.Size([2, 3])
     """
     group = _route(group, inputs[0] if inputs else None)
     size = dist.get_world_size(group)

@@ -133,6 +133,18 @@ def test_bench_train_speed(tmp_path):
     assert doc["speed"]["peer"] is None
 
 
+@pytest.mark.slow
+def test_bench_train_against_a_baseline_checkout(tmp_path):
+    out = tmp_path / "train.json"
+    # The repository itself as the "other commit": one alternating pair of 1- and 2-worker runs.
+    res = _bench("bench_train.py", "--speed", "--baseline", REPO, "--pairs", 1, "--nodes", 3000, "--steps", 2,
+                 "--out", out, timeout=240)
+    _ok(res)
+    assert "medians of 1 alternating pairs" in res.stdout
+    runs = _read(out, "started", "baseline")["baseline"]["runs"]
+    assert all(len(runs[tree][w]) == 1 and runs[tree][w][0] > 0 for tree in ("baseline", "this") for w in ("1", "2"))
+
+
 def test_bench_train_accuracy(tmp_path):
     from graphdist.testing.env import find_dataset
 

@@ -100,11 +100,13 @@ def test_custom_pyg_gat_model_trains(tmp_path, cora_parts):
     from graphdist.api import train
     from graphdist.testing.models import PygGAT
 
-    res = train(PygGAT(1433, 8, 7, heads=2), cora_parts[2], num_workers=2, epochs=2, fanouts=(5, 5),
-                batch_size=70, run_dir=str(tmp_path / "run"), timeout=30)
-    assert [r["epoch"] for r in res.history] == [1, 2]
-    assert res.history[-1]["loss"] < res.history[0]["loss"] * 1.5
-    assert 0.0 <= res.best["test_acc"] <= 1.0
+    res = train(PygGAT(1433, 8, 7, heads=2), cora_parts[2], num_workers=2, epochs=3, fanouts=(5, 5),
+                batch_size=70, lr=0.01, run_dir=str(tmp_path / "run"), timeout=30)
+    assert [r["epoch"] for r in res.history] == [1, 2, 3]
+    # It learns: the loss falls and the test accuracy (sampled full-neighbour inference: the
+    # model has no layer_forward) is well above chance (1/7).
+    assert res.history[-1]["loss"] < res.history[0]["loss"]
+    assert res.best["test_acc"] > 0.3, res.best
 
 
 @pytest.mark.parametrize(
