@@ -53,6 +53,10 @@ class TrainConfig:
     # --- Sync
     strategy: str = "minibatch"
     sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
+    # --- Full graph (--strategy fullgraph)
+    staleness: int = 0  # 0: exact halo exchange; 1: wait-free, halo embeddings/gradients one step stale
+    smoothing: float = 0.0  # PipeGCN's g for stale buffers: h <- g*h_old + (1-g)*h_new (0: none)
+    max_memory: Optional[float] = None  # GiB per worker for the memory check; None: machine memory / local workers
     # --- System
     num_workers: int = DEFAULT_NUM_WORKERS
     devices: tuple[str, ...] = ("cpu",)  # one entry for all workers, or one per worker
@@ -64,6 +68,7 @@ class TrainConfig:
     # compute threads; on a single core the thread only steals time from the step it overlaps.
     prefetch: Optional[bool] = None
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
+    checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always); full-graph epochs are one step
     log_interval: int = 20  # steps between progress lines
     run_dir: Optional[str] = None  # default runs/<timestamp>
     resume: Optional[str] = None
@@ -114,6 +119,14 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("fanouts", "entries must be positive or -1 (all neighbours)", list(cfg.fanouts))
     if not 0.0 <= cfg.dropout < 1.0:
         raise _fail("dropout", "must lie in [0, 1)", cfg.dropout)
+    if cfg.staleness not in (0, 1):
+        raise _fail("staleness", "must be 0 (exact) or 1 (wait-free, one step stale)", cfg.staleness)
+    if not 0.0 <= cfg.smoothing < 1.0:
+        raise _fail("smoothing", "must lie in [0, 1)", cfg.smoothing)
+    if cfg.max_memory is not None and cfg.max_memory <= 0:
+        raise _fail("max-memory", "must be > 0 GiB", cfg.max_memory)
+    if cfg.checkpoint_every < 1:
+        raise _fail("checkpoint-every", "must be >= 1", cfg.checkpoint_every)
     if cfg.lr <= 0:
         raise _fail("lr", "must be > 0", cfg.lr)
     if cfg.timeout <= 0:

@@ -86,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add(sync, "--sync", choices=list(SYNC_MODES),
          help="gradient sync: " + "; ".join(f"{k}: {v}" for k, v in SYNC_MODES.items())
          + f" (default {d('sync')})")
+    full = p.add_argument_group("Full graph (--strategy fullgraph)")
+    _add(full, "--staleness", type=int,
+         help=f"0: exact halo exchange each layer; 1: wait-free, layers use last step's halo embeddings and "
+              f"gradients while this step's travel (default {d('staleness')})")
+    _add(full, "--smoothing", type=float,
+         help=f"stale-buffer smoothing g: h <- g*h_old + (1-g)*h_new (default {d('smoothing')})")
+    _add(full, "--max-memory", type=float, metavar="GIB",
+         help="memory per worker the full-graph estimate is checked against (default: this machine's memory "
+              "divided by its local workers)")
     system = p.add_argument_group("System")
     _add(system, "--num-workers", type=int, help=f"local workers to spawn (default {d('num_workers')}; torchrun sets its own)")
     _add(system, "--devices", metavar="D1,D2,..", help="cpu (default), or one per worker, e.g. cpu,cuda:0")
@@ -101,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     prefetch.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
                           help="sample in the training thread")
     _add(system, "--log-interval", type=int, help=f"steps between progress lines (default {d('log_interval')})")
+    _add(system, "--checkpoint-every", type=int,
+         help=f"epochs between checkpoints; the last is always saved (default {d('checkpoint_every')})")
     _add(system, "--eval-every", type=int, help=f"evaluate every N epochs, and after the last (default {d('eval_every')}; 0 = never)")
     _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")
     _add(system, "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")

@@ -39,6 +39,7 @@ class DdpSync(GradientSync):
         find_unused_parameters: pass when a parameter may get no gradient in a step.
         algorithm: the allreduce algorithm of the hook (default: ring).
         tag: byte-counter tag (default ``"grad"``).
+        seed_weighted: weight gradients by seed share (default) or sum them (``SeedWeights``).
         **ddp_kwargs: passed to ``DistributedDataParallel`` (e.g. ``bucket_cap_mb``).
     """
 
@@ -51,10 +52,11 @@ class DdpSync(GradientSync):
         find_unused_parameters: bool = False,
         algorithm: Optional[comm.AllreduceAlgorithm] = None,
         tag: str = "grad",
+        seed_weighted: bool = True,
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__()
-        self.hook_state = AllreduceState(algorithm, group, tag)
+        self.hook_state = AllreduceState.create(algorithm, group, tag, seed_weighted)
         self._step = 0
         self._t_begin = 0.0
         self._active = False

@@ -19,6 +19,7 @@ def make_sync(
     group: Any = None,
     algorithm: Optional[Any] = None,
     find_unused_parameters: bool = False,
+    seed_weighted: bool = True,
     **kwargs: Any,
 ) -> GradientSync:
     """The gradient sync for ``--sync mode`` over ``model``.
@@ -29,6 +30,8 @@ def make_sync(
         group: process group (default: the default group).
         algorithm: the allreduce algorithm (``graphdist.comm.allreduce_algorithm``); default ring.
         find_unused_parameters: ``ddp`` only (dwbp and blocking flush unused layers anyway).
+        seed_weighted: each rank's loss is a mean over its own seeds (True: gradients weighted by
+            seed share) or its part of one global mean (False: gradients summed).
         **kwargs: passed to the sync class (``layers=``, ``hook=`` for layer-wise modes).
 
     Raises:
@@ -48,11 +51,11 @@ def make_sync(
             warnings.warn("`layers` is ignored in ddp mode: DDP forms its own buckets", stacklevel=2)
         kwargs.pop("layers", None)
         return DdpSync(model, group=group, find_unused_parameters=find_unused_parameters, algorithm=algorithm,
-                       **kwargs)
+                       seed_weighted=seed_weighted, **kwargs)
     if find_unused_parameters:
         warnings.warn("find_unused_parameters only matters in ddp mode; dwbp/blocking flush unused layers anyway",
                       stacklevel=2)
-    return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, **kwargs)
+    return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, seed_weighted=seed_weighted, **kwargs)
 
 
 

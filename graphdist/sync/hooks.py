@@ -92,15 +92,23 @@ class Bucket:
 class SeedWeights:
     """This step's seed counts: ``n_r`` on this rank and ``N`` over all (one async all-reduce per step).
 
+    Args:
+        group: process group of the count.
+        tag: byte-counter tag.
+        normalize: scale each rank's gradient by its share ``n_r / N`` (its loss is a mean over its
+            own seeds: mini-batch training). False: sum the gradients as they are (each rank's loss
+            is already its part of one global mean, as in full-graph training, where halo
+            gradients cross ranks and a per-rank share would weigh them wrongly).
+
     Example:
         >>> w = SeedWeights()
         >>> w.begin_step(5)  # no process group: N = n_r
-        >>> w.total(), w.scale()
-        (5, 1.0)
+        >>> w.total(), w.scale(), SeedWeights(normalize=False).scale()
+        (5, 1.0, 1.0)
     """
 
-    def __init__(self, group: Any = None, tag: str = "grad") -> None:
-        self.group, self.tag = group, tag
+    def __init__(self, group: Any = None, tag: str = "grad", normalize: bool = True) -> None:
+        self.group, self.tag, self.normalize = group, tag, bool(normalize)
         self.num_seeds = 0
         self._total = 0
         self._count: Optional[torch.Tensor] = None
@@ -125,7 +133,9 @@ class SeedWeights:
         return self._total
 
     def scale(self) -> float:
-        """``n_r / N``: this rank's share of the mean (0.0 when this step has no seeds anywhere)."""
+        """``n_r / N``: this rank's share of the mean (0.0 when this step has no seeds anywhere); 1.0 unnormalized."""
+        if not self.normalize:
+            return 1.0
         total = self.total()
         return self.num_seeds / total if total > 0 else 0.0
 
@@ -154,6 +164,12 @@ class AllreduceState:
             self.algorithm = comm.allreduce_algorithm("ring")
         if self.weights is None:
             self.weights = SeedWeights(self.group, self.tag)
+
+    @classmethod
+    def create(cls, algorithm: Optional[comm.AllreduceAlgorithm] = None, group: Any = None, tag: str = "grad",
+               seed_weighted: bool = True) -> "AllreduceState":
+        """A state whose weights average by seed share (``seed_weighted``) or sum."""
+        return cls(algorithm, group, tag, SeedWeights(group, tag, normalize=seed_weighted))
 
 
 def seed_weighted_allreduce(state: AllreduceState, bucket):  # noqa: ANN001, ANN201 - see CommHook

@@ -166,6 +166,7 @@ class LayerwiseSync(GradientSync):
         hook_state: its state; default an ``AllreduceState`` over ``group`` with ``algorithm``.
         algorithm: the allreduce algorithm of the default hook state (default: ring).
         tag: byte-counter tag (default ``"grad"``).
+        seed_weighted: weight gradients by seed share (default) or sum them (``SeedWeights``).
 
     Raises:
         ValueError: on an unknown mode or a grouping that misses or repeats a parameter.
@@ -182,6 +183,7 @@ class LayerwiseSync(GradientSync):
         hook_state: Any = None,
         algorithm: Optional[comm.AllreduceAlgorithm] = None,
         tag: str = "grad",
+        seed_weighted: bool = True,
     ) -> None:
         super().__init__()
         if mode not in LAYERWISE_MODES:
@@ -191,7 +193,8 @@ class LayerwiseSync(GradientSync):
         self.config = LayerwiseConfig(mode=mode, distributed=world > 1, world_size=world, group=group)
         self.mode = mode
         self.hook = hook
-        self.hook_state = hook_state if hook_state is not None else AllreduceState(algorithm, group, tag)
+        self.hook_state = (hook_state if hook_state is not None
+                           else AllreduceState.create(algorithm, group, tag, seed_weighted))
         forward_order = discover_layers(model) if layers is None else explicit_layers(model, layers)
         self.layers: list[Layer] = list(reversed(forward_order))  # launch in backward order
         self._owner = self._owner_of(self.layers)

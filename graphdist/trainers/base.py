@@ -9,7 +9,7 @@ their ``--strategy`` name; the CLI's choices come from the registry.
 
 Example:
     >>> sorted(STRATEGIES)
-    ['minibatch']
+    ['fullgraph', 'minibatch']
     >>> strategy_class("minibatch").__name__
     'MinibatchStrategy'
 """
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py r
 # name -> "module:Class", imported on first use. The one declaration of the strategy names.
 STRATEGIES: dict[str, str] = {
     "minibatch": "graphdist.trainers.minibatch:MinibatchStrategy",
+    "fullgraph": "graphdist.trainers.fullgraph:FullGraphStrategy",
 }
 
 

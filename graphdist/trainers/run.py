@@ -223,7 +223,8 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
             t0 = time.perf_counter()
             record.update(strategy.evaluate())
             record["eval_time_s"] = time.perf_counter() - t0
-        save(strategy, run_path, epoch)
+        if epoch % cfg.checkpoint_every == 0 or epoch == cfg.epochs:
+            save(strategy, run_path, epoch)
         if main:
             runlog.append_metrics(run_path, record)
             history.append(record)

@@ -1,0 +1,272 @@
+"""``--strategy fullgraph`` (PipeGCN / DistGNN style): partition-parallel full-graph training.
+
+Each worker holds its part's inner nodes and their 1-hop halo and runs every layer on its
+whole part; before layers 1..L-1 the halo rows of the previous layer's embeddings come from
+their owners (``graphdist.sync.halo``: one all-to-all per layer, gradients back in backward).
+The input layer's halo features never change: they are fetched once. One epoch is one step
+over the whole graph. The loss of each worker is its part of one global mean (sum over its
+train nodes / all train nodes), so the parameter gradients are summed, not seed-weighted:
+halo gradients already carry other workers' losses into this worker's layers.
+
+``--staleness 0`` is exact: N workers compute the same logits, loss and gradients as one
+process on the whole graph. ``--staleness 1`` is wait-free (layers use last step's halo
+embeddings and gradients while this step's exchanges travel); ``--smoothing g`` smooths them.
+
+Before training, each worker's peak memory is estimated (:func:`memory_estimate`) and checked
+against ``--max-memory``; a part that does not fit is refused with the figures and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from graphdist import comm
+from graphdist.trainers.base import EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext
+from graphdist.trainers.evaluate import accuracy, exact_inference, full_block
+from graphdist.trainers.features import feature_table
+from graphdist.trainers.minibatch import broadcast_parameters, build_model, resolve_device
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A worker's estimated peak bytes in full-graph training, by what holds them."""
+
+    features: int
+    graph: int
+    activations: int
+    stale: int
+
+    @property
+    def total(self) -> int:
+        return self.features + self.graph + self.activations + self.stale
+
+    def describe(self) -> str:
+        gib = 2**30
+        return (f"{self.total / gib:.2f} GiB (features {self.features / gib:.2f}, graph {self.graph / gib:.2f}, "
+                f"activations and their gradients {self.activations / gib:.2f}, stale buffers {self.stale / gib:.2f})")
+
+
+def memory_estimate(num_inner: int, num_halo: int, num_edges: int, dims: list[int], staleness: int = 0,
+                    heads: int = 1) -> MemoryEstimate:
+    """Estimated peak of one worker: float32 tables, int64 CSR, per layer what autograd keeps.
+
+    Per layer with input width ``d_in`` and output ``d_out``: the full input (inner + halo rows)
+    kept for backward, and on the inner rows the aggregate, the pre- and post-activation output
+    and the dropout mask; backward holds as much again in gradients. GAT keeps per-edge scores
+    per head. Stale buffers (``staleness=1``): per exchanged layer the halo rows, the owed halo
+    gradients and the payloads in flight.
+
+    Example:
+        >>> e = memory_estimate(num_inner=1000, num_halo=200, num_edges=10_000, dims=[100, 64, 7])
+        >>> e.features, e.graph, e.total > e.features + e.graph
+        (480000, 160000, True)
+    """
+    local = num_inner + num_halo
+    features = 4 * local * dims[0]
+    graph = 16 * num_edges  # src and dst int64 of the full block (CSR indptr is small)
+    activations = 0
+    for d_in, d_out in zip(dims[:-1], dims[1:]):
+        activations += 4 * (local * d_in + num_inner * (d_in + 3 * d_out)) + 3 * 4 * num_edges * heads
+    activations *= 2  # their gradients in backward
+    stale = sum(4 * 2 * (num_halo + num_inner) * d for d in dims[1:-1]) if staleness else 0
+    return MemoryEstimate(features, graph, activations, stale)
+
+
+def default_max_memory_gib(local_workers: int) -> float:
+    """This machine's memory divided by the workers it runs (the ``--max-memory`` default)."""
+    import psutil
+
+    return psutil.virtual_memory().total / 2**30 / max(1, local_workers)
+
+
+class FullGraphNet(torch.nn.Module):
+    """The model layer by layer over the whole part, the halo exchanged between layers.
+
+    A module (not a loop in the strategy) so that DDP can wrap it: ``forward()`` takes no
+    arguments, its inputs are the part's fixed features and block.
+    """
+
+    def __init__(self, model: torch.nn.Module, halo: Any, x0: torch.Tensor, block: Any, device: torch.device) -> None:
+        super().__init__()
+        self.model, self.halo, self.block, self.device = model, halo, block, device
+        # Inner + halo input features, fetched once. A plain attribute, not a buffer: DDP would
+        # broadcast rank 0's buffers over every rank's own part.
+        self.x0 = x0
+
+    def forward(self) -> torch.Tensor:
+        h = self.model.layer_forward(0, self.x0, self.block)
+        for i in range(1, self.model.num_layers):
+            full = self.halo.exchange(i, h.cpu() if h.is_cuda else h)
+            h = self.model.layer_forward(i, full.to(self.device), self.block)
+        return h
+
+
+class FullGraphStrategy(Strategy):
+    """Full-graph training on one part per worker with halo embedding exchange (exact or stale)."""
+
+    name = "fullgraph"
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        from partition.api import load_partition
+        from sampling.owners import OwnerMap
+
+        cfg, rank = ctx.cfg, ctx.rank
+        mine = ctx.plan.of(rank)
+        if len(mine.parts) != 1:
+            raise ValueError(f"--strategy fullgraph serves one part per worker; the plan gives rank {rank} "
+                             f"parts {list(mine.parts)}")
+        self.device = resolve_device(mine.device)
+        self.partition = part = load_partition(ctx.partition_dir, mine.parts[0])
+        model = build_model(ctx, int(part.x.shape[1]), int(part.meta.get("num_classes") or 0))
+        _check_layerwise(model)
+        self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
+        self._check_memory(model)
+        self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
+        from graphdist.sync.halo import HaloExchange
+
+        # Halo exchanges get their own group: with staleness they are in flight while gradient
+        # sync and evaluation use the default one.
+        self.halo = HaloExchange(part, self.owners, group=comm.new_group(cfg.timeout), staleness=cfg.staleness,
+                                 smoothing=cfg.smoothing)
+        self._build_inputs()
+        self.model = model.to(self.device)
+        broadcast_parameters(self.model)
+        self.net = FullGraphNet(self.model, self.halo, self.x0, self.block, self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        from graphdist.sync import make_sync
+
+        self.sync = make_sync(cfg.sync, self.net, seed_weighted=False,
+                              algorithm=comm.allreduce_algorithm("ring", ctx.topology))
+        if comm.is_main_process():
+            logger.info("part %d: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
+                        "staleness %d", part.part_id, f"{part.num_inner:,}", f"{part.num_halo:,}",
+                        f"{self.halo.boundary_rows:,}", f"{int(self.train.numel()):,}", f"{self.num_train_total:,}",
+                        cfg.staleness)
+
+    # ------------------------------------------------------------ set-up steps
+
+    def _check_memory(self, model: torch.nn.Module) -> None:
+        """Refuses, before anything large is built, a part whose estimated peak exceeds --max-memory."""
+        cfg, part = self.ctx.cfg, self.partition
+        dims = [int(part.x.shape[1])] + [cfg.hidden * (cfg.heads if cfg.model == "gat" else 1)] * (
+            model.num_layers - 1) + [int(part.meta.get("num_classes") or 1)]
+        self.memory = memory_estimate(part.num_inner, part.num_halo, int(part.indptr[part.num_inner]), dims,
+                                      cfg.staleness, cfg.heads if cfg.model == "gat" else 1)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.num_workers))
+        limit = cfg.max_memory if cfg.max_memory is not None else default_max_memory_gib(local)
+        if self.memory.total > limit * 2**30:
+            raise MemoryError(
+                f"--strategy fullgraph: part {part.part_id} needs about {self.memory.describe()} but a worker has "
+                f"--max-memory {limit:.2f} GiB; partition into more parts (--num-parts), or use --strategy minibatch"
+            )
+
+    def _build_inputs(self) -> None:
+        """Input features of inner + halo rows, the normalised full block, labels and train rows."""
+        from graphdist.models import gcn_norm_block
+
+        part, cfg = self.partition, self.ctx.cfg
+        table = feature_table(part, cfg.feature_norm, with_degrees=False)
+        self.x0 = torch.cat([table, self.halo.fetch(table)]).to(self.device)
+        block = full_block(part)
+        if self.with_degrees:
+            degrees = part.in_degrees().to(torch.float32).view(-1, 1)
+            block = gcn_norm_block(block, torch.cat([degrees, self.halo.fetch(degrees)]).view(-1))
+        self.block = block.to(self.device)
+        self.y = part.y.to(torch.int64).to(self.device) if part.y is not None else None
+        mask = part.train_mask
+        self.train = (mask.to(torch.bool).nonzero().view(-1) if mask is not None
+                      else torch.arange(part.num_inner)).to(self.device)
+        self.num_train_total = int(comm.all_reduce(torch.tensor([float(self.train.numel())]), tag="init").item())
+
+    # ---------------------------------------------------------------- training
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return 1
+
+    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
+        """One full-graph step: every layer on the whole part, halo exchanged between layers."""
+        stats = EpochStats()
+        self.model.train()
+        self.sync.reset_summary()
+        comm_before = comm.time_counts().get("halo", 0.0)
+        start = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=False)
+        n = int(self.train.numel())
+        self.sync.begin_step(n)
+        out = self.sync.model()
+        if n:
+            loss = F.cross_entropy(out.index_select(0, self.train), self.y.index_select(0, self.train),
+                                   reduction="sum") / max(1, self.num_train_total)
+        else:
+            loss = out.sum() * 0.0  # still runs backward: its halo gradients and collectives are owed
+        loss.backward()
+        t_wait = time.perf_counter()
+        self.sync.finish()
+        t_synced = time.perf_counter()
+        self.optimizer.step()
+        self.halo.step += 1
+        stats.time_s = time.perf_counter() - start
+        stats.steps = 1
+        # loss_sum / seeds must give the global mean: this rank's share of it, times all train nodes.
+        stats.loss_sum = float(loss.detach()) * self.num_train_total
+        stats.seeds = n
+        if n:
+            pred = out.detach().index_select(0, self.train).argmax(dim=-1)
+            stats.correct = int((pred == self.y.index_select(0, self.train)).sum())
+        stats.comm_exposed_s = t_synced - t_wait
+        halo_wait = comm.time_counts().get("halo", 0.0) - comm_before
+        stats.compute_s = stats.time_s - stats.comm_exposed_s - halo_wait
+        stats.sync = self.sync.summary.as_list()
+        stats.extras = {"halo_wait_s": halo_wait}
+        return stats  # one step per epoch: the loop's epoch line is the progress line
+
+    # ------------------------------------------------------------- evaluation
+
+    def _exact(self, keep_hidden: bool = False) -> Any:
+        table = feature_table(self.partition, self.ctx.cfg.feature_norm, self.with_degrees)
+        return exact_inference(self.model, self.partition, table, self.device, self.with_degrees,
+                               owners=self.owners, keep_hidden=keep_hidden)
+
+    def evaluate(self) -> dict[str, float]:
+        return accuracy(self._exact().argmax(dim=-1), self.partition)
+
+    def predict(self) -> Predictions:
+        logits, hidden = self._exact(keep_hidden=True)
+        part = self.partition
+        return Predictions(orig_ids=part.orig_ids.index_select(0, part.global_ids[: part.num_inner]), logits=logits,
+                           embeddings=hidden)
+
+    # ------------------------------------------------------------- checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"halo": self.halo.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.halo.load_state_dict(state.get("halo", {}))
+
+    def close(self) -> None:
+        self.halo.drain()  # nothing in flight when the groups go away
+        self.sync.close()
+
+
+def _check_layerwise(model: torch.nn.Module) -> None:
+    if not (hasattr(model, "layer_forward") and hasattr(model, "num_layers")):
+        raise ValueError(
+            f"--strategy fullgraph runs the model layer by layer, with a halo exchange between layers: "
+            f"{type(model).__name__} needs num_layers and layer_forward(i, x, block) (wrap PyG layers with "
+            "graphdist.models.as_block_model), or train it with --strategy minibatch"
+        )
+
+
+__all__ = ["FullGraphNet", "FullGraphStrategy", "MemoryEstimate", "default_max_memory_gib", "memory_estimate"]
