@@ -146,6 +146,7 @@ class Trainer:
                                   model=self.model)
             return self._result(history, run_dir)
         part_dir = self.prepare_partitions()
+        self._check_strategy(cfg, part_dir)
         resolved = replace(cfg, partitions=str(part_dir), run_dir=str(run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         if not cfg.resume:
@@ -167,6 +168,13 @@ class Trainer:
                       args=(cfg.num_workers, resolved, str(part_dir), str(run_dir), init, self.model))
                 history = runlog.read_metrics(run_dir)
         return self._result(history, run_dir)
+
+    def _check_strategy(self, cfg: TrainConfig, part_dir: Path) -> None:
+        """The strategy's own refusals (model kind, memory), before any worker starts."""
+        from graphdist.trainers.base import strategy_class
+        from partition.api import read_meta
+
+        strategy_class(cfg.strategy).check(cfg, read_meta(part_dir), self.model)
 
     @staticmethod
     def _job_size(cfg: TrainConfig, env: Any) -> TrainConfig:

@@ -162,9 +162,9 @@ def _coerce(name: str, value: Any) -> Any:
                 raise _fail("fanouts", "must be comma-separated integers, e.g. 15,10,5", value) from None
         return tuple(items)
     try:
-        if typ in ("int",):
+        if typ in ("int", "Optional[int]"):
             return int(value)
-        if typ in ("float",):
+        if typ in ("float", "Optional[float]"):
             return float(value)
         if typ in ("bool", "Optional[bool]"):
             if isinstance(value, str):

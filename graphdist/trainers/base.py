@@ -124,6 +124,13 @@ class Strategy(abc.ABC):
     def predict(self) -> Predictions:
         """This rank's nodes' outputs (collective)."""
 
+    @classmethod
+    def check(cls, cfg: "TrainConfig", meta: dict[str, Any], model: Optional["torch.nn.Module"] = None) -> None:
+        """Refuses, before any worker starts, what this strategy cannot train (raises ``ValueError``).
+
+        ``meta`` is the partition directory's ``meta.json``; ``model`` the user's model, if any.
+        """
+
     def state_dict(self) -> dict[str, Any]:
         """This rank's state a resume needs beyond model, optimizer and global RNGs."""
         return {}

@@ -81,6 +81,39 @@ def memory_estimate(num_inner: int, num_halo: int, num_edges: int, dims: list[in
     return MemoryEstimate(features, graph, activations, stale)
 
 
+class MemoryBudgetError(ValueError):
+    """A part's estimated full-graph peak exceeds the memory a worker has; says what to do."""
+
+
+def check_memory(cfg: Any, meta: dict[str, Any], part_id: int, local_workers: int) -> MemoryEstimate:
+    """The estimate of part ``part_id`` from ``meta.json``; raises :class:`MemoryBudgetError` over ``--max-memory``.
+
+    Example:
+        >>> from graphdist.config import TrainConfig
+        >>> meta = {"feature_dim": 100, "num_classes": 7,
+        ...         "parts": [{"num_inner": 10**6, "num_halo": 10**5, "num_inner_edges": 2 * 10**7}]}
+        >>> try:
+        ...     check_memory(TrainConfig(strategy="fullgraph", max_memory=1.0), meta, 0, 1)
+        ... except MemoryBudgetError as e:
+        ...     print(e)
+        --strategy fullgraph: part 0 needs about 8.19 GiB (features 0.41, graph 0.30, activations and their gradients 7.48, stale buffers 0.00) but a worker has --max-memory 1.00 GiB; partition into more parts (--num-parts), or use --strategy minibatch
+        >>> check_memory(TrainConfig(strategy="fullgraph", max_memory=16.0), meta, 0, 1).total // 2**20
+        8383
+    """
+    counts = meta["parts"][part_id]
+    widen = cfg.heads if cfg.model == "gat" else 1
+    dims = [int(meta["feature_dim"])] + [cfg.hidden * widen] * (cfg.layers - 1) + [int(meta.get("num_classes") or 1)]
+    estimate = memory_estimate(int(counts["num_inner"]), int(counts["num_halo"]), int(counts["num_inner_edges"]),
+                               dims, cfg.staleness, widen)
+    limit = cfg.max_memory if cfg.max_memory is not None else default_max_memory_gib(local_workers)
+    if estimate.total > limit * 2**30:
+        raise MemoryBudgetError(
+            f"--strategy fullgraph: part {part_id} needs about {estimate.describe()} but a worker has "
+            f"--max-memory {limit:.2f} GiB; partition into more parts (--num-parts), or use --strategy minibatch"
+        )
+    return estimate
+
+
 def default_max_memory_gib(local_workers: int) -> float:
     """This machine's memory divided by the workers it runs (the ``--max-memory`` default)."""
     import psutil
@@ -130,7 +163,9 @@ class FullGraphStrategy(Strategy):
         model = build_model(ctx, int(part.x.shape[1]), int(part.meta.get("num_classes") or 0))
         _check_layerwise(model)
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
-        self._check_memory(model)
+        # Under torchrun no launcher checked before the workers started: each rank checks its part.
+        self.memory = check_memory(cfg, part.meta, part.part_id, int(os.environ.get("LOCAL_WORLD_SIZE",
+                                                                                    cfg.num_workers)))
         self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
         from graphdist.sync.halo import HaloExchange
 
@@ -155,21 +190,6 @@ class FullGraphStrategy(Strategy):
 
     # ------------------------------------------------------------ set-up steps
 
-    def _check_memory(self, model: torch.nn.Module) -> None:
-        """Refuses, before anything large is built, a part whose estimated peak exceeds --max-memory."""
-        cfg, part = self.ctx.cfg, self.partition
-        dims = [int(part.x.shape[1])] + [cfg.hidden * (cfg.heads if cfg.model == "gat" else 1)] * (
-            model.num_layers - 1) + [int(part.meta.get("num_classes") or 1)]
-        self.memory = memory_estimate(part.num_inner, part.num_halo, int(part.indptr[part.num_inner]), dims,
-                                      cfg.staleness, cfg.heads if cfg.model == "gat" else 1)
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.num_workers))
-        limit = cfg.max_memory if cfg.max_memory is not None else default_max_memory_gib(local)
-        if self.memory.total > limit * 2**30:
-            raise MemoryError(
-                f"--strategy fullgraph: part {part.part_id} needs about {self.memory.describe()} but a worker has "
-                f"--max-memory {limit:.2f} GiB; partition into more parts (--num-parts), or use --strategy minibatch"
-            )
-
     def _build_inputs(self) -> None:
         """Input features of inner + halo rows, the normalised full block, labels and train rows."""
         from graphdist.models import gcn_norm_block
@@ -187,6 +207,14 @@ class FullGraphStrategy(Strategy):
         self.train = (mask.to(torch.bool).nonzero().view(-1) if mask is not None
                       else torch.arange(part.num_inner)).to(self.device)
         self.num_train_total = int(comm.all_reduce(torch.tensor([float(self.train.numel())]), tag="init").item())
+
+    @classmethod
+    def check(cls, cfg: Any, meta: dict[str, Any], model: Optional[torch.nn.Module] = None) -> None:
+        """Before any worker starts: a layer-wise model, and every part within --max-memory."""
+        if model is not None:
+            _check_layerwise(model)
+        for p in range(int(meta["num_parts"])):
+            check_memory(cfg, meta, p, cfg.num_workers)
 
     # ---------------------------------------------------------------- training
 
@@ -269,4 +297,5 @@ def _check_layerwise(model: torch.nn.Module) -> None:
         )
 
 
-__all__ = ["FullGraphNet", "FullGraphStrategy", "MemoryEstimate", "default_max_memory_gib", "memory_estimate"]
+__all__ = ["FullGraphNet", "FullGraphStrategy", "MemoryBudgetError", "MemoryEstimate", "check_memory",
+           "default_max_memory_gib", "memory_estimate"]

@@ -99,3 +99,83 @@ def test_exact_fullgraph_equals_one_process(tmp_path, world_size):
     boundary, halo = _boundary_rows(graph, part_dir, world_size)
     assert sum(boundary) == sum(halo) > 0
     launch(_exact_body, world_size, str(part_dir), expected, boundary, halo, timeout=150)
+
+
+def _stale_body(rank: int, world_size: int, part_dir: str, ref: dict[str, object]) -> None:
+    from dataclasses import replace
+
+    from graphdist.trainers.run import build_strategy
+
+    # Frozen weights: embeddings do not change between steps, so stale halo rows and stale halo
+    # gradients equal fresh ones, and every step's gradients equal the exact ones (with smoothing too).
+    for smoothing in (0.0, 0.5):
+        strategy = build_strategy(rank, world_size, replace(_cfg("sage", world_size, staleness=1), smoothing=smoothing),
+                                  part_dir)
+        for group in strategy.optimizer.param_groups:
+            group["lr"] = 0.0
+        for epoch in range(1, 4):
+            strategy.train_epoch(epoch)
+            for (name, p), g in zip(strategy.model.named_parameters(), ref["grads"]):
+                torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6,
+                                           msg=lambda m: f"step {epoch}, smoothing {smoothing}, {name}: {m}")
+            # Wait-free: each exchanged layer's forward and backward exchanges are still in flight
+            # when the step returns (from the second step on; the first is exact).
+            pending = [s.forward_pending is not None and s.backward_pending is not None
+                       for s in strategy.halo._stale.values()]
+            assert pending == ([False, False] if epoch == 1 else [True, True]), (epoch, pending)
+        strategy.close()
+    # Learning weights: the stale run starts like the exact one, then departs from it, and learns.
+    losses = {}
+    for staleness in (0, 1):
+        strategy = build_strategy(rank, world_size, _cfg("sage", world_size, staleness=staleness), part_dir)
+        losses[staleness] = [strategy.train_epoch(e).loss_sum for e in range(1, 7)]
+        strategy.close()
+    assert losses[0][0] == pytest.approx(losses[1][0], rel=1e-6)
+    assert losses[0][-1] != pytest.approx(losses[1][-1], rel=1e-6)
+
+
+def test_stale_exchange_is_wait_free_and_exact_when_weights_do_not_move(tmp_path):
+    from partition.api import partition
+
+    graph = _graph()
+    part_dir = partition(graph, 2, method="metis", out=tmp_path / "parts", seed=0)
+    launch(_stale_body, 2, str(part_dir), _reference(graph, _cfg("sage", 2)), timeout=150)
+
+
+def test_stale_resume_is_bit_identical(tmp_path):
+    from graphdist.api import train
+    from partition.api import partition
+
+    part_dir = partition(_graph(), 2, method="metis", out=tmp_path / "parts", seed=0)
+    common = dict(strategy="fullgraph", staleness=1, smoothing=0.3, hidden=8, layers=3, fanouts=(-1, -1, -1),
+                  dropout=0.2, lr=0.01, num_workers=2, timeout=30, eval_every=0)
+    whole = train(None, part_dir, epochs=6, run_dir=str(tmp_path / "whole"), **common)
+    train(None, part_dir, epochs=3, run_dir=str(tmp_path / "half"), **common)
+    resumed = train(None, part_dir, epochs=6, resume=str(tmp_path / "half"), **common)
+    assert [r["loss"] for r in resumed.history] == [r["loss"] for r in whole.history]
+    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "half" / "checkpoint.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_refusals_come_before_any_worker_starts(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from graphdist.api import train
+    from graphdist.testing.models import PygGAT
+    from partition.api import partition
+
+    part_dir = partition(_graph(), 2, method="metis", out=tmp_path / "parts", seed=0)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(part_dir),
+                           "--strategy", "fullgraph", "--num-workers", "2", "--max-memory", "0.00001",
+                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "part 0 needs about" in done.stderr and "--max-memory 0.00 GiB; partition into more parts" in done.stderr
+    assert "[rank" not in done.stdout  # no worker ran
+    with pytest.raises(ValueError, match="fullgraph runs the model layer by layer, with a halo exchange between layers: PygGAT needs num_layers"):
+        train(PygGAT(6, 4, 3, heads=1), part_dir, strategy="fullgraph", num_workers=2, epochs=1,
+              run_dir=str(tmp_path / "run2"))
+    assert time.monotonic() - start < 60
