@@ -57,6 +57,11 @@ class TrainConfig:
     staleness: int = 0  # 0: exact halo exchange; 1: wait-free, halo embeddings/gradients one step stale
     smoothing: float = 0.0  # PipeGCN's g for stale buffers: h <- g*h_old + (1-g)*h_new (0: none)
     max_memory: Optional[float] = None  # GiB per worker for the memory check; None: machine memory / local workers
+    # --- Model aggregation (--strategy aggregation)
+    avg_every: int = 10  # steps between parameter averages (and always at the end of an epoch)
+    avg_seconds: Optional[float] = None  # average every T seconds instead (ranks agree on the step)
+    avg_optimizer: bool = False  # average Adam's moments too (default: optimizer state stays local)
+    correction_steps: int = 0  # LLCG: global mini-batch steps after each average (0: plain averaging)
     # --- System
     num_workers: int = DEFAULT_NUM_WORKERS
     devices: tuple[str, ...] = ("cpu",)  # one entry for all workers, or one per worker
@@ -125,6 +130,12 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("smoothing", "must lie in [0, 1)", cfg.smoothing)
     if cfg.max_memory is not None and cfg.max_memory <= 0:
         raise _fail("max-memory", "must be > 0 GiB", cfg.max_memory)
+    if cfg.avg_every < 1:
+        raise _fail("avg-every", "must be >= 1 step", cfg.avg_every)
+    if cfg.avg_seconds is not None and cfg.avg_seconds <= 0:
+        raise _fail("avg-seconds", "must be > 0 seconds", cfg.avg_seconds)
+    if cfg.correction_steps < 0:
+        raise _fail("correction-steps", "must be >= 0", cfg.correction_steps)
     if cfg.checkpoint_every < 1:
         raise _fail("checkpoint-every", "must be >= 1", cfg.checkpoint_every)
     if cfg.lr <= 0:

@@ -88,6 +88,20 @@ class Partition:
         ids = self.inner_global_ids()
         return ids if values is None else ids[values.to(torch.bool)]
 
+    def inner_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The subgraph induced by the inner nodes: ``(indptr, indices)`` over local inner ids.
+
+        Edges from halo nodes are dropped (what a worker sees when it trains on its part alone).
+        """
+        from graphdist.data.graph import counts_to_indptr
+
+        indptr = self.indptr[: self.num_inner + 1]
+        indices = self.indices[: int(indptr[-1])].to(torch.int64)
+        rows = torch.repeat_interleave(torch.arange(self.num_inner), indptr[1:] - indptr[:-1],
+                                       output_size=indices.numel())
+        keep = indices < self.num_inner
+        return counts_to_indptr(torch.bincount(rows[keep], minlength=self.num_inner)), indices[keep]
+
     def in_degrees(self) -> torch.Tensor:
         """Global in-degree of each inner node: its CSR row holds every in-neighbour."""
         indptr = self.indptr[: self.num_inner + 1]

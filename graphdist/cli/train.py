@@ -95,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add(full, "--max-memory", type=float, metavar="GIB",
          help="memory per worker the full-graph estimate is checked against (default: this machine's memory "
               "divided by its local workers)")
+    agg = p.add_argument_group("Model aggregation (--strategy aggregation)")
+    _add(agg, "--avg-every", type=int, metavar="K",
+         help=f"average parameters every K steps, and at every epoch end (default {d('avg_every')})")
+    _add(agg, "--avg-seconds", type=float, metavar="T", help="average every T seconds instead of every K steps")
+    agg.add_argument("--avg-optimizer", action="store_const", const=True, default=None,
+                     help="average the optimizer's moments too (default: they stay local)")
+    _add(agg, "--correction-steps", type=int, metavar="S",
+         help=f"LLCG: S global mini-batch steps after each average (default {d('correction_steps')})")
     system = p.add_argument_group("System")
     _add(system, "--num-workers", type=int, help=f"local workers to spawn (default {d('num_workers')}; torchrun sets its own)")
     _add(system, "--devices", metavar="D1,D2,..", help="cpu (default), or one per worker, e.g. cpu,cuda:0")

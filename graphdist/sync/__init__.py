@@ -8,6 +8,8 @@
 - ``ddp``: ``DdpSync``, torch DDP with the same hook.
 - ``stats``: per-step and per-epoch timings; ``hidden_fraction``, the one formula.
 - ``timing``: DESIGN.md §6's timing model.
+- ``halo``: the halo embedding exchange of full-graph training (exact or stale).
+- ``averaging``: model averagers (``average_parameters()`` + a step counter) for aggregation.
 
 Example:
     >>> from graphdist.sync import dwbp_timing
@@ -27,6 +29,10 @@ _LAZY = {
     "Layer": "graphdist.sync.stats",
     "LayerTiming": "graphdist.sync.stats",
     "LayerwiseSync": "graphdist.sync.layerwise",
+    "ModelAverager": "graphdist.sync.averaging",
+    "NoSync": "graphdist.sync.base",
+    "PeriodicAverager": "graphdist.sync.averaging",
+    "TimedAverager": "graphdist.sync.averaging",
     "SYNC_MODES": "graphdist.sync.modes",
     "SeedWeights": "graphdist.sync.hooks",
     "StepStats": "graphdist.sync.stats",

@@ -70,4 +70,31 @@ class GradientSync(abc.ABC):
         return stats
 
 
-__all__ = ["GradientSync", "SYNC_MODES"]
+class NoSync(GradientSync):
+    """No gradient sync: each rank steps on its own gradients (model-averaging strategies train so).
+
+    Example:
+        >>> import torch
+        >>> sync = NoSync(torch.nn.Linear(2, 1))
+        >>> sync.begin_step(3); sync.model(torch.ones(3, 2)).sum().backward(); sync.finish().total_seeds
+        3
+    """
+
+    mode = "none"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self._model, self._step, self._n = model, 0, 0
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    def begin_step(self, num_seeds: int) -> None:
+        self._step, self._n = self._step + 1, int(num_seeds)
+
+    def finish(self) -> StepStats:
+        return self._record(StepStats(self._step, self.mode, self._n, self._n, 0.0, 0.0, 0.0, float("nan"), []))
+
+
+__all__ = ["GradientSync", "NoSync", "SYNC_MODES"]

@@ -406,8 +406,11 @@ class LayerwiseSync(GradientSync):
             out.append(LayerTiming(layer.name, layer.numel, s.ready_at[i], s.launch_at[i], complete, service))
         return out
 
+    _logged: set[str] = set()  # modes already described in this process's log
+
     def _log_once(self) -> None:
-        if comm.is_main_process():
+        if comm.is_main_process() and self.mode not in LayerwiseSync._logged:
+            LayerwiseSync._logged.add(self.mode)
             numel = sum(layer.numel for layer in self.layers)
             algorithm = getattr(self.hook_state, "algorithm", None)
             logger.info(

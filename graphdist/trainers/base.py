@@ -9,7 +9,7 @@ their ``--strategy`` name; the CLI's choices come from the registry.
 
 Example:
     >>> sorted(STRATEGIES)
-    ['fullgraph', 'minibatch']
+    ['aggregation', 'fullgraph', 'minibatch']
     >>> strategy_class("minibatch").__name__
     'MinibatchStrategy'
 """
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py r
 STRATEGIES: dict[str, str] = {
     "minibatch": "graphdist.trainers.minibatch:MinibatchStrategy",
     "fullgraph": "graphdist.trainers.fullgraph:FullGraphStrategy",
+    "aggregation": "graphdist.trainers.aggregation:AggregationStrategy",
 }
 
 

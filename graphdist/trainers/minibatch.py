@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -99,12 +99,118 @@ def broadcast_parameters(model: torch.nn.Module) -> None:
                 comm.broadcast(p, src=0, tag="init")
 
 
-class MinibatchStrategy(Strategy):
-    """Mini-batch training on one partition per worker, with distributed sampling and features.
+class DistributedBatches:
+    """The distributed half of mini-batch training on one part: sampler, features, loader.
 
-    Set-up (collective, the same order on every rank): device, partition, sampling group,
-    owner map, neighbour source and sampler, model, feature table and cache, seeds, loader,
-    optimizer, gradient sync.
+    Set-up (collective, the same order on every rank): a sampling group, the owner map, the
+    neighbour source and sampler, the feature table and its remote-row cache, the train seeds
+    and the loader at the plan's batch share. ``MinibatchStrategy`` trains on it every step;
+    ``AggregationStrategy`` uses it for its global correction steps.
+    """
+
+    def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None) -> None:
+        from sampling import NeighborSampler, NodeLoader
+        from sampling.distributed import DistFeatureSource, DistNeighborSource
+        from sampling.owners import OwnerMap
+
+        cfg = ctx.cfg
+        self.partition = part
+        # Sampling and feature fetch may run in the prefetch thread: their collectives get a
+        # group of their own, so they never interleave with gradient sync on the default group.
+        self.group = comm.new_group(cfg.timeout)
+        self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
+        self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
+        self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
+        table = feature_table(part, cfg.feature_norm, with_degrees)
+        self.features = DistFeatureSource(part, group=self.group, cache_rows=cfg.cache_rows, features=table,
+                                          owners=self.owners)
+        self.train_seeds = part.mask_global_ids("train_mask")
+        labels = GlobalLabels(part.y.to(torch.int64), part.inner_global_range[0]) if part.y is not None else None
+        self.loader = NodeLoader(
+            self.features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
+            shuffle=True, labels=labels,
+            num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
+            prefetch=use_prefetch(cfg.prefetch, cfg.threads), seed=loader_seed(cfg.seed, ctx.rank),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        # The loader's state holds its shuffle generator and its sampler's; the neighbour
+        # source's serving generator answers other ranks' requests.
+        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        self.neighbor_source.set_state(state["serve"])
+
+
+def train_steps(
+    batches: Any,
+    sync: Any,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    with_degrees: bool,
+    after_step: Optional[Callable[[int], None]] = None,
+    progress: Optional[Callable[[int, EpochStats, int, float], None]] = None,
+    log_interval: int = 0,
+    stats: Optional[EpochStats] = None,
+) -> EpochStats:
+    """Mini-batch steps over ``batches``: forward through ``sync.model``, cross-entropy, backward, sync, step.
+
+    Args:
+        batches: an iterable of ``SampledBatch`` with ``x`` and ``y``.
+        sync: a ``GradientSync`` (``NoSync`` for ranks that train alone).
+        after_step: called with the step number after each optimizer step (e.g. a model averager).
+        progress: ``progress(step, stats, seeds since last call, seconds since last call)`` every
+            ``log_interval`` steps.
+        stats: accumulate into these (default: new ones).
+    """
+    stats = stats if stats is not None else EpochStats()
+    model = sync.model
+    total = len(batches) if hasattr(batches, "__len__") else None
+    interval_start, interval_seeds = time.perf_counter(), 0
+    for step, batch in enumerate(batches, start=1):
+        t0 = time.perf_counter()
+        batch = batch.to(device) if device.type != "cpu" else batch
+        n = int(batch.seed_nodes.numel())
+        optimizer.zero_grad(set_to_none=False)
+        sync.begin_step(n)
+        x, blocks = model_inputs(batch.x, batch.blocks, with_degrees)
+        out = model(x, blocks)  # the DDP wrapper in ddp mode
+        if n:
+            loss = F.cross_entropy(out, batch.y)
+        else:
+            # No seeds this step: a zero loss still runs backward, so every layer's
+            # collective is issued as on the other ranks.
+            loss = out.sum() * 0.0
+        loss.backward()
+        t_wait = time.perf_counter()
+        sync.finish()
+        t_synced = time.perf_counter()
+        optimizer.step()
+        if after_step is not None:
+            after_step(step)
+        t1 = time.perf_counter()
+        stats.steps += 1
+        stats.loss_sum += float(loss.detach()) * n
+        stats.seeds += n
+        if n:
+            stats.correct += int((out.detach().argmax(dim=-1) == batch.y).sum())
+        stats.comm_exposed_s += t_synced - t_wait
+        stats.compute_s += (t1 - t0) - (t_synced - t_wait)
+        interval_seeds += n
+        if progress is not None and log_interval and (step % log_interval == 0 or step == total):
+            now = time.perf_counter()
+            progress(step, stats, interval_seeds, now - interval_start)
+            interval_start, interval_seeds = now, 0
+    return stats
+
+
+class MinibatchStrategy(Strategy):
+    """Mini-batch training on one part per worker, with distributed sampling and features.
+
+    Set-up (collective, the same order on every rank): device, partition, the distributed
+    batches (sampling group, owner map, sources, feature cache, loader), model, optimizer,
+    gradient sync.
     """
 
     name = "minibatch"
@@ -120,53 +226,21 @@ class MinibatchStrategy(Strategy):
                              f"parts {list(mine.parts)}")
         self.device = resolve_device(mine.device)
         self.partition = load_partition(ctx.partition_dir, mine.parts[0])
-        self._build_sources()
         model = build_model(ctx, int(self.partition.x.shape[1]), int(self.partition.meta.get("num_classes") or 0))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
-        self._build_features()
-        self._build_loader()
+        self.batches = DistributedBatches(ctx, self.partition, self.with_degrees)
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sync = self._build_sync()
         self._log_setup()
 
-    # ------------------------------------------------------------ set-up steps
-
-    def _build_sources(self) -> None:
-        """Sampling group, owner map, distributed neighbour source and sampler."""
-        from sampling import NeighborSampler
-        from sampling.distributed import DistNeighborSource
-        from sampling.owners import OwnerMap
-
-        ctx, part = self.ctx, self.partition
-        # Sampling and feature fetch may run in the prefetch thread: their collectives get a
-        # group of their own, so they never interleave with gradient sync on the default group.
-        self.sample_group = comm.new_group(ctx.cfg.timeout)
-        self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
-        self.neighbor_source = DistNeighborSource(part, group=self.sample_group, seed=ctx.cfg.seed, owners=self.owners)
-        self.sampler = NeighborSampler(self.neighbor_source, ctx.cfg.fanouts, seed=sampler_seed(ctx.cfg.seed, ctx.rank))
-
-    def _build_features(self) -> None:
-        """The served feature table (normalised, degree column for GCN) and the remote-row cache."""
-        from sampling.distributed import DistFeatureSource
-
-        table = feature_table(self.partition, self.ctx.cfg.feature_norm, self.with_degrees)
-        self.features = DistFeatureSource(self.partition, group=self.sample_group, cache_rows=self.ctx.cfg.cache_rows,
-                                          features=table, owners=self.owners)
-
-    def _build_loader(self) -> None:
-        """This rank's train seeds, batched at its plan share over the plan's steps."""
-        from sampling import NodeLoader
-
-        ctx, part = self.ctx, self.partition
-        self.train_seeds = part.mask_global_ids("train_mask")
-        labels = GlobalLabels(part.y.to(torch.int64), part.inner_global_range[0]) if part.y is not None else None
-        self.loader = NodeLoader(
-            self.features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
-            shuffle=True, labels=labels, num_batches=ctx.plan.steps_per_epoch,
-            prefetch=use_prefetch(ctx.cfg.prefetch, ctx.cfg.threads), seed=loader_seed(ctx.cfg.seed, ctx.rank),
-        )
+    # The pieces, under the names evaluation and benches use.
+    loader = property(lambda self: self.batches.loader)
+    features = property(lambda self: self.batches.features)
+    neighbor_source = property(lambda self: self.batches.neighbor_source)
+    owners = property(lambda self: self.batches.owners)
+    train_seeds = property(lambda self: self.batches.train_seeds)
 
     def _build_sync(self) -> Any:
         from graphdist.sync import make_sync
@@ -191,49 +265,21 @@ class MinibatchStrategy(Strategy):
 
     def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
         """One epoch of the plan's steps on this rank."""
-        model, sync, opt, cfg = self.model, self.sync, self.optimizer, self.ctx.cfg
-        model.train()
-        stats = EpochStats()
+        self.model.train()
         start = time.perf_counter()
-        interval_start, interval_seeds = start, 0
         self.loader.stats.reset()
         self.features.stats = type(self.features.stats)()
-        sync.reset_summary()
-        for step, batch in enumerate(self.loader, start=1):
-            t0 = time.perf_counter()
-            batch = batch.to(self.device) if self.device.type != "cpu" else batch
-            n = int(batch.seed_nodes.numel())
-            opt.zero_grad(set_to_none=False)
-            sync.begin_step(n)
-            x, blocks = model_inputs(batch.x, batch.blocks, self.with_degrees)
-            out = sync.model(x, blocks)  # the DDP wrapper in ddp mode
-            if n:
-                loss = F.cross_entropy(out, batch.y)
-            else:
-                # No seeds this step: a zero loss still runs backward, so every layer's
-                # collective is issued as on the other ranks.
-                loss = out.sum() * 0.0
-            loss.backward()
-            t_wait = time.perf_counter()
-            sync.finish()
-            t_synced = time.perf_counter()
-            opt.step()
-            t1 = time.perf_counter()
-            stats.steps += 1
-            stats.loss_sum += float(loss.detach()) * n
-            stats.seeds += n
-            if n:
-                stats.correct += int((out.detach().argmax(dim=-1) == batch.y).sum())
-            stats.comm_exposed_s += t_synced - t_wait
-            stats.compute_s += (t1 - t0) - (t_synced - t_wait)
-            interval_seeds += n
-            if on_progress is not None and (step % cfg.log_interval == 0 or step == self.steps_per_epoch):
-                now = time.perf_counter()
-                on_progress(step, self._progress(epoch, step, stats, interval_seeds, now - interval_start))
-                interval_start, interval_seeds = now, 0
+        self.sync.reset_summary()
+
+        def progress(step: int, stats: EpochStats, seeds: int, seconds: float) -> None:
+            on_progress(step, self._progress(epoch, step, stats, seeds, seconds))
+
+        interval = self.ctx.cfg.log_interval
+        stats = train_steps(self.loader, self.sync, self.optimizer, self.device, self.with_degrees,
+                            progress=progress if on_progress is not None else None, log_interval=interval)
         stats.time_s = time.perf_counter() - start
         stats.sample_wait_s = self.loader.stats.wait_s
-        stats.sync = sync.summary.as_list()
+        stats.sync = self.sync.summary.as_list()
         stats.extras = {"cache_hit_rate": self.features.stats.hit_rate}
         return stats
 
@@ -256,42 +302,51 @@ class MinibatchStrategy(Strategy):
 
     def evaluate(self) -> dict[str, float]:
         """Train (full-neighbour), val and test accuracy over all workers."""
-        part = self.partition
-        if hasattr(self.model, "layer_forward"):
-            pred = self._exact().argmax(dim=-1)
-        else:
-            nodes = evaluated_nodes(part)
-            pred = torch.full((part.num_inner,), -1, dtype=torch.int64)
-            out = sampled_inference(self.model, self.neighbor_source, self.features,
-                                    nodes + part.inner_global_range[0], self.ctx.cfg.layers, self.device,
-                                    self.with_degrees)
-            if out.numel():
-                pred[nodes] = out.argmax(dim=-1)
-        return accuracy(pred, part)
+        return evaluate_model(self.model, self.partition, self.batches, self.device, self.with_degrees,
+                              self.ctx.cfg.layers)
 
     def predict(self) -> Predictions:
         """Logits and embeddings of this rank's inner nodes (exact layer-wise inference)."""
-        if not hasattr(self.model, "layer_forward"):
-            raise ValueError("--predict needs a model with layer_forward (num_layers, layer_forward(i, x, block))")
-        logits, hidden = self._exact(keep_hidden=True)
-        part = self.partition
-        orig = part.orig_ids.index_select(0, part.global_ids[: part.num_inner])
-        return Predictions(orig_ids=orig, logits=logits, embeddings=hidden)
+        return predictions(self.model, self.partition, self.batches, self.device, self.with_degrees)
 
     # ------------------------------------------------------------- checkpoint
 
     def state_dict(self) -> dict[str, Any]:
-        # The loader's state holds its shuffle generator and its sampler's; the neighbour
-        # source's serving generator answers other ranks' requests.
-        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
+        return self.batches.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state["loader"])
-        self.neighbor_source.set_state(state["serve"])
+        self.batches.load_state_dict(state)
 
     def close(self) -> None:
         self.sync.close()
 
 
-__all__ = ["MinibatchStrategy", "broadcast_parameters", "build_model", "loader_seed", "resolve_device",
-           "sampler_seed", "use_prefetch"]
+def evaluate_model(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,
+                   with_degrees: bool, num_layers: int) -> dict[str, float]:
+    """Accuracy over all workers: exact layer-wise inference, or sampled for models without ``layer_forward``."""
+    if hasattr(model, "layer_forward"):
+        pred = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
+        pred = pred.argmax(dim=-1)
+    else:
+        nodes = evaluated_nodes(part)
+        pred = torch.full((part.num_inner,), -1, dtype=torch.int64)
+        out = sampled_inference(model, batches.neighbor_source, batches.features, nodes + part.inner_global_range[0],
+                                num_layers, device, with_degrees)
+        if out.numel():
+            pred[nodes] = out.argmax(dim=-1)
+    return accuracy(pred, part)
+
+
+def predictions(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,
+                with_degrees: bool) -> Predictions:
+    """Logits and last hidden layer of this rank's inner nodes, keyed by original id."""
+    if not hasattr(model, "layer_forward"):
+        raise ValueError("--predict needs a model with layer_forward (num_layers, layer_forward(i, x, block))")
+    logits, hidden = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners,
+                                     keep_hidden=True)
+    orig = part.orig_ids.index_select(0, part.global_ids[: part.num_inner])
+    return Predictions(orig_ids=orig, logits=logits, embeddings=hidden)
+
+
+__all__ = ["DistributedBatches", "MinibatchStrategy", "broadcast_parameters", "build_model", "evaluate_model",
+           "loader_seed", "predictions", "resolve_device", "sampler_seed", "train_steps", "use_prefetch"]

@@ -1,0 +1,226 @@
+"""``--strategy aggregation`` (RandomTMA / SuperTMA, LLCG): train alone on each part, average the models.
+
+Each worker trains mini-batches (the same ``--fanouts`` and global ``--batch-size``, split by
+the plan as in ``minibatch``) on the subgraph induced by its own part's inner nodes: no
+cross-part edges, no remote sampling, no feature bytes between workers while it trains. Its
+parameters are averaged with the other workers' every ``--avg-every K`` steps (or every
+``--avg-seconds T``: the ranks agree on the step with a one-number all-reduce) and always at
+the end of every epoch, so every rank evaluates and checkpoints the same model. Optimizer
+state stays local unless ``--avg-optimizer``. GCN normalises with the induced subgraph's
+degrees in training and the global degrees in evaluation.
+
+Randomised partitions (``random``, ``super``) are what make plain averaging work: each part
+then sees the global label mix, where METIS's parts are label-skewed (the partition stats'
+TVD says how much). ``--correction-steps S`` (LLCG) runs S global mini-batch steps after each
+averaging, sampled from the whole graph through the distributed sampler with gradient sync,
+which removes plain averaging's residual error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional
+
+import torch
+
+from graphdist import comm
+from graphdist.trainers.base import EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext
+from graphdist.trainers.features import feature_table
+from graphdist.trainers.minibatch import (
+    DistributedBatches,
+    broadcast_parameters,
+    build_model,
+    evaluate_model,
+    loader_seed,
+    predictions,
+    resolve_device,
+    sampler_seed,
+    train_steps,
+    use_prefetch,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def induced_graph(part: Any, table: torch.Tensor) -> Any:
+    """The part's inner nodes alone as a ``Graph`` (local ids), with features, labels and masks.
+
+    Example:
+        >>> import tempfile
+        >>> from graphdist.testing import tiny_graph
+        >>> from partition.api import load_partition, partition
+        >>> part = load_partition(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"), 0)
+        >>> g = induced_graph(part, part.x)
+        >>> g.num_nodes == part.num_inner, g.num_edges < int(part.indptr[part.num_inner])
+        (True, True)
+    """
+    from graphdist.data.graph import Graph
+
+    indptr, indices = part.inner_csr()
+    masks = {name: getattr(part, name).to(torch.bool) for name in ("train_mask", "val_mask", "test_mask")
+             if getattr(part, name) is not None}
+    y = part.y.to(torch.int64) if part.y is not None else None
+    return Graph(indptr=indptr, indices=indices, x=table, y=y, name=f"part-{part.part_id}", validate_features=False,
+                 **masks)
+
+
+def part_label_tvd(meta: dict[str, Any], part_id: int) -> float:
+    """Total variation distance between a part's label mix and the whole graph's (nan: no labels).
+
+    Example:
+        >>> part_label_tvd({"parts": [{"label_counts": [3, 1]}, {"label_counts": [1, 3]}]}, 0)
+        0.25
+    """
+    counts = [p.get("label_counts") for p in meta["parts"]]
+    if any(c is None for c in counts):
+        return float("nan")
+    total = torch.tensor(counts, dtype=torch.float64).sum(dim=0)
+    mine = torch.tensor(counts[part_id], dtype=torch.float64)
+    if mine.sum() == 0 or total.sum() == 0:
+        return float("nan")
+    return float(0.5 * (mine / mine.sum() - total / total.sum()).abs().sum())
+
+
+def make_averager(cfg: Any, algorithm: Any) -> Any:
+    """``--avg-seconds`` (time-based) if given, else ``--avg-every``."""
+    from graphdist.sync.averaging import PeriodicAverager, TimedAverager
+
+    if cfg.avg_seconds is not None:
+        return TimedAverager(cfg.avg_seconds, algorithm=algorithm)
+    return PeriodicAverager(cfg.avg_every, algorithm=algorithm)
+
+
+class AggregationStrategy(Strategy):
+    """Local training on each part's induced subgraph, parameters averaged (optionally corrected)."""
+
+    name = "aggregation"
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(ctx)
+        from partition.api import load_partition
+        from sampling import NeighborSampler, NodeLoader
+        from graphdist.sync import NoSync
+
+        cfg, rank = ctx.cfg, ctx.rank
+        mine = ctx.plan.of(rank)
+        if len(mine.parts) != 1:
+            raise ValueError(f"--strategy aggregation trains one part per worker; the plan gives rank {rank} "
+                             f"parts {list(mine.parts)}")
+        self.device = resolve_device(mine.device)
+        self.partition = part = load_partition(ctx.partition_dir, mine.parts[0])
+        model = build_model(ctx, int(part.x.shape[1]), int(part.meta.get("num_classes") or 0))
+        self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
+        # Training sees the induced subgraph only: its own degrees (GCN) in the table's last column.
+        table = feature_table(part, cfg.feature_norm, with_degrees=False)
+        self.local_graph = induced_graph(part, table)
+        if self.with_degrees:
+            self.local_graph.x = torch.cat([table, self.local_graph.degrees().to(table.dtype).view(-1, 1)], dim=1)
+        train = (part.train_mask.to(torch.bool).nonzero().view(-1) if part.train_mask is not None
+                 else torch.arange(part.num_inner))
+        self.loader = NodeLoader(self.local_graph, train, NeighborSampler(self.local_graph, cfg.fanouts,
+                                                                           seed=sampler_seed(cfg.seed, rank)),
+                                 batch_size=mine.batch_share, num_batches=ctx.plan.steps_per_epoch,
+                                 prefetch=use_prefetch(cfg.prefetch, cfg.threads), seed=loader_seed(cfg.seed, rank))
+        # Evaluation (and correction steps) read the whole graph: the distributed sources, global degrees.
+        self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps))
+        self.model = model.to(self.device)
+        broadcast_parameters(self.model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # The correction steps' own optimizer (LLCG's server): every rank starts it alike and feeds
+        # it the same synced gradients, so it stays identical everywhere, and so do the parameters;
+        # the local optimizers' moments differ from rank to rank.
+        self.correction_optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
+                                                     weight_decay=cfg.weight_decay)
+        self.local_sync = NoSync(self.model)
+        self.algorithm = comm.allreduce_algorithm("ring", ctx.topology)
+        self.averager = make_averager(cfg, self.algorithm)
+        self.label_tvd = part_label_tvd(part.meta, part.part_id)
+        if cfg.avg_seconds is None and cfg.avg_every >= self.steps_per_epoch and comm.is_main_process():
+            logger.warning("--avg-every %d >= the %d steps of an epoch: parameters are averaged once per epoch only",
+                           cfg.avg_every, self.steps_per_epoch)
+        if comm.is_main_process():
+            logger.info("part %d: %s inner nodes, %s of %s in-edges kept (induced subgraph), %s train seeds, "
+                        "averaging %s, optimizer state %s, %d correction steps", part.part_id, f"{part.num_inner:,}",
+                        f"{self.local_graph.num_edges:,}", f"{int(part.indptr[part.num_inner]):,}",
+                        f"{int(train.numel()):,}", f"every {cfg.avg_seconds} s" if cfg.avg_seconds else
+                        f"every {cfg.avg_every} steps", "averaged" if cfg.avg_optimizer else "local",
+                        cfg.correction_steps)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.loader)
+
+    # ---------------------------------------------------------------- training
+
+    def _average(self) -> None:
+        self.averager.average_now(self._averaged_tensors())
+
+    def _averaged_tensors(self) -> list[torch.Tensor]:
+        from graphdist.sync.averaging import optimizer_tensors
+
+        tensors = [p.data for p in self.model.parameters()]
+        return tensors + optimizer_tensors(self.optimizer) if self.ctx.cfg.avg_optimizer else tensors
+
+    def _after_step(self, step: int) -> None:
+        if step < self.steps_per_epoch and self.averager.average_parameters(self._averaged_tensors()):
+            self._correct()
+
+    def _correct(self) -> None:
+        """LLCG's global correction: S mini-batch steps over the whole graph, gradients synced."""
+        steps = self.ctx.cfg.correction_steps
+        if not steps:
+            return
+        from graphdist.sync import make_sync
+
+        # A sync for these steps only: local steps must not meet its gradient hooks.
+        sync = make_sync(self.ctx.cfg.sync, self.model, algorithm=self.algorithm)
+        try:
+            self._correction_stats = train_steps(self.batches.loader, sync, self.correction_optimizer, self.device,
+                                                 self.with_degrees, stats=self._correction_stats)
+        finally:
+            sync.close()
+
+    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
+        self.model.train()
+        start = time.perf_counter()
+        self.loader.stats.reset()
+        self._correction_stats = EpochStats()
+        averages_before = self.averager.averages
+        stats = train_steps(self.loader, self.local_sync, self.optimizer, self.device, self.with_degrees,
+                            after_step=self._after_step)
+        self.averager.step += 1  # the epoch's last step: it always averages (below), never twice
+        self._average()
+        self._correct()
+        stats.time_s = time.perf_counter() - start
+        stats.sample_wait_s = self.loader.stats.wait_s
+        stats.extras = {"averages": float(self.averager.averages - averages_before),
+                        "correction_steps": float(self._correction_stats.steps), "label_tvd": self.label_tvd}
+        return stats
+
+    # ------------------------------------------------------------- evaluation
+
+    def evaluate(self) -> dict[str, float]:
+        return evaluate_model(self.model, self.partition, self.batches, self.device, self.with_degrees,
+                              self.ctx.cfg.layers)
+
+    def predict(self) -> Predictions:
+        return predictions(self.model, self.partition, self.batches, self.device, self.with_degrees)
+
+    # ------------------------------------------------------------- checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        # This rank's own optimizer: its moments are local (the checkpoint's optimizer is rank 0's).
+        return {"loader": self.loader.state_dict(), "averager": self.averager.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "correction": self.batches.state_dict(), "correction_optimizer": self.correction_optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        self.averager.load_state_dict(state["averager"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.batches.load_state_dict(state["correction"])
+        self.correction_optimizer.load_state_dict(state["correction_optimizer"])
+
+
+__all__ = ["AggregationStrategy", "induced_graph", "make_averager", "part_label_tvd"]
