@@ -58,7 +58,9 @@ class HaloExchange:
 
     Args:
         partition: this worker's partition (inner rows over inner + halo columns).
-        owners: which rank serves each node (an ``OwnerMap``; default part ``p`` on rank ``p``).
+        owners: which rank serves each node: anything with ``rank_of(ids)`` and ``world_size``
+            (``sampling.owners.OwnerMap``, which the trainer builds from the plan); default part
+            ``p`` on rank ``p``.
         group: process group of the exchanges (default: a new gloo group over all ranks).
         staleness: 0 (exact, synchronous) or 1 (wait-free, one iteration stale).
         smoothing: g in [0, 1) for stale buffers (0: use what was received as is).
@@ -68,8 +70,6 @@ class HaloExchange:
 
     def __init__(self, partition: Any, owners: Any = None, group: Any = None, staleness: int = 0,
                  smoothing: float = 0.0) -> None:
-        from sampling.owners import OwnerMap
-
         if staleness not in (0, 1):
             raise ValueError(f"--staleness must be 0 (exact) or 1 (wait-free) (got {staleness})")
         if not 0.0 <= smoothing < 1.0:
@@ -78,13 +78,13 @@ class HaloExchange:
         self.num_inner = int(partition.num_inner)
         self.num_halo = int(partition.num_halo)
         self.group = group if group is not None else comm.new_group()
-        owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
-        self.world_size = owners.world_size
+        rank_of = owners.rank_of if owners is not None else partition.owner
+        self.world_size = owners.world_size if owners is not None else int(partition.num_parts)
         # Halo nodes the inner rows actually read (a deeper halo holds more), grouped by owner.
         used = partition.indices[: int(partition.indptr[self.num_inner])].to(torch.int64)
         needed = torch.unique(used[used >= self.num_inner]) - self.num_inner
         halo_global = partition.global_ids[self.num_inner :].index_select(0, needed)
-        by_owner = owners.rank_of(halo_global)
+        by_owner = rank_of(halo_global)
         order = torch.argsort(by_owner, stable=True)
         self.recv_index = needed.index_select(0, order)  # halo slot of each received row, in arrival order
         requests = list(torch.split(halo_global.index_select(0, order),
