@@ -26,7 +26,7 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_cluster.py", "bench_dist_sampler.py", "bench_generator.py", "bench_models.py",
-          "bench_partition.py", "bench_sampler.py", "bench_train.py", "check_cuda.py")
+          "bench_partition.py", "bench_sampler.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -196,3 +196,21 @@ def test_check_cuda(tmp_path):
     assert '"devices"' in res.stdout
     doc = _read(out, "gpus", "torch", "cases")
     assert doc["cases"] and all(c["ok"] for c in doc["cases"]), doc["cases"]
+
+
+@pytest.mark.slow
+def test_bench_strategies(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    cora = find_dataset("cora")
+    out, png = tmp_path / "strategies.json", tmp_path / "strategies.png"
+    res = _bench("bench_strategies.py", "--accuracy", "--datasets", "cora", "--seeds", 1, "--epochs-scale", 0.02,
+                 "--strategies", "fullgraph s=1", "aggregation random +corr", "--out", out, "--png", png,
+                 env={"GRAPHDIST_DATA": str(cora.parent)}, timeout=240)
+    _ok(res)
+    assert "paired seeds" in res.stdout and png.exists()
+    runs = _read(out, "started", "accuracy")["accuracy"]["runs"]["cora"]
+    assert sorted(runs) == ["aggregation random +corr, 2 workers", "fullgraph s=1, 2 workers",
+                            "reference (1 worker minibatch)"]
+    assert all(len(r["acc"]) == 1 and 0 < r["acc"][0] <= 100 and r["curve"] for r in runs.values())
+    assert runs["aggregation random +corr, 2 workers"]["label_tvd"][0] < 0.2  # random parts: near the global mix

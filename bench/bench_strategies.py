@@ -1,0 +1,312 @@
+"""Strategies side by side: accuracy (paired seeds) and epoch time, locally and over emulated slow links.
+
+Every run is the real ``graphdist-train`` in a subprocess; results come from its ``metrics.jsonl``.
+
+- ``--accuracy``: per dataset, the single-process mini-batch reference (1 worker) and each
+  strategy on 2 (and ``--workers``) workers, on the same seeds. Full-graph runs use Kipf & Welling's
+  GCN recipe; mini-batch and aggregation the mini-batch recipe of ``bench_train.py``. Test accuracy
+  at the best-validation epoch; "within x" = the mean paired difference is within
+  max(x, 2 standard errors of that difference). Also each aggregation run's mean label TVD.
+  Targets: fullgraph GCN cora >= 80.5, pubmed >= 78.5, s=1 within 0.5 of s=0; aggregation with
+  random/super parts within 1.5 of the reference; where plain averaging leaves >= 2 points,
+  correction steps close at least half.
+- ``--cluster``: 2 emulated hosts x 1 worker (root + iproute2; ``graphdist.testing.netns``), the
+  CLI started in each host with torchrun's variables: fullgraph s=0 vs s=1 (epoch time, share of
+  it waiting for the halo exchange, the prediction ``T_s1 = max(compute, exchange)``) at each
+  ``--rates``, and minibatch vs aggregation epoch time at the same rates. Targets: s=1 >= 1.3x
+  faster where s=0 spends 40-60% in the exchange; aggregation >= 3x faster than minibatch at
+  100 Mbit/s.
+- A PNG of test accuracy against wall time (one dataset, seed 0, one line per strategy).
+
+Run book:
+    python bench/bench_strategies.py --accuracy --datasets cora pubmed --seeds 10          # ~1 h on 2 cores
+    sudo .venv/bin/python bench/bench_strategies.py --cluster --dataset synthetic-100k --rates 1gbit,300mbit,100mbit
+    python bench/bench_strategies.py --accuracy --datasets cora --seeds 1 --epochs-scale 0.1  # seconds
+Results: bench/results/strategies.json and strategies.png (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+
+# Kipf & Welling's GCN for full-graph training: hidden 16, dropout 0.5, lr 0.01, weight decay
+# 5e-4, 200 epochs, row-normalised features.
+FULLGRAPH_ARGS = ["--model", "gcn", "--hidden", "16", "--dropout", "0.5", "--lr", "0.01", "--weight-decay", "0.0005",
+                  "--feature-norm", "row", "--layers", "2", "--fanouts=-1,-1", "--checkpoint-every", "1000"]
+FULLGRAPH_EPOCHS = 200
+# bench_train.py's mini-batch recipe (GCN, 32 seeds per step, fan-outs 10,10), for minibatch and aggregation.
+MINIBATCH_ARGS = ["--model", "gcn", "--hidden", "64", "--fanouts", "10,10", "--batch-size", "32", "--lr", "0.01",
+                  "--weight-decay", "0.0005", "--dropout", "0.5", "--feature-norm", "row"]
+MINIBATCH_EPOCHS = 50
+
+# name -> (strategy flags, recipe, partition method)
+STRATEGIES: dict[str, tuple[list[str], str, str]] = {
+    "minibatch": (["--strategy", "minibatch"], "minibatch", "metis"),
+    "fullgraph s=0": (["--strategy", "fullgraph", "--staleness", "0"], "fullgraph", "metis"),
+    "fullgraph s=1": (["--strategy", "fullgraph", "--staleness", "1"], "fullgraph", "metis"),
+    "aggregation metis": (["--strategy", "aggregation"], "minibatch", "metis"),
+    "aggregation random": (["--strategy", "aggregation"], "minibatch", "random"),
+    "aggregation super": (["--strategy", "aggregation"], "minibatch", "super"),
+    "aggregation metis +corr": (["--strategy", "aggregation", "--correction-steps", "2"], "minibatch", "metis"),
+    "aggregation random +corr": (["--strategy", "aggregation", "--correction-steps", "2"], "minibatch", "random"),
+}
+
+
+def run_cli(args: list[str], run_dir: Path, env: Optional[dict[str, str]] = None,
+            timeout: float = 3600) -> list[dict[str, Any]]:
+    """graphdist-train with ``args``; its metrics records (raises with stderr on failure)."""
+    cmd = [sys.executable, "-m", "graphdist.cli.train", *args, "--run-dir", str(run_dir), "--log-interval", "100000"]
+    done = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def best_test(history: list[dict[str, Any]]) -> float:
+    best = max((r for r in history if r.get("val_acc") is not None), key=lambda r: r["val_acc"])
+    return 100.0 * best["test_acc"]
+
+
+def recipe(name: str, scale: float) -> list[str]:
+    flags, kind, method = STRATEGIES[name]
+    base, epochs = (FULLGRAPH_ARGS, FULLGRAPH_EPOCHS) if kind == "fullgraph" else (MINIBATCH_ARGS, MINIBATCH_EPOCHS)
+    return [*flags, *base, "--partition-method", method, "--epochs", str(max(1, round(epochs * scale)))]
+
+
+# ----------------------------------------------------------------- accuracy
+
+
+def bench_accuracy(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"recipes": {"fullgraph": FULLGRAPH_ARGS, "minibatch": MINIBATCH_ARGS},
+                           "epochs_scale": a.epochs_scale, "runs": {}}
+    for ds in a.datasets:
+        runs: dict[str, dict[str, Any]] = {}
+        names = [("reference", 1)] + [(s, w) for s in a.strategies for w in a.workers]
+        for name, workers in names:
+            key = "reference (1 worker minibatch)" if name == "reference" else f"{name}, {workers} workers"
+            strat = "minibatch" if name == "reference" else name
+            accs, times, tvds, curves = [], [], [], None
+            for seed in range(a.seeds):
+                hist = run_cli(["--dataset", ds, "--num-workers", str(workers), "--seed", str(seed),
+                                *recipe(strat, a.epochs_scale)], tmp / f"{ds}-{abs(hash(key))}-{seed}")
+                accs.append(best_test(hist))
+                times.append(sum(r["epoch_time_s"] + (r.get("eval_time_s") or 0.0) for r in hist))
+                tvds.append(hist[-1].get("label_tvd"))
+                if seed == 0:
+                    curves = _curve(hist)
+                print(f"  {ds} {key} seed {seed}: test {accs[-1]:.2f}%  ({times[-1]:.1f} s)", flush=True)
+            runs[key] = {"strategy": strat, "workers": workers, "acc": accs, "train_eval_s": times,
+                         "label_tvd": tvds, "curve": curves}
+        out["runs"][ds] = runs
+    return out
+
+
+def _curve(hist: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(cumulative seconds, test accuracy %) per evaluated epoch."""
+    t, points = 0.0, []
+    for r in hist:
+        t += r["epoch_time_s"] + (r.get("eval_time_s") or 0.0)
+        if r.get("test_acc") is not None:
+            points.append((t, 100.0 * r["test_acc"]))
+    return points
+
+
+def paired(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Mean of the paired differences a - b and its standard error (0 with one pair)."""
+    d = [x - y for x, y in zip(a, b)]
+    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
+    return statistics.mean(d), se
+
+
+def print_accuracy(res: dict[str, Any]) -> None:
+    targets = {("cora", "fullgraph s=0"): 80.5, ("pubmed", "fullgraph s=0"): 78.5}
+    for ds, runs in res["runs"].items():
+        ref = runs["reference (1 worker minibatch)"]["acc"]
+        print(f"\n{ds}: test accuracy at the best-validation epoch (%), paired seeds")
+        print(f"{'run':<34}{'mean':>7}{'std':>6}{'vs ref':>8}{'2 SE':>6}{'TVD':>7}{'s/run':>7}  note")
+        s0 = {r["workers"]: r["acc"] for k, r in runs.items() if r["strategy"] == "fullgraph s=0"}
+        for key, r in runs.items():
+            acc = r["acc"]
+            diff, se = paired(acc, ref)
+            tvd = [t for t in r["label_tvd"] if t is not None]
+            note = ""
+            target = targets.get((ds, r["strategy"]))
+            if target is not None:
+                note = f"target >= {target}: {'ok' if statistics.mean(acc) >= target else 'MISSED'}"
+            if r["strategy"] == "fullgraph s=1" and r["workers"] in s0:
+                d1, se1 = paired(acc, s0[r["workers"]])
+                note = f"vs s=0 {d1:+.2f} (within 0.5: {'ok' if abs(d1) <= max(0.5, 2 * se1) else 'MISSED'})"
+            if r["strategy"] in ("aggregation random", "aggregation super"):
+                note = f"within 1.5: {'ok' if abs(diff) <= max(1.5, 2 * se) else 'MISSED'}"
+            print(f"{key:<34}{statistics.mean(acc):>7.2f}{statistics.pstdev(acc):>6.2f}{diff:>+8.2f}{2 * se:>6.2f}"
+                  f"{(statistics.mean(tvd) if tvd else float('nan')):>7.3f}{statistics.mean(r['train_eval_s']):>7.1f}"
+                  f"  {note}")
+        for key, r in runs.items():  # correction closes at least half of a >= 2 point gap
+            if r["strategy"].endswith("+corr"):
+                plain_key = key.replace(" +corr", "")
+                if plain_key in runs:
+                    gap = -paired(runs[plain_key]["acc"], ref)[0]
+                    left = -paired(r["acc"], ref)[0]
+                    if gap >= 2.0:
+                        print(f"  {plain_key}: gap {gap:.2f}, with correction {left:.2f} "
+                              f"(closes half: {'ok' if left <= gap / 2 else 'MISSED'})")
+
+
+def plot(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(res["runs"])
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4), squeeze=False)
+    for ax, ds in zip(axes[0], datasets):
+        for key, r in res["runs"][ds].items():
+            if r["curve"]:
+                xs, ys = zip(*r["curve"])
+                ax.plot(xs, ys, label=key)
+        ax.set(xlabel="wall time, s (training + evaluation)", ylabel="test accuracy (%)", title=f"{ds}, seed 0")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------ cluster
+
+
+def cluster_run(c: Any, parts: Path, args: list[str], tmp: Path, port: int, timeout: float) -> list[dict[str, Any]]:
+    """The CLI in each of 2 hosts, joined with torchrun's variables; rank 0's metrics."""
+    run_dir = tmp / f"run-{port}"
+    procs = []
+    for h in range(2):
+        env = {"RANK": str(h), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+               "MASTER_ADDR": c.addr(0), "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": c.iface(h),
+               "OMP_NUM_THREADS": "1"}
+        log = open(tmp / f"h{h}-{port}.log", "w")
+        argv = [sys.executable, "-m", "graphdist.cli.train", "--partitions", str(parts), *args,
+                "--run-dir", str(run_dir), "--log-interval", "100000"]
+        procs.append((c.run(h, argv, env=env, cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT), log))
+    for p, log in procs:
+        try:
+            p.wait(timeout=timeout)
+        finally:
+            log.close()
+    if any(p.returncode != 0 for p, _ in procs):
+        logs = "\n".join((tmp / f"h{h}-{port}.log").read_text()[-2500:] for h in range(2))
+        raise RuntimeError(f"cluster run failed ({[p.returncode for p, _ in procs]}):\n{logs}")
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    from graphdist.data import load_graph
+    from graphdist.testing.netns import EmulatedCluster, unavailable_reason
+    from partition.api import partition
+
+    reason = unavailable_reason()
+    if reason:
+        raise SystemExit(f"bench_strategies --cluster: {reason}")
+    graph = load_graph(a.dataset)
+    parts = {m: Path(partition(graph, 2, method=m, out=tmp / f"parts-{m}", seed=0, force=True))
+             for m in ("metis", "random")}
+    fg = ["--strategy", "fullgraph", "--model", "gcn", "--hidden", str(a.hidden), "--layers", "3",
+          "--fanouts=-1,-1,-1", "--eval-every", "0", "--epochs", str(a.epochs), "--checkpoint-every", "1000",
+          "--timeout", "300"]
+    mb = ["--model", "gcn", "--hidden", str(a.hidden), "--fanouts", "10,10", "--batch-size", "1024",
+          "--eval-every", "0", "--epochs", "2", "--max-steps", str(a.steps), "--timeout", "300"]
+    rows = []
+    port = 29700
+    with EmulatedCluster(hosts=2, rate=a.rates.split(",")[0], tcp_retries2=5) as c:
+        for rate in a.rates.split(","):
+            for h in range(2):
+                c.set_rate(h, rate)
+            for label, args, method in (("fullgraph s=0", fg + ["--staleness", "0"], "metis"),
+                                        ("fullgraph s=1", fg + ["--staleness", "1"], "metis"),
+                                        ("minibatch", mb + ["--strategy", "minibatch"], "metis"),
+                                        ("aggregation", mb + ["--strategy", "aggregation"], "random")):
+                port += 1
+                hist = cluster_run(c, parts[method], args, tmp, port, a.limit)
+                warm = hist[1:] or hist  # the first epoch pays set-up (and s=1's exact fill)
+                epoch_s = statistics.median(r["epoch_time_s"] for r in warm)
+                halo = statistics.median(r.get("halo_wait_s", 0.0) for r in warm)
+                rows.append({"rate": rate, "run": label, "epoch_s": epoch_s, "halo_wait_s": halo,
+                             "halo_share": halo / epoch_s if epoch_s else None,
+                             "bytes": warm[-1].get("bytes_sent", {}), "steps": warm[-1].get("steps")})
+                print(f"  {rate} {label}: {epoch_s:.3f} s/epoch, halo wait {halo:.3f} s", flush=True)
+    return {"dataset": a.dataset, "hidden": a.hidden, "rows": rows}
+
+
+def print_cluster(res: dict[str, Any]) -> None:
+    print(f"\n{res['dataset']}, 2 emulated hosts x 1 worker (median warm epoch)")
+    print(f"{'link':>9} {'run':<16}{'epoch s':>9}{'halo wait':>10}{'share':>7}{'MiB sent':>10}  note")
+    by = {(r["rate"], r["run"]): r for r in res["rows"]}
+    for r in res["rows"]:
+        note = ""
+        if r["run"] == "fullgraph s=1":
+            s0 = by[(r["rate"], "fullgraph s=0")]
+            compute = s0["epoch_s"] - s0["halo_wait_s"]
+            predicted = s0["epoch_s"] / max(compute, s0["halo_wait_s"])
+            note = f"speed-up {s0['epoch_s'] / r['epoch_s']:.2f}x (predicted max(compute, exchange): {predicted:.2f}x)"
+        if r["run"] == "aggregation":
+            m = by[(r["rate"], "minibatch")]
+            note = f"{m['epoch_s'] / r['epoch_s']:.2f}x faster than minibatch (per step, same flags)"
+        share = f"{100 * r['halo_share']:.0f}%" if r["halo_share"] is not None else "-"
+        print(f"{r['rate']:>9} {r['run']:<16}{r['epoch_s']:>9.3f}{r['halo_wait_s']:>10.3f}{share:>7}"
+              f"{sum(r['bytes'].values()) / 2**20:>10.1f}  {note}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--accuracy", action="store_true")
+    p.add_argument("--cluster", action="store_true")
+    p.add_argument("--datasets", nargs="+", default=["cora", "pubmed"])
+    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES), metavar="NAME")
+    p.add_argument("--workers", nargs="+", type=int, default=[2])
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--epochs-scale", type=float, default=1.0, help="multiplies every recipe's epochs (default 1)")
+    p.add_argument("--dataset", default="synthetic-100k", help="--cluster: the graph")
+    p.add_argument("--rates", default="1gbit,300mbit,100mbit", help="--cluster: link rates")
+    p.add_argument("--hidden", type=int, default=128, help="--cluster: hidden width")
+    p.add_argument("--epochs", type=int, default=4, help="--cluster: full-graph epochs (the first is not timed)")
+    p.add_argument("--steps", type=int, default=10, help="--cluster: mini-batch steps per epoch")
+    p.add_argument("--limit", type=float, default=1800.0, help="--cluster: seconds before a run is killed")
+    p.add_argument("--out", default=str(RESULTS / "strategies.json"))
+    p.add_argument("--png", default=str(RESULTS / "strategies.png"))
+    a = p.parse_args(argv)
+    if not (a.accuracy or a.cluster):
+        a.accuracy = True
+    result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="graphdist-bench-strategies-") as name:
+        tmp = Path(name)
+        if a.accuracy:
+            result["accuracy"] = bench_accuracy(a, tmp)
+            print_accuracy(result["accuracy"])
+            Path(a.png).parent.mkdir(parents=True, exist_ok=True)
+            plot(result["accuracy"], Path(a.png))
+        if a.cluster:
+            result["cluster"] = bench_cluster(a, tmp)
+            print_cluster(result["cluster"])
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out}" + (f" and {a.png}" if a.accuracy else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
