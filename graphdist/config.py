@@ -56,6 +56,7 @@ class TrainConfig:
     # --- Full graph (--strategy fullgraph)
     staleness: int = 0  # 0: exact halo exchange; 1: wait-free, halo embeddings/gradients one step stale
     smoothing: float = 0.0  # PipeGCN's g for stale buffers: h <- g*h_old + (1-g)*h_new (0: none)
+    boundary_sample: float = 1.0  # BNS-GCN: share of boundary nodes kept each epoch (1: all, exact)
     max_memory: Optional[float] = None  # GiB per worker for the memory check; None: machine memory / local workers
     # --- Model aggregation (--strategy aggregation)
     avg_every: int = 10  # steps between parameter averages (and always at the end of an epoch)
@@ -128,6 +129,11 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("staleness", "must be 0 (exact) or 1 (wait-free, one step stale)", cfg.staleness)
     if not 0.0 <= cfg.smoothing < 1.0:
         raise _fail("smoothing", "must lie in [0, 1)", cfg.smoothing)
+    if not 0.0 < cfg.boundary_sample <= 1.0:
+        raise _fail("boundary-sample", "must lie in (0, 1]", cfg.boundary_sample)
+    if cfg.boundary_sample < 1.0 and cfg.staleness:
+        raise _fail("boundary-sample", "< 1 needs --staleness 0 (stale buffers assume every boundary row)",
+                    cfg.boundary_sample)
     if cfg.max_memory is not None and cfg.max_memory <= 0:
         raise _fail("max-memory", "must be > 0 GiB", cfg.max_memory)
     if cfg.avg_every < 1:

@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
               f"gradients while this step's travel (default {d('staleness')})")
     _add(full, "--smoothing", type=float,
          help=f"stale-buffer smoothing g: h <- g*h_old + (1-g)*h_new (default {d('smoothing')})")
+    _add(full, "--boundary-sample", type=float, metavar="P",
+         help=f"BNS-GCN: keep each boundary node with probability P each epoch, drop the others' edges "
+              f"(default {d('boundary_sample')}: all, exact)")
     _add(full, "--max-memory", type=float, metavar="GIB",
          help="memory per worker the full-graph estimate is checked against (default: this machine's memory "
               "divided by its local workers)")

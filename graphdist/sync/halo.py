@@ -15,6 +15,11 @@ iteration's exchange travels in the background; the first iteration is exact, to
 buffers. ``smoothing`` g mixes each newly received buffer into the last one,
 ``h <- g * h_old + (1 - g) * h_new``, for embeddings and gradients alike.
 
+Boundary-node sampling (``boundary_sample`` p < 1, BNS-GCN, exact exchange only): each epoch
+keeps each boundary node with probability p, drawn from a generator seeded by the epoch and the
+seed over all global ids, so its owner and every reader agree without a message; the owner sends only kept rows
+and readers drop the edges from the others (``kept_halo``). p = 1 is the exact exchange.
+
 Every rank must run the same layers in the same order (all exchanges are collectives on the
 halo group). Bytes are counted under the tag ``halo``: per layer, boundary rows x width x 4.
 
@@ -64,17 +69,24 @@ class HaloExchange:
         group: process group of the exchanges (default: a new gloo group over all ranks).
         staleness: 0 (exact, synchronous) or 1 (wait-free, one iteration stale).
         smoothing: g in [0, 1) for stale buffers (0: use what was received as is).
+        boundary_sample: p in (0, 1]: the share of boundary nodes kept each epoch (``set_epoch``).
+        seed: seeds the boundary-node draws.
 
     Set-up is collective: every rank builds its exchange at the same point.
     """
 
     def __init__(self, partition: Any, owners: Any = None, group: Any = None, staleness: int = 0,
-                 smoothing: float = 0.0) -> None:
+                 smoothing: float = 0.0, boundary_sample: float = 1.0, seed: int = 0) -> None:
         if staleness not in (0, 1):
             raise ValueError(f"--staleness must be 0 (exact) or 1 (wait-free) (got {staleness})")
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"--smoothing must lie in [0, 1) (got {smoothing})")
+        if not 0.0 < boundary_sample <= 1.0:
+            raise ValueError(f"--boundary-sample must lie in (0, 1] (got {boundary_sample})")
+        if boundary_sample < 1.0 and staleness:
+            raise ValueError("--boundary-sample < 1 needs --staleness 0 (stale buffers assume every boundary row)")
         self.staleness, self.smoothing = int(staleness), float(smoothing)
+        self.boundary_sample, self.seed = float(boundary_sample), int(seed)
         self.num_inner = int(partition.num_inner)
         self.num_halo = int(partition.num_halo)
         self.group = group if group is not None else comm.new_group()
@@ -87,6 +99,7 @@ class HaloExchange:
         by_owner = rank_of(halo_global)
         order = torch.argsort(by_owner, stable=True)
         self.recv_index = needed.index_select(0, order)  # halo slot of each received row, in arrival order
+        self._recv_global = halo_global.index_select(0, order)
         requests = list(torch.split(halo_global.index_select(0, order),
                                     torch.bincount(by_owner, minlength=self.world_size).tolist()))
         self.recv_rows = [int(r.numel()) for r in requests]
@@ -95,10 +108,31 @@ class HaloExchange:
         self.send_index = [ids - offset for ids in asked]  # inner rows each peer needs
         self.send_rows = [int(s.numel()) for s in self.send_index]
         self._send_all = torch.cat(self.send_index) if self.send_index else torch.zeros(0, dtype=torch.int64)
+        self._offset, self._num_nodes = offset, int(partition.part_offsets[-1])
+        self._full_plan = (self.recv_index, list(self.recv_rows), list(self.send_index), list(self.send_rows))
+        self.kept_halo = torch.ones(self.num_halo, dtype=torch.bool)  # halo slots this epoch reads
         me = comm.get_rank() if comm.is_initialized() else 0
         self.boundary_rows = sum(n for r, n in enumerate(self.send_rows) if r != me)
         self._stale: dict[int, _Stale] = {}
         self.step = 0
+
+    # ------------------------------------------------------------ sampling
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draws this epoch's boundary nodes (``boundary_sample`` < 1); the same draw on every rank."""
+        if self.boundary_sample >= 1.0:
+            return
+        recv_index, recv_rows, send_index, _ = self._full_plan
+        every = torch.arange(self._num_nodes)
+        kept = keep_boundary(every, epoch, self.seed, self.boundary_sample, self._num_nodes)  # one draw per epoch
+        keep_recv = kept.index_select(0, self._recv_global)
+        self.recv_index = recv_index[keep_recv]
+        self.recv_rows = [int(k.sum()) for k in torch.split(keep_recv, recv_rows)]
+        self.send_index = [idx[kept.index_select(0, idx + self._offset)] for idx in send_index]
+        self.send_rows = [int(s.numel()) for s in self.send_index]
+        self._send_all = torch.cat(self.send_index) if self.send_index else torch.zeros(0, dtype=torch.int64)
+        self.kept_halo = torch.zeros(self.num_halo, dtype=torch.bool)
+        self.kept_halo[self.recv_index] = True
 
     # ------------------------------------------------------------ collectives
 
@@ -177,6 +211,25 @@ class HaloExchange:
         self._stale = {int(k): _Stale(halo=v["halo"], grad=v["grad"]) for k, v in state.get("layers", {}).items()}
 
 
+def keep_boundary(ids: Tensor, epoch: int, seed: int, p: float, num_nodes: int) -> Tensor:
+    """Whether each boundary node (global id) is kept this epoch: the same draw on every rank.
+
+    One uniform number per node of the graph from a generator seeded by (seed, epoch): every
+    rank draws the same vector (``num_nodes`` floats, once per epoch) and reads its nodes' entries.
+
+    Example:
+        >>> ids = torch.arange(100_000)
+        >>> kept = keep_boundary(ids, epoch=3, seed=0, p=0.25, num_nodes=100_000)
+        >>> round(kept.float().mean().item(), 2), torch.equal(kept[7:9], keep_boundary(ids[7:9], 3, 0, 0.25, 100_000))
+        (0.25, True)
+        >>> bool((kept != keep_boundary(ids, 4, 0, 0.25, 100_000)).any())
+        True
+    """
+    generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+    draws = torch.rand(int(num_nodes), generator=generator)
+    return draws.index_select(0, ids.to(torch.int64)) < p
+
+
 class _Exchange(torch.autograd.Function):
     """Forward: inner rows -> inner + halo rows. Backward: halo gradients back to their owners."""
 
@@ -216,4 +269,4 @@ class _Exchange(torch.autograd.Function):
         return grad_inner, None, None
 
 
-__all__ = ["HaloExchange", "TAG"]
+__all__ = ["HaloExchange", "TAG", "keep_boundary"]

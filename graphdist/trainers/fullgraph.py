@@ -172,7 +172,7 @@ class FullGraphStrategy(Strategy):
         # Halo exchanges get their own group: with staleness they are in flight while gradient
         # sync and evaluation use the default one.
         self.halo = HaloExchange(part, self.owners, group=comm.new_group(cfg.timeout), staleness=cfg.staleness,
-                                 smoothing=cfg.smoothing)
+                                 smoothing=cfg.smoothing, boundary_sample=cfg.boundary_sample, seed=cfg.seed)
         self._build_inputs()
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
@@ -201,7 +201,7 @@ class FullGraphStrategy(Strategy):
         if self.with_degrees:
             degrees = part.in_degrees().to(torch.float32).view(-1, 1)
             block = gcn_norm_block(block, torch.cat([degrees, self.halo.fetch(degrees)]).view(-1))
-        self.block = block.to(self.device)
+        self.full_block = self.block = block.to(self.device)
         self.y = part.y.to(torch.int64).to(self.device) if part.y is not None else None
         mask = part.train_mask
         self.train = (mask.to(torch.bool).nonzero().view(-1) if mask is not None
@@ -229,6 +229,10 @@ class FullGraphStrategy(Strategy):
         self.sync.reset_summary()
         comm_before = comm.time_counts().get("halo", 0.0)
         start = time.perf_counter()
+        if self.ctx.cfg.boundary_sample < 1.0:
+            self.halo.set_epoch(epoch)
+            self.net.block = sampled_block(self.full_block, self.halo.kept_halo.to(self.device),
+                                           self.partition.num_inner, self.ctx.cfg.boundary_sample)
         self.optimizer.zero_grad(set_to_none=False)
         n = int(self.train.numel())
         self.sync.begin_step(n)
@@ -267,7 +271,7 @@ class FullGraphStrategy(Strategy):
                                owners=self.owners, keep_hidden=keep_hidden)
 
     def evaluate(self) -> dict[str, float]:
-        return accuracy(self._exact().argmax(dim=-1), self.partition)
+        return accuracy(self._exact().argmax(dim=-1), self.partition)  # every boundary node, whatever the sampling
 
     def predict(self) -> Predictions:
         logits, hidden = self._exact(keep_hidden=True)
@@ -288,6 +292,34 @@ class FullGraphStrategy(Strategy):
         self.sync.close()
 
 
+def sampled_block(block: Any, kept_halo: torch.Tensor, num_inner: int, p: float) -> Any:
+    """``block`` without the edges from dropped halo nodes (BNS-GCN); kept halo edges' weights / p.
+
+    Dividing by p keeps a weighted sum (GCN) unbiased; mean and attention aggregators renormalise
+    over the kept neighbours themselves.
+
+    Example:
+        >>> from sampling.base import Block
+        >>> b = Block(src=torch.tensor([0, 2, 3]), dst=torch.tensor([0, 0, 1]), num_src=4, num_dst=2,
+        ...           indptr=torch.tensor([0, 2, 3]), edge_weight=torch.ones(3))
+        >>> s = sampled_block(b, torch.tensor([False, True]), num_inner=2, p=0.5)
+        >>> s.src.tolist(), s.indptr.tolist(), s.edge_weight.tolist()
+        ([0, 3], [0, 1, 2], [1.0, 2.0])
+    """
+    from dataclasses import replace
+
+    from graphdist.data.graph import counts_to_indptr
+
+    is_halo = block.src >= num_inner
+    keep = ~is_halo | kept_halo[(block.src - num_inner).clamp(min=0)]
+    dst = block.dst[keep]
+    weight = None
+    if block.edge_weight is not None:
+        weight = block.edge_weight[keep] * torch.where(is_halo[keep], 1.0 / p, 1.0).to(block.edge_weight.dtype)
+    return replace(block, src=block.src[keep], dst=dst, edge_weight=weight,
+                   indptr=counts_to_indptr(torch.bincount(dst, minlength=block.num_dst)))
+
+
 def _check_layerwise(model: torch.nn.Module) -> None:
     if not (hasattr(model, "layer_forward") and hasattr(model, "num_layers")):
         raise ValueError(
@@ -297,5 +329,5 @@ def _check_layerwise(model: torch.nn.Module) -> None:
         )
 
 
-__all__ = ["FullGraphNet", "FullGraphStrategy", "MemoryBudgetError", "MemoryEstimate", "check_memory",
+__all__ = ["FullGraphNet", "FullGraphStrategy", "MemoryBudgetError", "sampled_block", "MemoryEstimate", "check_memory",
            "default_max_memory_gib", "memory_estimate"]

@@ -179,3 +179,43 @@ def test_refusals_come_before_any_worker_starts(tmp_path):
         train(PygGAT(6, 4, 3, heads=1), part_dir, strategy="fullgraph", num_workers=2, epochs=1,
               run_dir=str(tmp_path / "run2"))
     assert time.monotonic() - start < 60
+
+
+def _bns_body(rank: int, world_size: int, part_dir: str, expected_bytes: dict[int, list[int]]) -> None:
+    from dataclasses import replace
+
+    from graphdist import comm
+    from graphdist.trainers.run import build_strategy
+
+    strategy = build_strategy(rank, world_size, replace(_cfg("sage", world_size), boundary_sample=0.5, lr=0.05),
+                              part_dir)
+    losses = []
+    for epoch in range(1, 9):
+        comm.reset_byte_counts()
+        stats = strategy.train_epoch(epoch)
+        losses.append(comm.all_reduce(torch.tensor([stats.loss_sum]), tag="test").item())
+        if epoch in expected_bytes:
+            # Only the kept boundary rows travel, both ways, on the two exchanged layers.
+            assert comm.byte_counts().get("halo", 0) == expected_bytes[epoch][rank], (epoch, comm.byte_counts())
+    assert losses[-1] < losses[0], losses
+    strategy.close()
+
+
+def test_boundary_sampling_sends_only_the_kept_rows_and_learns(tmp_path):
+    from graphdist.sync.halo import keep_boundary
+    from partition.api import partition
+
+    graph = _graph()
+    part_dir = Path(partition(graph, 2, method="metis", out=tmp_path / "parts", seed=0))
+    node_map = np.load(part_dir / "node_map.npy")
+    new_of = np.argsort(np.load(part_dir / "orig_ids.npy"))  # original id -> new id
+    part_of = node_map[new_of]
+    src, dst = graph.indices.numpy(), graph.dst_of_edges().numpy()
+    pairs = {(int(s), int(part_of[d])) for s, d in zip(src, dst) if part_of[s] != part_of[d]}
+    expected = {}
+    for epoch in (1, 2):
+        kept = keep_boundary(torch.from_numpy(new_of), epoch, seed=4, p=0.5, num_nodes=graph.num_nodes).numpy()
+        rows = [sum(1 for s, q in pairs if kept[s] and (part_of[s] == p or q == p)) for p in range(2)]
+        expected[epoch] = [2 * r * 8 * 4 for r in rows]
+        assert 0 < sum(rows) < 2 * len(pairs)
+    launch(_bns_body, 2, str(part_dir), expected, timeout=120)
