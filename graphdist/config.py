@@ -20,6 +20,7 @@ from partition.methods import METHODS as PARTITION_METHODS
 # The choices of each option are declared once, where the implementations register (none of
 # these imports torch); only --feature-norm's live here, as they are a config matter.
 FEATURE_NORMS = ("none", "row")
+REPLICATE = ("none", "structure", "graph")
 DEFAULT_NUM_WORKERS = 2
 
 
@@ -63,12 +64,19 @@ class TrainConfig:
     avg_seconds: Optional[float] = None  # average every T seconds instead (ranks agree on the step)
     avg_optimizer: bool = False  # average Adam's moments too (default: optimizer state stays local)
     correction_steps: int = 0  # LLCG: global mini-batch steps after each average (0: plain averaging)
+    # --- Placement
+    rebalance_every: int = 0  # steps between share rebalancing from measured busy times (0: fixed shares)
+    rebalance_eps: float = 0.1  # tolerated imbalance of predicted busy times (max/min - 1)
     # --- System
     num_workers: int = DEFAULT_NUM_WORKERS
     devices: tuple[str, ...] = ("cpu",)  # one entry for all workers, or one per worker
     threads: int = 1  # torch threads per worker: N workers x 1 thread fill N cores
     seed: int = 0
     timeout: float = 180.0  # seconds before a collective fails instead of hanging
+    # What every worker holds beyond its part: "none"; "structure" (the whole CSR: sampling is
+    # local, features stay partitioned); "graph" (CSR and features: data-parallel, no exchange but
+    # gradients). Needs the graph to fit each worker; lets the rebalancer move all of a seed's work.
+    replicate: str = "none"
     cache_rows: int = -1  # remote-feature cache rows per worker: -1 every halo node, 0 none, n the n hottest
     # None = auto: prefetch in a background thread when the worker may use a core beyond its
     # compute threads; on a single core the thread only steals time from the step it overlaps.
@@ -102,6 +110,10 @@ def validate(cfg: TrainConfig) -> None:
     """Raises ``ValueError`` naming the flag, the constraint, the value and what to do."""
     if cfg.model not in MODELS:
         raise _fail("model", f"must be one of {', '.join(MODELS)}", cfg.model)
+    if cfg.replicate not in REPLICATE:
+        raise _fail("replicate", f"must be one of {', '.join(REPLICATE)}", cfg.replicate)
+    if cfg.replicate != "none" and cfg.strategy != "minibatch":
+        raise _fail("replicate", "applies to --strategy minibatch only", cfg.replicate)
     if cfg.cache_rows < -1:
         raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", cfg.cache_rows)
     if cfg.strategy not in STRATEGIES:
@@ -142,6 +154,13 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("avg-seconds", "must be > 0 seconds", cfg.avg_seconds)
     if cfg.correction_steps < 0:
         raise _fail("correction-steps", "must be >= 0", cfg.correction_steps)
+    if cfg.rebalance_every < 0:
+        raise _fail("rebalance-every", "must be >= 0 steps (0: never)", cfg.rebalance_every)
+    if not 0.0 < cfg.rebalance_eps <= 10.0:
+        raise _fail("rebalance-eps", "must lie in (0, 10]", cfg.rebalance_eps)
+    if cfg.rebalance_every and cfg.strategy != "minibatch":
+        raise _fail("rebalance-every", "applies to --strategy minibatch only (other strategies have no batch shares "
+                    "to move)", cfg.rebalance_every)
     if cfg.checkpoint_every < 1:
         raise _fail("checkpoint-every", "must be >= 1", cfg.checkpoint_every)
     if cfg.lr <= 0:

@@ -414,6 +414,36 @@ def load_partition(path: PathLike, part_id: int, verify: bool = True) -> Partiti
     )
 
 
+def load_structure(path: PathLike) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole graph's in-neighbour CSR over global ids, assembled from every part's inner rows.
+
+    For ``--structure replicated``: every worker samples any node's neighbours itself (no
+    sampling exchange; seeds can move between workers with their sampling work), while features
+    stay partitioned. Part ``p``'s inner nodes are the global range ``part_offsets[p]..``, so the
+    rows concatenate in part order. Costs ``8 * (num_nodes + num_edges)`` bytes per worker.
+    Checksums are not verified here: each part's owner verifies its own files.
+
+    Example:
+        >>> import tempfile
+        >>> from graphdist.testing import tiny_graph
+        >>> from partition.api import partition
+        >>> indptr, indices = load_structure(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"))
+        >>> int(indptr[-1]) == tiny_graph().num_edges, indptr.numel() - 1
+        (True, 10)
+    """
+    meta = read_meta(Path(path))
+    counts, columns = [], []
+    for p in range(int(meta["num_parts"])):
+        part = load_partition(path, p, verify=False)
+        indptr = part.indptr[: part.num_inner + 1].to(torch.int64)
+        counts.append(indptr[1:] - indptr[:-1])
+        columns.append(part.global_indices(inner_only=True))
+    degrees = torch.cat(counts)
+    indptr = torch.zeros(degrees.numel() + 1, dtype=torch.int64)
+    torch.cumsum(degrees, 0, out=indptr[1:])
+    return indptr, torch.cat(columns)
+
+
 def _load(root: Path, relpath: str) -> np.ndarray:
     """Copy-on-write memory map of one array; errors name the file."""
     file = root / relpath

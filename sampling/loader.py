@@ -194,6 +194,7 @@ class NodeLoader:
         self._batches: Optional[list[Tensor]] = None
         self._consumed: list[int] = []
         self._shuffled: Tensor = self.seeds
+        self._pad = True  # short epochs pad with repeated own seeds; not once seeds were handed in
         self._yielded = 0
         self._stop: Optional[threading.Event] = None
         self._thread: Optional[threading.Thread] = None
@@ -213,6 +214,7 @@ class NodeLoader:
         order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
         self._shuffled = self.seeds.index_select(0, order)
         self._batches, self._consumed = [], []
+        self._pad = True
         self._plan_from(0, 0, len(self))
         return self._batches
 
@@ -230,7 +232,7 @@ class NodeLoader:
             start += piece.numel()
         for _ in range(want - k - len(pieces)):
             consumed.append(start)
-            batches.append(self._padding_batch(self._shuffled))
+            batches.append(self._padding_batch(self._shuffled) if self._pad else self._shuffled[:0])
         # In place: the producer thread reads the plan by index, lazily.
         self._batches[k:] = batches
         self._consumed[k:] = consumed
@@ -245,7 +247,29 @@ class NodeLoader:
             return 0
         return self._yielded + (self.prefetch_depth if self.prefetch else 0) + self.sampler.lookahead
 
-    def set_batch_size(self, batch_size: int, from_batch: Optional[int] = None) -> None:
+    def remaining_seeds(self, from_batch: int) -> Tensor:
+        """This epoch's fresh seeds not planned before batch ``from_batch`` (in epoch order).
+
+        Raises:
+            ValueError: no epoch is running, or ``from_batch`` may already be sampling.
+        """
+        self._check_from(from_batch)
+        if from_batch >= len(self._batches):
+            return self._shuffled[:0]
+        return self._shuffled[self._consumed[from_batch]:]
+
+    def _check_from(self, from_batch: Optional[int]) -> None:
+        if self._batches is None:
+            raise ValueError("no epoch is running: seeds can only be replanned during one")
+        earliest = self.earliest_batch_size_change()
+        if from_batch is None or from_batch < earliest:
+            raise ValueError(
+                f"from_batch: batches before {earliest} of this epoch may already be sampling "
+                f"(got {from_batch}); pass from_batch >= {earliest}, the same on every rank"
+            )
+
+    def set_batch_size(self, batch_size: int, from_batch: Optional[int] = None,
+                       seeds: Optional[Tensor] = None) -> None:
         """Seeds per batch from batch ``from_batch`` of the current epoch on (and in later epochs).
 
         Batches already planned before ``from_batch`` keep their seeds; the rest are replanned
@@ -258,6 +282,11 @@ class NodeLoader:
             batch_size: the new size (>= 1).
             from_batch: the first batch (0-based, this epoch) to get it; at least
                 :meth:`earliest_batch_size_change`.
+            seeds: the fresh seeds of batches ``from_batch`` on, replacing
+                :meth:`remaining_seeds` for the rest of this epoch (seeds migrating between
+                workers when their shares change); batches past them are then empty, not padded
+                with repeats (the caller split the epoch's seeds among workers, each exactly once).
+                Later epochs shuffle the loader's own seeds again.
 
         Raises:
             ValueError: a size below 1, or a batch that may already be sampling.
@@ -279,19 +308,20 @@ class NodeLoader:
         if batch_size < 1:
             raise ValueError(f"batch_size: expected >= 1 (got {batch_size})")
         if self._batches is None:
-            if from_batch not in (None, 0):
-                raise ValueError(f"from_batch: no epoch is running; expected None or 0 (got {from_batch})")
+            if from_batch not in (None, 0) or seeds is not None:
+                raise ValueError(f"from_batch: no epoch is running; expected None or 0 and no seeds (got {from_batch})")
             self.batch_size = int(batch_size)
             return
-        earliest = self.earliest_batch_size_change()
-        if from_batch is None or from_batch < earliest:
-            raise ValueError(
-                f"from_batch: batches before {earliest} of this epoch may already be sampling "
-                f"(got {from_batch}); pass from_batch >= {earliest}, the same on every rank"
-            )
+        self._check_from(from_batch)
         self.batch_size = int(batch_size)
-        if from_batch < len(self._batches):
-            self._plan_from(from_batch, self._consumed[from_batch], len(self._batches))
+        if from_batch >= len(self._batches):
+            return
+        start = self._consumed[from_batch]
+        if seeds is not None:
+            # A new tensor, not an in-place edit: batches already planned are views of the old one.
+            self._shuffled = torch.cat([self._shuffled[:start], _resolve_seeds(seeds)])
+            self._pad = False
+        self._plan_from(from_batch, start, len(self._batches))
 
     def _padding_batch(self, shuffled: Tensor) -> Tensor:
         n = shuffled.numel()

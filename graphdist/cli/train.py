@@ -106,12 +106,24 @@ def build_parser() -> argparse.ArgumentParser:
                      help="average the optimizer's moments too (default: they stay local)")
     _add(agg, "--correction-steps", type=int, metavar="S",
          help=f"LLCG: S global mini-batch steps after each average (default {d('correction_steps')})")
+    place = p.add_argument_group("Placement (--strategy minibatch)")
+    _add(place, "--rebalance-every", type=int, metavar="R",
+         help=f"every R steps, move batch share from slow workers to fast ones by their measured busy time; "
+              f"unvisited seeds migrate so every train node is still seen once per epoch (default "
+              f"{d('rebalance_every')}: fixed shares)")
+    _add(place, "--rebalance-eps", type=float, metavar="EPS",
+         help=f"rebalance only when predicted busy times differ by more than 1+EPS (default {d('rebalance_eps')})")
     system = p.add_argument_group("System")
     _add(system, "--num-workers", type=int, help=f"local workers to spawn (default {d('num_workers')}; torchrun sets its own)")
     _add(system, "--devices", metavar="D1,D2,..", help="cpu (default), or one per worker, e.g. cpu,cuda:0")
     _add(system, "--threads", type=int, help=f"torch threads per worker (default {d('threads')})")
     _add(system, "--seed", type=int, help=f"random seed (default {d('seed')})")
     _add(system, "--timeout", type=float, help=f"seconds before a collective fails instead of hanging (default {default['timeout'].default:g})")
+    _add(system, "--replicate", choices=("none", "structure", "graph"),
+         help="what each worker holds beyond its part: none (default; remote neighbourhoods and features come "
+              "from their owners), structure (the whole CSR, 8 bytes per node and edge: sampling is local), "
+              "graph (CSR and features: only gradients travel). Replication lets --rebalance-every move a "
+              "seed's sampling and gather work with it, not only its compute")
     _add(system, "--cache-rows", type=int,
          help="remote-feature cache rows per worker: -1 every halo node (default), 0 none, N the N hottest")
     prefetch = system.add_mutually_exclusive_group()

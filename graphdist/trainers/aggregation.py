@@ -162,7 +162,7 @@ class AggregationStrategy(Strategy):
         tensors = [p.data for p in self.model.parameters()]
         return tensors + optimizer_tensors(self.optimizer) if self.ctx.cfg.avg_optimizer else tensors
 
-    def _after_step(self, step: int) -> None:
+    def _after_step(self, step: int, seeds: int = 0) -> None:
         if step < self.steps_per_epoch and self.averager.average_parameters(self._averaged_tensors()):
             self._correct()
 

@@ -70,8 +70,9 @@ class EpochStats:
         time_s: wall time of the epoch.
         sample_wait_s, compute_s, comm_exposed_s: where the time went.
         sync: the gradient sync's totals (``SyncSummary.as_list()`` order), summed over ranks.
-        extras: strategy-specific numbers for the metrics record (summed over ranks unless
-            the key ends in ``_mean``, then averaged; e.g. a cache hit rate).
+        extras: strategy-specific numbers for the metrics record, averaged over ranks (e.g. a
+            cache hit rate).
+        per_rank: numbers recorded as one list entry per rank (batch share, busy and idle time).
     """
 
     loss_sum: float = 0.0
@@ -84,6 +85,7 @@ class EpochStats:
     comm_exposed_s: float = 0.0
     sync: list[float] = field(default_factory=list)
     extras: dict[str, float] = field(default_factory=dict)
+    per_rank: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

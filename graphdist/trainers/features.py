@@ -65,18 +65,41 @@ def model_inputs(x: torch.Tensor, blocks: list[Any], with_degrees: bool) -> tupl
 
 
 class GlobalLabels:
-    """Labels of this worker's inner nodes, indexed by global id (seeds are always inner).
+    """Labels by global id: this worker's inner nodes, and seeds migrated to it from other workers.
 
     Example:
-        >>> GlobalLabels(torch.tensor([7, 8, 9]), offset=10)(torch.tensor([12, 10])).tolist()
-        [9, 7]
+        >>> labels = GlobalLabels(torch.tensor([7, 8, 9]), offset=10)
+        >>> labels.extend(torch.tensor([3]), torch.tensor([5]))
+        >>> labels(torch.tensor([12, 10, 3])).tolist()
+        [9, 7, 5]
     """
 
     def __init__(self, y: torch.Tensor, offset: int) -> None:
         self.y, self.offset = y, offset
+        self._extra = (torch.empty(0, dtype=torch.int64), y[:0])  # (sorted ids, labels)
+
+    def extend(self, ids: torch.Tensor, labels: torch.Tensor) -> None:
+        """Adds labels of nodes other workers own (seeds they handed over)."""
+        known, values = self._extra
+        all_ids, all_labels = torch.cat([known, ids.to(torch.int64)]), torch.cat([values, labels.to(values.dtype)])
+        order = torch.argsort(all_ids)
+        # One assignment: the prefetch thread may be reading the old pair meanwhile.
+        self._extra = (all_ids[order], all_labels[order])
 
     def __call__(self, nodes: torch.Tensor) -> torch.Tensor:
-        return self.y.index_select(0, nodes - self.offset)
+        local = nodes - self.offset
+        inner = (local >= 0) & (local < self.y.shape[0])
+        if bool(inner.all()):
+            return self.y.index_select(0, local)
+        known, values = self._extra
+        out = torch.empty(nodes.shape[0], dtype=self.y.dtype)
+        out[inner] = self.y.index_select(0, local[inner])
+        other = nodes[~inner]
+        pos = torch.searchsorted(known, other).clamp(max=max(0, known.numel() - 1))
+        if known.numel() == 0 or not bool((known[pos] == other).all()):
+            raise KeyError(f"labels: {int((~inner).sum())} seed(s) neither inner nor handed over to this worker")
+        out[~inner] = values.index_select(0, pos)
+        return out
 
 
 __all__ = ["GlobalLabels", "feature_table", "model_inputs", "normalize_features"]

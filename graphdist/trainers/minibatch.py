@@ -79,6 +79,23 @@ def use_prefetch(setting: Optional[bool], threads: int) -> bool:
     return cores > threads
 
 
+def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool) -> torch.Tensor:
+    """Every part's feature table (``feature_table``) in global-id order: ``--replicate graph``."""
+    from partition.api import load_partition, read_meta
+
+    parts = range(int(read_meta(partition_dir)["num_parts"]))
+    return torch.cat([feature_table(load_partition(partition_dir, p, verify=False), how, with_degrees) for p in parts])
+
+
+def test_slowdown(rank: int) -> Optional[Any]:
+    """The test-only ``GRAPHDIST_TEST_SLOWDOWN`` stretch of this rank (``graphdist.testing.slowdown``), or None."""
+    if not os.environ.get("GRAPHDIST_TEST_SLOWDOWN"):
+        return None
+    from graphdist.testing.slowdown import stretch_for_rank
+
+    return stretch_for_rank(rank)
+
+
 def build_model(ctx: WorkerContext, in_dim: int, num_classes: int) -> torch.nn.Module:
     """The user's model, or ``cfg.model`` built with the same initial weights on every rank."""
     from graphdist.models import build_model as build_reference
@@ -108,8 +125,9 @@ class DistributedBatches:
     ``AggregationStrategy`` uses it for its global correction steps.
     """
 
-    def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None) -> None:
-        from sampling import NeighborSampler, NodeLoader
+    def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None,
+                 stretch: Optional[Any] = None) -> None:
+        from sampling import LocalFeatureSource, NeighborSampler, NodeLoader
         from sampling.distributed import DistFeatureSource, DistNeighborSource
         from sampling.owners import OwnerMap
 
@@ -119,16 +137,34 @@ class DistributedBatches:
         # group of their own, so they never interleave with gradient sync on the default group.
         self.group = comm.new_group(cfg.timeout)
         self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
-        self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
+        if cfg.replicate in ("structure", "graph"):
+            from graphdist.data.graph import Graph
+            from partition.api import load_structure
+            from sampling.neighbor import CSRNeighborSource
+
+            indptr, indices = load_structure(ctx.partition_dir)
+            self.neighbor_source = CSRNeighborSource(Graph(indptr=indptr, indices=indices))
+        else:
+            self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
         self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
+        if stretch is not None:  # GRAPHDIST_TEST_SLOWDOWN: this rank emulates a slower worker
+            from graphdist.testing.slowdown import StretchedSampler
+
+            self.sampler = StretchedSampler(self.sampler, stretch)
         table = feature_table(part, cfg.feature_norm, with_degrees)
         self.features = DistFeatureSource(part, group=self.group, cache_rows=cfg.cache_rows, features=table,
                                           owners=self.owners)
+        # Training gathers from every part's rows when the whole graph is replicated: no fetch,
+        # no collective per batch. Evaluation keeps the partitioned source.
+        loader_features = self.features
+        if cfg.replicate == "graph":
+            loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
+                                                                          with_degrees))
         self.train_seeds = part.mask_global_ids("train_mask")
-        labels = GlobalLabels(part.y.to(torch.int64), part.inner_global_range[0]) if part.y is not None else None
+        self.labels = GlobalLabels(part.y.to(torch.int64), part.inner_global_range[0]) if part.y is not None else None
         self.loader = NodeLoader(
-            self.features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
-            shuffle=True, labels=labels,
+            loader_features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
+            shuffle=True, labels=self.labels,
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, cfg.threads), seed=loader_seed(cfg.seed, ctx.rank),
         )
@@ -136,11 +172,13 @@ class DistributedBatches:
     def state_dict(self) -> dict[str, Any]:
         # The loader's state holds its shuffle generator and its sampler's; the neighbour
         # source's serving generator answers other ranks' requests.
-        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
+        serve = self.neighbor_source.get_state() if hasattr(self.neighbor_source, "get_state") else None
+        return {"loader": self.loader.state_dict(), "serve": serve}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["loader"])
-        self.neighbor_source.set_state(state["serve"])
+        if hasattr(self.neighbor_source, "set_state"):
+            self.neighbor_source.set_state(state["serve"])
 
 
 def train_steps(
@@ -149,7 +187,7 @@ def train_steps(
     optimizer: torch.optim.Optimizer,
     device: torch.device,
     with_degrees: bool,
-    after_step: Optional[Callable[[int], None]] = None,
+    after_step: Optional[Callable[[int, int], None]] = None,
     progress: Optional[Callable[[int, EpochStats, int, float], None]] = None,
     log_interval: int = 0,
     stats: Optional[EpochStats] = None,
@@ -159,7 +197,8 @@ def train_steps(
     Args:
         batches: an iterable of ``SampledBatch`` with ``x`` and ``y``.
         sync: a ``GradientSync`` (``NoSync`` for ranks that train alone).
-        after_step: called with the step number after each optimizer step (e.g. a model averager).
+        after_step: called with the step number and its seed count after each optimizer step (a
+            model averager, the rebalancer).
         progress: ``progress(step, stats, seeds since last call, seconds since last call)`` every
             ``log_interval`` steps.
         stats: accumulate into these (default: new ones).
@@ -188,7 +227,7 @@ def train_steps(
         t_synced = time.perf_counter()
         optimizer.step()
         if after_step is not None:
-            after_step(step)
+            after_step(step, n)
         t1 = time.perf_counter()
         stats.steps += 1
         stats.loss_sum += float(loss.detach()) * n
@@ -228,7 +267,10 @@ class MinibatchStrategy(Strategy):
         self.partition = load_partition(ctx.partition_dir, mine.parts[0])
         model = build_model(ctx, int(self.partition.x.shape[1]), int(self.partition.meta.get("num_classes") or 0))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
-        self.batches = DistributedBatches(ctx, self.partition, self.with_degrees)
+        self.stretch = test_slowdown(rank)
+        self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch)
+        self._stats = EpochStats()
+        self.rebalancer = self._build_rebalancer()
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -241,6 +283,32 @@ class MinibatchStrategy(Strategy):
     neighbor_source = property(lambda self: self.batches.neighbor_source)
     owners = property(lambda self: self.batches.owners)
     train_seeds = property(lambda self: self.batches.train_seeds)
+
+    def _build_rebalancer(self) -> Any:
+        from graphdist.trainers.rebalance import Rebalancer
+
+        cfg = self.ctx.cfg
+        shares = [r.batch_share for r in self.ctx.plan.ranks]
+        return Rebalancer(self.loader, self.batches.labels, shares, every=cfg.rebalance_every,
+                          eps=cfg.rebalance_eps, clock=self._busy_clock())
+
+    def _busy_clock(self) -> Callable[[], float]:
+        """What counts as a rank's own, movable work (``trainers/rebalance.py`` says why).
+
+        ``--replicate graph``: nothing but the gradient sync communicates, so all of the process's
+        CPU time moves with the seeds (plus the test slowdown's emulated work; gloo blocks without
+        spinning, so waiting costs no CPU). ``structure``: sampling is local and moves, the
+        gather's fetch is served by the rows' owners: compute plus sampling time. ``none``: a
+        part's neighbourhoods and features are served by its owner whoever trains the seed: only
+        the training thread's compute time (``train_steps`` accumulates it in ``self._stats``).
+        """
+        replicate = self.ctx.cfg.replicate
+        if replicate == "graph":  # no collective but the gradient sync: all of the process's work moves
+            stretch = self.stretch
+            return lambda: time.process_time() + (stretch.slept_s if stretch is not None else 0.0)
+        if replicate == "structure":  # sampling is local; the gather's fetch waits on peers
+            return lambda: self._stats.compute_s + self.loader.stats.sample_s
+        return lambda: self._stats.compute_s
 
     def _build_sync(self) -> Any:
         from graphdist.sync import make_sync
@@ -274,13 +342,36 @@ class MinibatchStrategy(Strategy):
         def progress(step: int, stats: EpochStats, seeds: int, seconds: float) -> None:
             on_progress(step, self._progress(epoch, step, stats, seeds, seconds))
 
+        if self.stretch is not None:
+            self.stretch.set_epoch(epoch)
+            self.stretch.mark()
+        self._stats = EpochStats()
+        rebalancer = self.rebalancer if self.rebalancer.active else None
+        if rebalancer is not None:
+            rebalancer.begin_epoch()
+        share_at_start = self.loader.batch_size
+        busy_at_start = self.rebalancer.read_clock()
+
+        def after_step(step: int, seeds: int) -> None:
+            if self.stretch is not None:
+                self.stretch.tick()
+            if rebalancer is not None:
+                rebalancer.after_step(step, seeds)
+
         interval = self.ctx.cfg.log_interval
         stats = train_steps(self.loader, self.sync, self.optimizer, self.device, self.with_degrees,
-                            progress=progress if on_progress is not None else None, log_interval=interval)
+                            after_step=after_step, progress=progress if on_progress is not None else None,
+                            log_interval=interval, stats=self._stats)
         stats.time_s = time.perf_counter() - start
         stats.sample_wait_s = self.loader.stats.wait_s
         stats.sync = self.sync.summary.as_list()
         stats.extras = {"cache_hit_rate": self.features.stats.hit_rate}
+        busy = self.rebalancer.read_clock() - busy_at_start
+        stats.per_rank = {"batch_share": float(share_at_start), "batch_share_end": float(self.loader.batch_size),
+                          "busy_s": busy, "idle_s": max(0.0, stats.time_s - busy), "compute_s": stats.compute_s,
+                          "sync_wait_s": stats.comm_exposed_s, "sample_wait_s": stats.sample_wait_s}
+        if rebalancer is not None:
+            stats.per_rank["seeds_received"] = float(rebalancer.migrated)
         return stats
 
     def _progress(self, epoch: int, step: int, stats: EpochStats, seeds: int, seconds: float) -> str:
@@ -312,10 +403,11 @@ class MinibatchStrategy(Strategy):
     # ------------------------------------------------------------- checkpoint
 
     def state_dict(self) -> dict[str, Any]:
-        return self.batches.state_dict()
+        return {**self.batches.state_dict(), "placement": self.rebalancer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.batches.load_state_dict(state)
+        self.rebalancer.load_state_dict(state.get("placement", {}))
 
     def close(self) -> None:
         self.sync.close()

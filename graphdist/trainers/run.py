@@ -150,7 +150,7 @@ def resume(strategy: Strategy, resume_dir: Path) -> int:
 
 def reduce_epoch(stats: EpochStats) -> dict[str, Any]:
     """The epoch's record over all workers: counts and sync totals summed, the slowest rank's time,
-    strategy extras averaged over ranks."""
+    strategy extras averaged over ranks, per-rank numbers as lists in rank order."""
     from graphdist.sync import SyncSummary
 
     keys = sorted(stats.extras)
@@ -184,6 +184,9 @@ def reduce_epoch(stats: EpochStats) -> dict[str, Any]:
         "time_comm_s": stats.comm_exposed_s,
     }
     record.update(extras)
+    if stats.per_rank:
+        gathered = comm.all_gather_object(stats.per_rank)
+        record.update({k: [g.get(k) for g in gathered] for k in sorted(stats.per_rank)})
     return record
 
 

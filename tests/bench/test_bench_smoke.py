@@ -26,7 +26,7 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_cluster.py", "bench_dist_sampler.py", "bench_generator.py", "bench_models.py",
-          "bench_partition.py", "bench_sampler.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
+          "bench_partition.py", "bench_placement.py", "bench_sampler.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -214,3 +214,17 @@ def test_bench_strategies(tmp_path):
                             "reference (1 worker minibatch)"]
     assert all(len(r["acc"]) == 1 and 0 < r["acc"][0] <= 100 and r["curve"] for r in runs.values())
     assert runs["aggregation random +corr, 2 workers"]["label_tvd"][0] < 0.2  # random parts: near the global mix
+
+
+def test_bench_placement(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    cora = find_dataset("cora")
+    out, png = tmp_path / "placement.json", tmp_path / "placement.png"
+    res = _bench("bench_placement.py", "--dataset", "cora", "--pairs", 1, "--epochs", 3, "--batch-size", 16,
+                 "--every", 2, "--out", out, "--png", png, env={"GRAPHDIST_DATA": str(cora.parent)}, timeout=240)
+    _ok(res)
+    assert "fast idle" in res.stdout and png.exists()
+    rows = _read(out, "started", "rows", "slowdown")["rows"]
+    assert [r["rebalance_every"] for r in rows] == [0, 2] and rows[0]["bound"] == 1.5
+    assert all(seeds == 140 for r in rows for run in r["runs"] for seeds in run["seeds"])  # cora's train nodes, once

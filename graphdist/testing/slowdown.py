@@ -1,0 +1,143 @@
+"""Test-only emulation of a slow worker: ``GRAPHDIST_TEST_SLOWDOWN="1:2.0"`` (or ``"1:2.0@2"``).
+
+A heterogeneous cluster on one homogeneous machine: rank 1's own work takes 2x as long, from
+the start or from epoch 2 (so that the run-time rebalancer, not a start-up profile, has to find
+it). "Own work" is CPU time: after each unit of work a thread sleeps ``(factor - 1)`` times the
+CPU time it spent since its last mark (``time.thread_time``), so waiting for peers is never
+stretched while sampling, serving other ranks' requests, gathering and computing all are. The
+training thread is stretched after every step, the prefetch thread after every batch it hands
+over (the trainer wraps the sampler with :class:`StretchedSampler`).
+
+Nothing here is used unless the variable is set; it exists so tests and ``bench/bench_placement.py``
+can make one worker slower on purpose.
+
+Example:
+    >>> parse_slowdown("1:2.0@2, 3:1.5")
+    {1: Slowdown(rank=1, factor=2.0, from_epoch=2), 3: Slowdown(rank=3, factor=1.5, from_epoch=1)}
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
+
+from sampling.base import SampledBatch, Sampler
+
+ENV = "GRAPHDIST_TEST_SLOWDOWN"
+
+__all__ = ["ENV", "Slowdown", "Stretch", "StretchedSampler", "parse_slowdown", "stretch_for_rank"]
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """Rank ``rank`` works ``factor`` times slower from epoch ``from_epoch`` (1-based) on."""
+
+    rank: int
+    factor: float
+    from_epoch: int = 1
+
+
+def parse_slowdown(spec: str) -> dict[int, Slowdown]:
+    """``"RANK:FACTOR[@EPOCH],..."`` -> per rank its slowdown.
+
+    Raises:
+        ValueError: a malformed entry, naming the variable and the entry.
+    """
+    out: dict[int, Slowdown] = {}
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        try:
+            rank_s, rest = entry.split(":", 1)
+            factor_s, _, epoch_s = rest.partition("@")
+            item = Slowdown(int(rank_s), float(factor_s), int(epoch_s) if epoch_s else 1)
+        except ValueError:
+            raise ValueError(f"{ENV}: expected RANK:FACTOR[@EPOCH] entries like 1:2.0@2 (got {entry!r})") from None
+        if item.rank < 0 or item.factor < 1.0 or item.from_epoch < 1:
+            raise ValueError(f"{ENV}: expected rank >= 0, factor >= 1 and epoch >= 1 (got {entry!r})")
+        out[item.rank] = item
+    return out
+
+
+class Stretch:
+    """Sleeps ``(factor - 1)`` x the calling thread's CPU time since its last mark; off before ``from_epoch``.
+
+    Example:
+        >>> s = Stretch(Slowdown(0, 3.0))
+        >>> s.set_epoch(1); s.mark()
+        >>> _ = sum(i * i for i in range(200_000))
+        >>> s.tick()
+        >>> s.slept_s > 0
+        True
+    """
+
+    def __init__(self, slowdown: Slowdown) -> None:
+        self.slowdown = slowdown
+        self.active = False
+        self.slept_s = 0.0  # total emulated extra work (the rebalancer counts it as busy time)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.active = epoch >= self.slowdown.from_epoch
+
+    def mark(self) -> None:
+        """Starts this thread's clock (e.g. at the start of an epoch: earlier work is not stretched)."""
+        self._local.last = time.thread_time()
+
+    def tick(self) -> None:
+        """Stretches this thread's work since its last mark or tick."""
+        now = time.thread_time()
+        spent = now - getattr(self._local, "last", now)
+        if self.active and spent > 0:
+            extra = (self.slowdown.factor - 1.0) * spent
+            time.sleep(extra)
+            with self._lock:
+                self.slept_s += extra
+        self._local.last = time.thread_time()
+
+
+class StretchedSampler(Sampler):
+    """A sampler whose stream ticks a :class:`Stretch` after every batch (sampling, serving, gather).
+
+    The loader gathers batch t's features between handing it over and asking for batch t+1, so
+    the tick before batch t+1 counts that gather too.
+    """
+
+    def __init__(self, inner: Sampler, stretch: Stretch) -> None:
+        self.inner, self.stretch = inner, stretch
+
+    def sample(self, seeds: Any) -> SampledBatch:
+        self.stretch.mark()
+        batch = self.inner.sample(seeds)
+        self.stretch.tick()
+        return batch
+
+    @property
+    def lookahead(self) -> int:
+        return self.inner.lookahead
+
+    def sample_stream(self, seed_batches: Iterable[Any]) -> Iterator[SampledBatch]:
+        self.stretch.mark()
+        for batch in self.inner.sample_stream(seed_batches):
+            self.stretch.tick()
+            yield batch
+
+    def get_state(self) -> Any:
+        return self.inner.get_state()
+
+    def set_state(self, state: Any) -> None:
+        self.inner.set_state(state)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def stretch_for_rank(rank: int, environ: Optional[dict[str, str]] = None) -> Optional[Stretch]:
+    """This rank's :class:`Stretch` when ``GRAPHDIST_TEST_SLOWDOWN`` names it, else None."""
+    spec = (environ if environ is not None else os.environ).get(ENV, "")
+    entry = parse_slowdown(spec).get(rank) if spec else None
+    return Stretch(entry) if entry is not None else None

@@ -1,0 +1,167 @@
+"""Run-time rebalancing of batch shares: measure busy times, move seeds from slow ranks to fast ones.
+
+HyScale-GNN's dynamic resource management and LBB's load-balanced batching, for synchronous
+mini-batch training. Every ``--rebalance-every R`` steps the ranks exchange their *busy* time
+over the window: the training thread's time outside collectives (forward, backward, optimizer;
+not the gradient sync's wait), because in synchronous training every rank's wall step time is
+the same, and because this is the part of a step that moves with the share. Sampling and
+feature serving stay with the owner of the data (a part's neighbour lists live on its rank),
+so counting them would over-move seeds: measured on synthetic-100k with one rank 2x slower,
+balancing total CPU time moved 90% of the seeds to the fast rank and gained nothing, since
+every step then waits first for the fast rank's compute and then for the slow rank's serving.
+``placement.shares.rebalance`` turns the busy times into new shares, the same on every rank;
+every rank applies them from the same batch on. Because a rank's share then differs from
+its part's train-node count, the seeds not yet visited this epoch migrate (ids and labels):
+ranks over their quota hand the tail of their epoch order to ranks under it
+(``placement.shares.migration``), and every train node is still visited once per epoch. A fast
+rank samples migrated seeds' neighbourhoods and features through the distributed sampler, as
+it does for any remote node. The gradient average is already weighted by seeds, so it stays
+exact. The same migration runs at the start of every later epoch, while shares differ from the
+plan's.
+
+All decisions are collective: they are taken at step numbers every rank knows, from values
+every rank has gathered, so the ranks never disagree on a share or the batch it starts at.
+
+Example (the decision every rank takes from the gathered windows: rank 1 twice as slow per seed):
+    >>> from placement.shares import fit_cost, rebalance
+    >>> costs = [fit_cost([(100, 1.0)]), fit_cost([(100, 2.0)])]
+    >>> rebalance([100, 100], costs, damping=1.0)
+    [133, 67]
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional
+
+import torch
+
+from graphdist import comm
+from placement.shares import fit_cost, migration, quotas, rebalance
+
+logger = logging.getLogger(__name__)
+
+DAMPING = 0.7  # share of the way to the fitted optimum each decision moves (placement.shares.rebalance)
+HISTORY = 4  # windows each rank's cost fit looks back on (older ones may predate a slowdown)
+
+__all__ = ["Rebalancer"]
+
+
+class Rebalancer:
+    """Every ``every`` steps: gather busy times, maybe change shares, migrate the epoch's unvisited seeds.
+
+    Args:
+        loader: this rank's ``NodeLoader`` (its seeds are replanned in place).
+        labels: this rank's ``GlobalLabels`` (extended with migrated seeds' labels).
+        shares: the plan's batch share of every rank (the starting point, and what each part's
+            train nodes fit without migration).
+        every: steps between decisions (0: never change shares; start shares may still differ).
+        eps: tolerated imbalance ``max/min`` of predicted busy times - 1.
+        clock: this rank's busy seconds so far (any monotone counter; the strategy's compute time).
+        start_shares: shares to start from (default ``shares``).
+    """
+
+    def __init__(self, loader: Any, labels: Any, shares: list[int], every: int, eps: float,
+                 clock: Callable[[], float], start_shares: Optional[list[int]] = None) -> None:
+        self.loader, self.labels, self.every, self.eps = loader, labels, int(every), float(eps)
+        self.read_clock = clock
+        self.natural = list(shares)
+        self.shares = list(start_shares) if start_shares is not None else list(shares)
+        self.rank, self.world = comm.get_rank(), comm.get_world_size()
+        self.changes = 0  # share changes this epoch
+        self.migrated = 0  # seeds this rank received this epoch
+        self._window_busy = self._epoch_busy = clock()
+        self._window_seeds = 0
+        self.history: list[list[tuple[float, float]]] = []
+        self._skip_window = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this rebalancer does anything (more than one rank, and rebalancing or moved shares)."""
+        return self.world > 1 and (self.every > 0 or self.shares != self.natural)
+
+    # ---------------------------------------------------------------- epoch
+    def begin_epoch(self) -> None:
+        self.changes = self.migrated = 0
+        self._window_busy = self._epoch_busy = self.read_clock()
+        self._window_seeds = 0
+        if self.loader.batch_size != self.shares[self.rank]:
+            self.loader.set_batch_size(self.shares[self.rank])
+
+    def epoch_busy_s(self) -> float:
+        return self.read_clock() - self._epoch_busy
+
+    def after_step(self, step: int, seeds: int) -> None:
+        """Called on every rank after optimizer step ``step`` (1-based) with the seeds it trained on."""
+        self._window_seeds += seeds
+        if step == 1 and self.shares != self.natural:
+            self._migrate()  # this epoch's own seeds do not fit the shares: hand some over
+        if self.every and step % self.every == 0 and step < len(self.loader):
+            self._decide()
+
+    # ------------------------------------------------------------- decision
+    def _decide(self) -> None:
+        now = self.read_clock()
+        busy, seeds = now - self._window_busy, self._window_seeds
+        self._window_busy, self._window_seeds = now, 0
+        if self._skip_window:
+            self._skip_window = False
+            return
+        window = comm.all_gather_object((busy, seeds))
+        # (seeds per step, busy per step) of every rank; the last few windows fit each rank's
+        # fixed and per-seed cost (the shares differ between windows once they have moved).
+        self.history.append([(s / self.every, b / self.every) for b, s in window])
+        self.history = self.history[-HISTORY:]
+        try:
+            costs = [fit_cost([h[r] for h in self.history]) for r in range(self.world)]
+        except ValueError:  # a rank trained no seeds in these windows: nothing to fit yet
+            return
+        new = rebalance(self.shares, costs, eps=self.eps, damping=DAMPING)
+        if new is None:
+            return
+        if comm.is_main_process():
+            logger.info("rebalance: busy %s s over %d steps, fitted %s -> shares %s (were %s)",
+                        [round(b, 3) for b, _ in window], self.every,
+                        [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], new, self.shares)
+        self.shares = new
+        self.changes += 1
+        self._migrate()
+        # The next window still holds batches planned at the old shares, and the migration: skip it.
+        self._skip_window = True
+
+    # ------------------------------------------------------------- migration
+    def _migrate(self) -> None:
+        """Replans the rest of this epoch at the current shares, moving unvisited seeds between ranks."""
+        mine_from = self.loader.earliest_batch_size_change()
+        starts = comm.all_gather_object(mine_from)
+        start = max(starts)
+        steps_left = len(self.loader) - start
+        if steps_left <= 0:
+            return
+        remaining = self.loader.remaining_seeds(start)
+        counts = comm.all_gather_object(int(remaining.numel()))
+        quota = quotas(self.shares, steps_left, sum(counts))
+        moves = migration(counts, quota)
+        outgoing = [(recipient, lo, hi) for recipient, slices in enumerate(moves)
+                    for donor, lo, hi in slices if donor == self.rank]
+        payload = [(recipient, remaining[lo:hi].clone(), self.labels(remaining[lo:hi])) for recipient, lo, hi in outgoing]
+        gathered = comm.all_gather_object(payload)
+        keep = remaining[: min(counts[self.rank], quota[self.rank])]
+        received = [(ids, y) for donor_items in gathered for recipient, ids, y in donor_items if recipient == self.rank]
+        if received:
+            ids = torch.cat([i for i, _ in received])
+            self.labels.extend(ids, torch.cat([y for _, y in received]))
+            keep = torch.cat([keep, ids])
+            self.migrated += int(ids.numel())
+        # Quotas exceed share * steps only when earlier batches left seeds behind: grow the
+        # batches for the rest of this epoch rather than skip a train node.
+        size = max(self.shares[self.rank], -(-int(keep.numel()) // steps_left))
+        self.loader.set_batch_size(size, from_batch=start, seeds=keep)
+
+    # ------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {"shares": list(self.shares)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state and state.get("shares"):
+            self.shares = [int(s) for s in state["shares"]]

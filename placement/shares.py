@@ -1,0 +1,256 @@
+"""Batch shares: how many seeds each worker takes per step, and how seeds move when shares change.
+
+Synchronous training runs at the pace of its slowest worker, so the shares that minimise the
+step time ``max_i T_i(b_i)`` (``sum_i b_i`` = the global batch) equalise the workers' predicted
+times. With a linear cost ``T_i(b) = a_i + c_i * b`` (a fixed part and a per-seed part, fitted by
+the profiler or measured while training) that optimum has a closed form (:func:`balanced_shares`).
+The run-time rebalancer (HyScale-GNN's dynamic resource management, LBB's load-balanced batching)
+re-measures every R steps and calls :func:`rebalance`; since shares no longer follow each part's
+train-node count, seeds migrate between workers so that every train node is still visited once
+per epoch (:func:`migration`).
+
+Everything here is pure arithmetic on lists: the trainer measures and exchanges, every rank
+calls these functions with the same inputs and gets the same answer.
+
+Example:
+    >>> balanced_shares([LinearCost(0.0, 1.0), LinearCost(0.0, 2.0)], total=30)
+    [20, 10]
+    >>> rebalance([15, 15], [LinearCost(0.0, 1.0), LinearCost(0.0, 2.0)])
+    [20, 10]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+__all__ = ["LinearCost", "balanced_shares", "fit_cost", "rebalance", "round_to_total", "largest_remainder", "migration", "quotas", "imbalance"]
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """A worker's step time as a function of its batch share: ``fixed_s + per_seed_s * b``.
+
+    Example:
+        >>> LinearCost(0.5, 0.25).time(10)
+        3.0
+    """
+
+    fixed_s: float
+    per_seed_s: float
+
+    def time(self, share: float) -> float:
+        return self.fixed_s + self.per_seed_s * share
+
+
+def largest_remainder(weights: Sequence[float], total: int, minimum: int = 1) -> list[int]:
+    """Integers proportional to ``weights`` that sum to ``total`` (each at least ``minimum``).
+
+    Hamilton's method: floors first, then the largest fractional parts get one more; ties go to
+    the lower index, so every rank computes the same split.
+
+    Example:
+        >>> largest_remainder([1.0, 1.0, 1.0], 10)
+        [4, 3, 3]
+    """
+    n = len(weights)
+    if n == 0:
+        return []
+    if total < minimum * n:
+        raise ValueError(f"total {total} cannot give {n} workers at least {minimum} each")
+    spare = total - minimum * n
+    w = [max(0.0, float(x)) for x in weights]
+    s = sum(w)
+    if s <= 0 or not math.isfinite(s):
+        w, s = [1.0] * n, float(n)
+    exact = [spare * x / s for x in w]
+    out = [int(math.floor(e)) for e in exact]
+    order = sorted(range(n), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[: spare - sum(out)]:
+        out[i] += 1
+    return [minimum + o for o in out]
+
+
+def round_to_total(values: Sequence[float], total: int) -> list[int]:
+    """``values`` (summing to ``total``) rounded to integers that still sum to ``total``.
+
+    Floors first; the largest fractional parts get one more (ties to the lower index).
+
+    Example:
+        >>> round_to_total([40.0, 48.6, 1.4], 90)
+        [40, 49, 1]
+    """
+    out = [int(math.floor(v + 1e-9)) for v in values]
+    order = sorted(range(len(values)), key=lambda i: (-(values[i] - out[i]), i))
+    for i in order[: max(0, total - sum(out))]:
+        out[i] += 1
+    return out
+
+
+def balanced_shares(costs: Sequence[LinearCost], total: int, caps: Optional[Sequence[int]] = None) -> list[int]:
+    """Shares summing to ``total`` that minimise ``max_i costs[i].time(b_i)``, each ``b_i <= caps[i]``.
+
+    Closed form without caps: every worker finishes at the same ``T``, so ``b_i = (T - a_i) / c_i``
+    and ``sum b_i = total`` gives ``T = (total + sum a_i/c_i) / sum 1/c_i``. A worker whose fixed
+    part alone exceeds ``T`` gets the minimum share of 1; a capped worker (memory) keeps its cap and
+    the rest is re-solved among the others.
+
+    Raises:
+        ValueError: a non-positive per-seed cost, or caps that cannot hold ``total`` seeds.
+
+    Example:
+        >>> balanced_shares([LinearCost(0.1, 0.01), LinearCost(0.0, 0.01)], total=20)
+        [5, 15]
+        >>> balanced_shares([LinearCost(0.0, 1.0), LinearCost(0.0, 2.0)], total=30, caps=[12, 100])
+        [12, 18]
+    """
+    n = len(costs)
+    if any(c.per_seed_s <= 0 or not math.isfinite(c.per_seed_s) for c in costs):
+        raise ValueError(f"balanced_shares: expected positive per-seed costs (got {[c.per_seed_s for c in costs]})")
+    caps = [int(c) for c in caps] if caps is not None else [total] * n
+    if sum(caps) < total:
+        raise ValueError(f"balanced_shares: the workers' caps {caps} hold {sum(caps)} seeds per step, "
+                         f"fewer than the batch of {total}")
+    fixed: dict[int, float] = {}  # worker -> share pinned at its cap or at the minimum
+    while True:
+        free = [i for i in range(n) if i not in fixed]
+        left = total - sum(fixed.values())
+        inv = sum(1.0 / costs[i].per_seed_s for i in free)
+        t = (left + sum(costs[i].fixed_s / costs[i].per_seed_s for i in free)) / inv if free else 0.0
+        exact = {i: (t - costs[i].fixed_s) / costs[i].per_seed_s for i in free}
+        over = [i for i in free if exact[i] > caps[i]]
+        under = [i for i in free if exact[i] < 1.0]
+        if not over and not under:
+            break
+        for i in over:
+            fixed[i] = float(caps[i])
+        for i in under if not over else []:
+            fixed[i] = 1.0
+    real = [fixed.get(i, exact.get(i, 1.0)) for i in range(n)]
+    shares = round_to_total(real, total)
+    # Rounding may push a capped worker one over its cap: hand the excess to the fastest others.
+    for i in range(n):
+        while shares[i] > caps[i]:
+            j = min((k for k in range(n) if shares[k] < caps[k]), key=lambda k: costs[k].time(shares[k] + 1))
+            shares[i] -= 1
+            shares[j] += 1
+    return shares
+
+
+def imbalance(times: Sequence[float]) -> float:
+    """``max / min`` of positive times (1.0 = balanced).
+
+    Example:
+        >>> imbalance([2.0, 1.0])
+        2.0
+    """
+    low = min(times)
+    return math.inf if low <= 0 else max(times) / low
+
+
+def fit_cost(samples: Sequence[tuple[float, float]], min_spread: float = 0.1) -> LinearCost:
+    """A worker's :class:`LinearCost` from ``(seeds per step, busy seconds per step)`` windows.
+
+    Least squares when the windows' shares differ by more than ``min_spread`` (relative), so the
+    fixed part (optimizer step, per-step overheads: work that does not move with seeds) is
+    separated from the per-seed part; through the origin otherwise (one share seen so far).
+    The fixed part is kept in ``[0, min busy]`` and the per-seed part positive.
+
+    Example:
+        >>> fit_cost([(100, 1.1), (200, 2.1)])
+        LinearCost(fixed_s=0.1, per_seed_s=0.01)
+        >>> fit_cost([(100, 1.0)])
+        LinearCost(fixed_s=0.0, per_seed_s=0.01)
+    """
+    pts = [(float(x), float(y)) for x, y in samples if x > 0 and y > 0 and math.isfinite(y)]
+    if not pts:
+        raise ValueError("fit_cost: expected at least one window with seeds and busy time")
+    xs = [x for x, _ in pts]
+    if (max(xs) - min(xs)) <= min_spread * max(xs):
+        return LinearCost(0.0, sum(y for _, y in pts) / sum(xs))
+    n, mx, my = len(pts), sum(xs) / len(pts), sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
+    fixed = min(max(0.0, my - slope * mx), min(y for _, y in pts))
+    if slope <= 0:  # noise swamped the trend: fall back to the origin model
+        return LinearCost(0.0, my / mx)
+    return LinearCost(round(fixed, 12), round(slope, 12))
+
+
+def rebalance(shares: Sequence[int], costs: Sequence[LinearCost], eps: float = 0.1,
+              damping: float = 1.0) -> Optional[list[int]]:
+    """New shares from the workers' fitted costs, or None when they are already within ``1 + eps``.
+
+    The predicted step times at the current shares are compared; if the slowest exceeds the
+    fastest by more than ``1 + eps``, the shares move ``damping`` of the way (1: all the way)
+    towards :func:`balanced_shares` of the costs, with the same total: seeds move from the slowest
+    to the fastest. Costs fitted from a few noisy windows overshoot; a damping below 1 keeps one
+    bad window from swinging the shares, at the price of a few more steps to converge.
+    None also when the move would not shorten the predicted step by ``eps / 2`` of it.
+
+    Example:
+        >>> rebalance([10, 10], [LinearCost(0.0, 0.1), LinearCost(0.0, 0.105)]) is None
+        True
+        >>> rebalance([10, 10], [LinearCost(0.0, 0.1), LinearCost(0.0, 0.3)])
+        [15, 5]
+    """
+    if len(shares) != len(costs):
+        raise ValueError(f"rebalance: {len(shares)} shares but {len(costs)} costs")
+    if imbalance([c.time(s) for c, s in zip(costs, shares)]) <= 1.0 + eps:
+        return None
+    target = balanced_shares(costs, total=sum(shares))
+    new = round_to_total([s + damping * (t - s) for s, t in zip(shares, target)], sum(shares))
+    before = max(c.time(s) for c, s in zip(costs, shares))
+    after = max(c.time(s) for c, s in zip(costs, new))
+    if list(new) == list(shares) or after > before * (1.0 - eps / 2):
+        return None
+    return new
+
+
+def quotas(shares: Sequence[int], steps_left: int, remaining: int) -> list[int]:
+    """Seeds each worker takes in the rest of the epoch: ``remaining`` split in proportion to shares.
+
+    Exactly the remaining seeds, so no worker runs out early and repeats seeds while another
+    still holds unvisited ones; all of them finish in about the same step. Each quota is at most
+    ``share * steps_left`` unless the seeds exceed that capacity (then all are raised alike, and
+    the loader's batches grow at the end rather than skip a train node).
+
+    Example:
+        >>> quotas([3, 1], steps_left=2, remaining=8)
+        [6, 2]
+        >>> quotas([3, 1], steps_left=2, remaining=6)
+        [5, 1]
+    """
+    if not shares:
+        return []
+    return largest_remainder([float(s) for s in shares], remaining, minimum=0)
+
+
+def migration(remaining: Sequence[int], quota: Sequence[int]) -> list[list[tuple[int, int, int]]]:
+    """Who sends which of its remaining seeds to whom, so that every worker holds at most its quota.
+
+    ``remaining[i]`` seeds are still unvisited on worker ``i`` (in its epoch order). A worker keeps
+    the first ``min(remaining, quota)`` of its own (locality: they are its part's nodes) and
+    donates the tail; workers below quota take donations in rank order. The result, per recipient,
+    lists ``(donor, start, stop)`` slices of the donor's remaining seeds. Donated seeds beyond
+    every quota stay with their donor (the caller sizes quotas with :func:`quotas`, so there are none).
+
+    Example:
+        >>> migration([10, 2], [6, 6])
+        [[], [(0, 6, 10)]]
+    """
+    keep = [min(r, q) for r, q in zip(remaining, quota)]
+    surplus = [(i, keep[i], remaining[i]) for i in range(len(remaining)) if remaining[i] > keep[i]]
+    out: list[list[tuple[int, int, int]]] = [[] for _ in remaining]
+    for i in range(len(remaining)):
+        need = quota[i] - keep[i]
+        while need > 0 and surplus:
+            donor, start, stop = surplus[0]
+            take = min(need, stop - start)
+            out[i].append((donor, start, start + take))
+            need -= take
+            if start + take == stop:
+                surplus.pop(0)
+            else:
+                surplus[0] = (donor, start + take, stop)
+    return out

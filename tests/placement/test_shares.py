@@ -1,0 +1,79 @@
+"""Batch shares: the closed-form optimum, the rebalance step, cost fits, quotas and seed migration."""
+
+import random
+
+import pytest
+
+from placement.shares import (LinearCost, balanced_shares, fit_cost, imbalance, largest_remainder, migration, quotas,
+                              rebalance)
+
+
+def test_balanced_shares_equalise_linear_costs_exactly():
+    costs = [LinearCost(0.002, 0.001), LinearCost(0.0, 0.002), LinearCost(0.001, 0.004)]
+    shares = balanced_shares(costs, total=7000)
+    assert sum(shares) == 7000
+    times = [c.time(s) for c, s in zip(costs, shares)]
+    # The closed form: T = (total + sum a/c) / sum 1/c, b = (T - a) / c, up to rounding to integers.
+    t = (7000 + sum(c.fixed_s / c.per_seed_s for c in costs)) / sum(1 / c.per_seed_s for c in costs)
+    assert [round((t - c.fixed_s) / c.per_seed_s) for c in costs] == pytest.approx(shares, abs=1)
+    assert max(times) - min(times) <= 2 * max(c.per_seed_s for c in costs) + 1e-12  # one seed of rounding each
+
+
+def test_balanced_shares_respect_caps_and_minimum():
+    costs = [LinearCost(0.0, 1.0), LinearCost(0.0, 2.0), LinearCost(100.0, 1.0)]
+    shares = balanced_shares(costs, total=90, caps=[40, 90, 90])
+    assert shares[0] == 40 and shares[2] == 1 and sum(shares) == 90  # capped, and a worker slower than T
+    with pytest.raises(ValueError, match="caps"):
+        balanced_shares(costs, total=90, caps=[10, 10, 10])
+    with pytest.raises(ValueError, match="positive"):
+        balanced_shares([LinearCost(0.0, 0.0)], total=4)
+
+
+def test_largest_remainder_sums_and_breaks_ties_by_index():
+    assert largest_remainder([1.0, 1.0], 5) == [3, 2]
+    assert largest_remainder([0.0, 0.0, 1.0], 3, minimum=0) == [0, 0, 3]
+    assert largest_remainder([2.0, 1.0], 2) == [1, 1]  # the minimum of 1 each comes first
+
+
+def test_rebalance_keeps_balanced_shares_and_moves_towards_the_fast_worker():
+    fast, slow = LinearCost(0.01, 0.001), LinearCost(0.02, 0.002)
+    assert rebalance([100, 100], [fast, fast]) is None
+    new = rebalance([100, 100], [fast, slow], damping=1.0)
+    assert new[0] > new[1] and sum(new) == 200
+    assert imbalance([fast.time(new[0]), slow.time(new[1])]) < imbalance([fast.time(100), slow.time(100)])
+    half = rebalance([100, 100], [fast, slow], damping=0.5)
+    assert 100 < half[0] < new[0]  # half of the way
+
+
+def test_fit_cost_separates_fixed_and_per_seed_parts():
+    truth = LinearCost(0.01, 0.0005)
+    rng = random.Random(0)
+    samples = [(b, truth.time(b) * (1 + rng.uniform(-0.01, 0.01))) for b in (100, 150, 220, 300)]
+    fit = fit_cost(samples)
+    assert fit.fixed_s == pytest.approx(0.01, rel=0.2) and fit.per_seed_s == pytest.approx(0.0005, rel=0.05)
+    assert fit_cost([(100, 0.2), (101, 0.2)]).fixed_s == 0.0  # one share seen: through the origin
+    with pytest.raises(ValueError):
+        fit_cost([(0, 1.0)])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_migration_gives_every_remaining_seed_to_exactly_one_worker_within_quota(seed):
+    rng = random.Random(seed)
+    n = rng.randint(2, 5)
+    remaining = [rng.randint(0, 60) for _ in range(n)]
+    shares = [rng.randint(1, 20) for _ in range(n)]
+    quota = quotas(shares, steps_left=rng.randint(1, 8), remaining=sum(remaining))
+    assert sum(quota) == sum(remaining)
+    moves = migration(remaining, quota)
+    held = []
+    for rank in range(n):
+        kept = min(remaining[rank], quota[rank])
+        mine = [(rank, i) for i in range(kept)] + [(d, i) for d, lo, hi in moves[rank] for i in range(lo, hi)]
+        assert len(mine) == quota[rank]
+        held += mine
+    assert sorted(held) == sorted((r, i) for r in range(n) for i in range(remaining[r]))  # each seed once
+
+
+def test_quotas_follow_shares():
+    assert quotas([3, 1], steps_left=2, remaining=8) == [6, 2]
+    assert quotas([1, 1], steps_left=5, remaining=3) == [2, 1]

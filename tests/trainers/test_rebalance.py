@@ -1,0 +1,124 @@
+"""Run-time rebalancing: shares move to the fast rank, every rank agrees, every train node is seen once per epoch."""
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphdist.config import TrainConfig
+from graphdist.testing import launch, random_graph, tiny_graph
+from graphdist.testing.slowdown import Slowdown, Stretch, parse_slowdown
+from graphdist.trainers.features import GlobalLabels
+
+
+def test_loader_takes_handed_over_seeds_and_never_repeats_them():
+    from sampling import NeighborSampler, NodeLoader
+
+    g = tiny_graph()
+    loader = NodeLoader(g, torch.arange(6), NeighborSampler(g, [1], seed=0), batch_size=2, shuffle=False,
+                        prefetch=False, num_batches=4)
+    seen = []
+    for i, batch in enumerate(loader):
+        seen.append(batch.seed_nodes.tolist())
+        if i == 0:
+            assert loader.remaining_seeds(1).tolist() == [2, 3, 4, 5]
+            loader.set_batch_size(3, from_batch=1, seeds=torch.tensor([2, 3, 9, 8]))
+    # Seeds 4 and 5 went elsewhere, 8 and 9 came in; the last batch is empty, not a repeat.
+    assert seen == [[0, 1], [2, 3, 9], [8], []]
+    with pytest.raises(ValueError, match="no epoch"):
+        loader.remaining_seeds(0)
+
+
+def test_labels_of_handed_over_seeds():
+    labels = GlobalLabels(torch.tensor([1, 2, 3]), offset=5)
+    labels.extend(torch.tensor([0, 9]), torch.tensor([7, 8]))
+    assert labels(torch.tensor([9, 5, 0, 7])).tolist() == [8, 1, 7, 3]
+    with pytest.raises(KeyError, match="neither inner nor handed over"):
+        labels(torch.tensor([1]))
+
+
+def test_slowdown_spec_and_stretch():
+    assert parse_slowdown("1:2.0@3") == {1: Slowdown(1, 2.0, 3)}
+    for bad in ("1", "x:2", "1:0.5", "1:2@0"):
+        with pytest.raises(ValueError, match="GRAPHDIST_TEST_SLOWDOWN"):
+            parse_slowdown(bad)
+    stretch = Stretch(Slowdown(0, 2.0, from_epoch=2))
+    stretch.set_epoch(1)
+    stretch.mark()
+    sum(i * i for i in range(100_000))
+    stretch.tick()
+    assert stretch.slept_s == 0.0  # not before its epoch
+    stretch.set_epoch(2)
+    stretch.mark()
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    sum(i * i for i in range(300_000))
+    cpu = time.thread_time() - cpu0
+    stretch.tick()
+    assert stretch.slept_s == pytest.approx(cpu, rel=0.3)
+    assert time.perf_counter() - wall0 >= 1.5 * cpu
+
+
+class _Recorder:
+    """Wraps a loader's sampler: the seeds of every batch this rank trains on."""
+
+    def __init__(self, inner):
+        self.inner, self.seen = inner, []
+
+    def sample_stream(self, batches):
+        for b in self.inner.sample_stream(batches):
+            self.seen.append(b.seed_nodes.clone())
+            yield b
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _rebalance_body(rank: int, world_size: int, part_dir: str, cfgs: list):
+    from graphdist import comm
+    from graphdist.trainers.run import build_strategy
+    from sampling.base import Sampler
+
+    for cfg in cfgs:
+        strategy = build_strategy(rank, world_size, cfg, part_dir)
+        loader = strategy.loader
+        recorder = _Recorder(loader.sampler)
+        Sampler.register(_Recorder)
+        loader.sampler = recorder
+        start = list(strategy.rebalancer.shares)
+        train = torch.cat([p for p in comm.all_gather_object(strategy.train_seeds)])
+        for epoch in (1, 2):
+            recorder.seen = []
+            stats = strategy.train_epoch(epoch)
+            seen = torch.cat(comm.all_gather_object(torch.cat(recorder.seen)))
+            # Every train node exactly once per epoch, wherever its seeds migrated.
+            assert torch.equal(torch.sort(seen).values, torch.sort(train).values), (cfg.replicate, epoch)
+            assert stats.seeds == int(torch.cat(recorder.seen).numel())
+            shares = comm.all_gather_object(strategy.rebalancer.shares)
+            assert all(s == shares[0] for s in shares)  # every rank applied the same shares
+        final = strategy.rebalancer.shares
+        assert sum(final) == sum(start)
+        assert final[0] > final[1] and final != start, (cfg.replicate, start, final)  # rank 1 is 4x slower
+        assert strategy.state_dict()["placement"]["shares"] == final  # checkpointed
+        strategy.close()
+
+
+def test_rebalancer_moves_seeds_to_the_fast_rank_and_visits_every_node_once(tmp_path, monkeypatch):
+    from partition.api import partition
+
+    graph = random_graph(3000, avg_degree=6, seed=1, feature_dim=16)
+    part_dir = partition(graph, 2, method="metis", out=Path(tmp_path) / "parts", seed=0)
+    monkeypatch.setenv("GRAPHDIST_TEST_SLOWDOWN", "1:4.0")
+    base = dict(model="sage", hidden=32, layers=2, fanouts=(5, 5), batch_size=64, prefetch=False,
+                rebalance_every=2, eval_every=0, seed=0)
+    cfgs = [TrainConfig(**base, replicate="none"), TrainConfig(**base, replicate="graph")]
+    launch(_rebalance_body, 2, str(part_dir), cfgs, timeout=120)
+
+
+def test_rebalance_flags_are_checked():
+    with pytest.raises(ValueError, match="--rebalance-every"):
+        TrainConfig(rebalance_every=-1)
+    with pytest.raises(ValueError, match="--rebalance-every applies to --strategy minibatch"):
+        TrainConfig(rebalance_every=5, strategy="aggregation")
+    with pytest.raises(ValueError, match="--replicate"):
+        TrainConfig(replicate="all")
