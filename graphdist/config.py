@@ -21,6 +21,7 @@ from partition.methods import METHODS as PARTITION_METHODS
 # these imports torch); only --feature-norm's live here, as they are a config matter.
 FEATURE_NORMS = ("none", "row")
 REPLICATE = ("none", "structure", "graph")
+PLACEMENTS = ("auto", "profiled", "equal")
 DEFAULT_NUM_WORKERS = 2
 
 
@@ -65,6 +66,8 @@ class TrainConfig:
     avg_optimizer: bool = False  # average Adam's moments too (default: optimizer state stays local)
     correction_steps: int = 0  # LLCG: global mini-batch steps after each average (0: plain averaging)
     # --- Placement
+    placement: str = "auto"  # start shares: "profiled" (probe steps), "equal" (by train nodes), "auto" (profiled
+    # when the workers' devices differ; equal, and deterministic, when they are alike)
     rebalance_every: int = 0  # steps between share rebalancing from measured busy times (0: fixed shares)
     rebalance_eps: float = 0.1  # tolerated imbalance of predicted busy times (max/min - 1)
     # --- System
@@ -154,6 +157,8 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("avg-seconds", "must be > 0 seconds", cfg.avg_seconds)
     if cfg.correction_steps < 0:
         raise _fail("correction-steps", "must be >= 0", cfg.correction_steps)
+    if cfg.placement not in PLACEMENTS:
+        raise _fail("placement", f"must be one of {', '.join(PLACEMENTS)}", cfg.placement)
     if cfg.rebalance_every < 0:
         raise _fail("rebalance-every", "must be >= 0 steps (0: never)", cfg.rebalance_every)
     if not 0.0 < cfg.rebalance_eps <= 10.0:

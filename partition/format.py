@@ -192,7 +192,7 @@ def write_partition_files(
             on_relabel(p)
         inner = relabel.orig_ids[relabel.part_offsets[p] : relabel.part_offsets[p + 1]]
         _write_part(root, p, arrays, graph, inner, files)
-        part_meta.append(_part_counts(arrays, graph, inner))
+        part_meta.append(_part_counts(arrays, graph, inner, num_parts, p))
         if on_write:
             on_write(p)
         del arrays
@@ -239,7 +239,24 @@ def _write_part(
         save_array(root, f"{d}/masks.npy", stacked, files)
 
 
-def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray) -> dict[str, Any]:
+def edges_by_source_part(indptr: Any, indices: Any, halo_owner: Any, num_inner: int, num_parts: int,
+                         part_id: int) -> list[int]:
+    """In-edges of a part's inner nodes, counted by the part their source belongs to (own part included).
+
+    Example:
+        >>> import numpy as np
+        >>> edges_by_source_part(np.array([0, 2, 3]), np.array([1, 2, 3]), np.array([1, 1]), 2, 2, 0)
+        [1, 2]
+    """
+    indptr, indices, halo_owner = np.asarray(indptr), np.asarray(indices), np.asarray(halo_owner)
+    src = indices[: int(indptr[num_inner])]
+    halo = src >= num_inner
+    counts = np.bincount(halo_owner[src[halo] - num_inner].astype(np.int64), minlength=num_parts)[:num_parts]
+    counts[part_id] += int(np.count_nonzero(~halo))
+    return [int(c) for c in counts]
+
+
+def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray, num_parts: int, part_id: int) -> dict[str, Any]:
     inner_edges = int(arrays.indptr[arrays.num_inner])
     counts: dict[str, Any] = {
         "num_inner": arrays.num_inner,
@@ -250,6 +267,10 @@ def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray) -> dict[st
         "num_inner_edges": inner_edges,
         # In-edges of inner nodes whose source is another part's node.
         "num_cut_edges": int(np.count_nonzero(arrays.indices[:inner_edges] >= arrays.num_inner)),
+        # Row q: in-edges of this part's inner nodes whose source lies in part q (the placement's
+        # part adjacency: remote traffic between parts, and which parts to keep together).
+        "edges_from_parts": edges_by_source_part(arrays.indptr, arrays.indices, arrays.halo_owner,
+                                                 arrays.num_inner, num_parts, part_id),
     }
     for name in MASK_NAMES:
         mask = getattr(graph, name)
@@ -283,6 +304,8 @@ def _meta(
         "masks": [m for m in MASK_NAMES if getattr(graph, m) is not None],
         "edge_cut": cut / max(graph.num_edges, 1),
         "part_offsets": relabel.part_offsets.tolist(),
+        # part_edges[p][q]: in-edges of part p's inner nodes from part q's nodes (diagonal: internal).
+        "part_edges": [p["edges_from_parts"] for p in part_meta],
     }
     meta.update(extra)
     meta["parts"] = part_meta
@@ -412,6 +435,32 @@ def load_partition(path: PathLike, part_id: int, verify: bool = True) -> Partiti
         test_mask=mask["test_mask"],
         orig_ids=torch.from_numpy(_load(root, "orig_ids.npy")),
     )
+
+
+def part_edges(path: PathLike) -> list[list[int]]:
+    """``part_edges[p][q]``: in-edges of part p's inner nodes whose source is in part q.
+
+    From ``meta.json`` when the partition wrote it; computed from each part's CSR and halo
+    owner map for directories written before it did.
+
+    Example:
+        >>> import tempfile
+        >>> from graphdist.testing import tiny_graph
+        >>> from partition.api import partition
+        >>> m = part_edges(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"))
+        >>> sum(map(sum, m)) == tiny_graph().num_edges
+        True
+    """
+    meta = read_meta(Path(path))
+    if "part_edges" in meta:
+        return [[int(c) for c in row] for row in meta["part_edges"]]
+    num_parts = int(meta["num_parts"])
+    rows = []
+    for p in range(num_parts):
+        part = load_partition(path, p, verify=False)
+        rows.append(edges_by_source_part(part.indptr.numpy(), part.indices.numpy(), part.halo_owner.numpy(),
+                                         part.num_inner, num_parts, p))
+    return rows
 
 
 def load_structure(path: PathLike) -> tuple[torch.Tensor, torch.Tensor]:

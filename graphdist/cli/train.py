@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add(agg, "--correction-steps", type=int, metavar="S",
          help=f"LLCG: S global mini-batch steps after each average (default {d('correction_steps')})")
     place = p.add_argument_group("Placement (--strategy minibatch)")
+    _add(place, "--placement", choices=("auto", "profiled", "equal"),
+         help="start shares: profiled (a few probe steps per worker, costs fitted, shares balanced; cached in "
+              "the run directory), equal (in proportion to each part's train nodes), auto (default: profiled "
+              "when --devices differ between workers, else equal, which keeps runs deterministic)")
     _add(place, "--rebalance-every", type=int, metavar="R",
          help=f"every R steps, move batch share from slow workers to fast ones by their measured busy time; "
               f"unvisited seeds migrate so every train node is still seen once per epoch (default "

@@ -47,6 +47,7 @@ class WorkerContext:
         plan: who holds what (parts, device, batch share per rank).
         topology: which ranks share a host (None: unknown).
         model: the user's model, or None to build ``cfg.model``.
+        run_dir: the run directory (for caches such as the placement profile), or None.
     """
 
     rank: int
@@ -56,6 +57,7 @@ class WorkerContext:
     plan: "Plan"
     topology: Optional["Topology"] = None
     model: Optional["torch.nn.Module"] = None
+    run_dir: Optional[str] = None
 
 
 @dataclass

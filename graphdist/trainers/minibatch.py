@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -77,6 +78,16 @@ def use_prefetch(setting: Optional[bool], threads: int) -> bool:
     except (AttributeError, OSError):  # not Linux
         cores = os.cpu_count() or 1
     return cores > threads
+
+
+def use_profile(placement: str, devices: list[str]) -> bool:
+    """Whether start shares come from the profiler: ``profiled``, or ``auto`` with unlike devices.
+
+    Example:
+        >>> use_profile("auto", ["cpu", "cuda:0"]), use_profile("auto", ["cpu", "cpu"]), use_profile("profiled", ["cpu"])
+        (True, False, True)
+    """
+    return placement == "profiled" or (placement == "auto" and len(set(devices)) > 1)
 
 
 def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool) -> torch.Tensor:
@@ -269,12 +280,12 @@ class MinibatchStrategy(Strategy):
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         self.stretch = test_slowdown(rank)
         self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch)
-        self._stats = EpochStats()
-        self.rebalancer = self._build_rebalancer()
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sync = self._build_sync()
+        self._stats = EpochStats()
+        self.rebalancer = self._build_rebalancer()  # after the model: the profiler probes a copy of it
         self._log_setup()
 
     # The pieces, under the names evaluation and benches use.
@@ -289,8 +300,13 @@ class MinibatchStrategy(Strategy):
 
         cfg = self.ctx.cfg
         shares = [r.batch_share for r in self.ctx.plan.ranks]
+        start = None
+        if use_profile(cfg.placement, [r.device for r in self.ctx.plan.ranks]) and self.ctx.world_size > 1:
+            from graphdist.trainers.profile import profile_shares
+
+            start = profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
         return Rebalancer(self.loader, self.batches.labels, shares, every=cfg.rebalance_every,
-                          eps=cfg.rebalance_eps, clock=self._busy_clock())
+                          eps=cfg.rebalance_eps, clock=self._busy_clock(), start_shares=start)
 
     def _busy_clock(self) -> Callable[[], float]:
         """What counts as a rank's own, movable work (``trainers/rebalance.py`` says why).

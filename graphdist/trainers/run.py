@@ -92,14 +92,14 @@ def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
 
 
 def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str,
-                   model: Optional[torch.nn.Module] = None) -> Strategy:
+                   model: Optional[torch.nn.Module] = None, run_dir: Optional[str] = None) -> Strategy:
     """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it)."""
     topology = comm.discover_topology()
     plan = plan_job(partition_dir, cfg, world_size)
     if comm.is_main_process():
         logger.info("topology: %s; plan:\n%s", topology.describe(), plan.describe())
     ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partition_dir=partition_dir, plan=plan,
-                        topology=topology, model=model)
+                        topology=topology, model=model, run_dir=run_dir)
     return strategy_class(cfg.strategy)(ctx)
 
 
@@ -254,7 +254,7 @@ def worker_main(
     join_job(rank, world_size, cfg, init_method)
     try:
         seed_everything(worker_seed(cfg.seed, rank))
-        strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model)
+        strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model, run_dir=run_dir)
         try:
             return run_epochs(strategy, cfg, Path(run_dir))
         finally:

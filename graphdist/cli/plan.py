@@ -1,0 +1,120 @@
+"""``graphdist-plan``: which parts and batch share each worker of a cluster gets, and why.
+
+Run book::
+
+    graphdist-plan --partitions parts/pubmed-8 --num-workers 2
+    graphdist-plan --partitions parts/s100k-16 --cluster cluster.yaml --batch-size 1024
+    graphdist-plan --partitions parts/s100k-2 --num-workers 2 --profile runs/X/profile.json
+
+Reads the partition's statistics (train and inner nodes, the part adjacency ``part_edges``) and
+the cluster spec (``placement/cluster.py``; without one, this machine with ``--num-workers``
+workers), places parts on workers (memory fits, work follows speed, connected parts together),
+splits the batch by throughput and prints one line per worker: parts, nodes, memory, share,
+predicted step time and bottleneck, then the edges cut between workers. Speeds come from a
+run's ``profile.json`` (``--placement profiled``) when given, else from the spec's ``speed``.
+Bad input exits 2 with one line per mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+PROG = "graphdist-plan"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="exit codes: 0 a plan was printed, 2 bad input (flags, spec, partition)")
+    p.add_argument("--partitions", required=True, metavar="DIR", help="a partition directory (graphdist-partition)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--cluster", metavar="FILE", help="cluster spec (YAML): hosts, workers, devices, memory, links")
+    where.add_argument("--num-workers", type=int, help="workers on this machine (default: the partition's part count)")
+    p.add_argument("--batch-size", type=int, default=512, help="global batch (default 512, graphdist-train's)")
+    p.add_argument("--profile", metavar="FILE", help="a run's profile.json: measured per-worker costs")
+    p.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
+    return p
+
+
+def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
+    """The plan and its explanation for parsed arguments (raises ValueError on bad input)."""
+    from partition.api import part_edges, read_meta
+    from placement.assign import cut_between_workers, optimize_plan, part_memory_bytes
+    from placement.cluster import load_cluster, local_cluster
+    from placement.shares import LinearCost
+
+    meta = read_meta(a.partitions)
+    parts = meta["parts"]
+    if a.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1 (got {a.batch_size})")
+    spec = load_cluster(a.cluster) if a.cluster else local_cluster(a.num_workers or int(meta["num_parts"]))
+    if a.num_workers is not None and a.num_workers < 1:
+        raise ValueError(f"--num-workers must be >= 1 (got {a.num_workers})")
+    workers = spec.workers
+    train = [int(p.get("num_train") if p.get("num_train") is not None else p["num_inner"]) for p in parts]
+    inner = [int(p["num_inner"]) for p in parts]
+    memory = [part_memory_bytes(p["num_inner"], p["num_halo"], p["num_edges"], int(meta.get("feature_dim") or 0))
+              for p in parts]
+    edges = part_edges(a.partitions)
+    costs = None
+    if a.profile:
+        profile = _read_profile(a.profile)
+        if len(profile["parts"] or []) != len(workers):
+            raise ValueError(f"--profile {a.profile}: measured {len(profile['parts'] or [])} workers, the cluster "
+                             f"has {len(workers)}")
+        costs = [{k: LinearCost(*v) for k, v in w.items()} for w in profile["parts"]]
+    plan, why = optimize_plan(train, inner, memory, edges, [w.device for w in workers], [w.speed for w in workers],
+                              [w.memory_bytes for w in workers], a.batch_size, costs=costs)
+    assignment = [list(r.parts) for r in plan.ranks]
+    step = max(w.step_s for w in why)
+    return {"partitions": str(a.partitions), "cluster": spec.describe(), "batch_size": a.batch_size,
+            "steps_per_epoch": plan.steps_per_epoch, "assignment": assignment,
+            "shares": [r.batch_share for r in plan.ranks], "lines": [w.line(measured=costs is not None) for w in why],
+            "cut_edges_between_workers": cut_between_workers(assignment, edges),
+            "num_edges": int(meta["num_edges"]), "measured": costs is not None,
+            "predicted_epoch_s": step * plan.steps_per_epoch if costs is not None else None}
+
+
+def _read_profile(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text())
+        doc["parts"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--profile {path}: not a readable profile.json ({exc})") from None
+    return doc
+
+
+def print_plan(res: dict[str, Any]) -> None:
+    print(res["cluster"])
+    print(f"\nplan for {res['partitions']} (batch {res['batch_size']}, {res['steps_per_epoch']} steps/epoch"
+          f"{'' if res['measured'] else '; step times in relative units: no --profile'}):")
+    for line in res["lines"]:
+        print(f"  {line}")
+    print(f"edges cut between workers: {res['cut_edges_between_workers']:,} of {res['num_edges']:,}")
+    if res["predicted_epoch_s"] is not None:
+        print(f"predicted minibatch epoch (compute-bound, from the profile): {res['predicted_epoch_s']:.2f} s")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        a = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        res = plan_from_args(a)
+    except ValueError as exc:  # ClusterSpecError, PlacementError, PartitionFormatError are ValueErrors
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    print_plan(res)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Start-up profiler: each rank times probe batches of the real model, the ranks fit costs and pick start shares.
+
+``--placement profiled`` (HyScale-GNN's performance model, measured): before the first epoch
+every rank trains a few probe steps on a *copy* of the model, with its own optimizer, sampler
+generator and feature path, at two batch sizes (its share and twice that), timing sampling,
+gathering (CPU time: their collectives may wait for other ranks, which is not this rank's
+work) and compute (forward + backward + optimizer, wall time) apart. Each rank's
+``T(b) = T_sample(b) + T_gather(b) + T_compute(b)`` (serial: the loader samples in the
+training thread; with prefetch the larger of sampling+gather and compute) is fitted as a
+:class:`placement.shares.LinearCost`; the costs are gathered and :func:`placement.shares.balanced_shares`
+gives the start shares, the same on every rank. When the predicted times at the plan's shares
+are already within ``1 + --rebalance-eps`` the plan's shares stay (homogeneous workers keep the
+deterministic default). Probes leave the model, the optimizer and every RNG stream untouched:
+the global generators are restored, the sampler's and the neighbour source's serving state too.
+
+The profile is cached in the run directory (``profile.json``, keyed by what shapes the cost:
+model, widths, fan-outs, batch, workers, devices, threads, replication), so a resumed run starts
+from the same shares without probing again: resume stays bit-identical.
+
+Example (reading a cached profile):
+    >>> profile = Profile(key={"workers": 2}, costs=[(0.001, 1e-4), (0.002, 2e-4)], shares=[67, 33])
+    >>> Profile.from_json(profile.to_json()).linear_costs()[1].per_seed_s
+    0.0002
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from graphdist import comm
+from placement.shares import LinearCost, balanced_shares, fit_cost, imbalance
+
+logger = logging.getLogger(__name__)
+
+PROFILE_NAME = "profile.json"
+PROBE_STEPS = 3  # timed steps per batch size (after one untimed warm-up)
+
+__all__ = ["PROFILE_NAME", "Profile", "profile_shares"]
+
+
+@dataclass
+class Profile:
+    """Fitted per-rank costs and the start shares they gave.
+
+    Attributes:
+        key: what the costs depend on; a cached profile with another key is measured again.
+        costs: per rank ``(fixed_s, per_seed_s)`` of a step.
+        shares: the start shares chosen from them.
+        parts: per rank ``{"sample": (a, c), "gather": ..., "compute": ...}`` (for the log and the simulator).
+    """
+
+    key: dict[str, Any]
+    costs: list[tuple[float, float]]
+    shares: list[int]
+    parts: Optional[list[dict[str, tuple[float, float]]]] = None
+
+    def linear_costs(self) -> list[LinearCost]:
+        return [LinearCost(a, c) for a, c in self.costs]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Profile":
+        d = json.loads(text)
+        return cls(key=d["key"], costs=[tuple(c) for c in d["costs"]], shares=[int(s) for s in d["shares"]],
+                   parts=d.get("parts"))
+
+
+def profile_key(cfg: Any, world_size: int, plan_shares: list[int]) -> dict[str, Any]:
+    """The config fields a step's cost depends on (a JSON-able dict)."""
+    return {"model": cfg.model, "hidden": cfg.hidden, "layers": cfg.layers, "fanouts": list(cfg.fanouts),
+            "heads": cfg.heads, "batch_size": cfg.batch_size, "workers": world_size, "devices": list(cfg.devices),
+            "threads": cfg.threads, "replicate": cfg.replicate, "prefetch": cfg.prefetch, "shares": plan_shares,
+            "partitions": cfg.partitions}
+
+
+def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
+    """Start shares for ``strategy`` (a ``MinibatchStrategy``): from the cached profile or fresh probes.
+
+    Collective: every rank calls it at the same point, after the strategy is built.
+    """
+    cfg, world = strategy.ctx.cfg, strategy.ctx.world_size
+    plan_shares = [r.batch_share for r in strategy.ctx.plan.ranks]
+    key = profile_key(cfg, world, plan_shares)
+    cached = _read_cached(run_dir, key)
+    if comm.all_gather_object(cached is not None) != [True] * world:
+        cached = None  # one rank could not read it: all probe, or they would disagree
+    if cached is not None:
+        return cached.shares
+    mine = probe(strategy, plan_shares[strategy.ctx.rank])
+    gathered = comm.all_gather_object(mine)
+    costs = [_total(parts, strategy.loader.prefetch) for parts in gathered]
+    shares = plan_shares
+    if imbalance([c.time(s) for c, s in zip(costs, plan_shares)]) > 1.0 + cfg.rebalance_eps:
+        shares = balanced_shares(costs, total=sum(plan_shares))
+    profile = Profile(key=key, costs=[(c.fixed_s, c.per_seed_s) for c in costs], shares=shares,
+                      parts=[{k: (v.fixed_s, v.per_seed_s) for k, v in p.items()} for p in gathered])
+    if comm.is_main_process():
+        logger.info("profile: %s -> start shares %s (plan %s)",
+                    [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], shares, plan_shares)
+        if run_dir is not None:
+            _write(run_dir, profile)
+    return shares
+
+
+def _total(parts: dict[str, LinearCost], prefetch: bool) -> LinearCost:
+    """A step's cost from its parts: serial, or with prefetch the larger of loading and compute (at the share)."""
+    load = LinearCost(parts["sample"].fixed_s + parts["gather"].fixed_s,
+                      parts["sample"].per_seed_s + parts["gather"].per_seed_s)
+    compute = parts["compute"]
+    if not prefetch:
+        return LinearCost(load.fixed_s + compute.fixed_s, load.per_seed_s + compute.per_seed_s)
+    return max(load, compute, key=lambda c: c.time(100))
+
+
+def probe(strategy: Any, share: int) -> dict[str, LinearCost]:
+    """This rank's fitted sample / gather / compute costs from probe steps at two batch sizes.
+
+    Every rank runs the same number of probe batches (the distributed sampler and the feature
+    fetch are collectives). Nothing the training depends on is touched: a model copy with its
+    own optimizer; global RNGs, the sampler's generator and the serving generator restored.
+    """
+    from graphdist.trainers.features import model_inputs
+
+    batches = strategy.batches
+    states = _rng_states(batches)
+    stretch = getattr(strategy, "stretch", None)
+    if stretch is not None:
+        stretch.set_epoch(1)  # a slowdown from the start shows in the probes
+    model = copy.deepcopy(strategy.model).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
+    seeds = batches.train_seeds
+    rng = torch.Generator().manual_seed(12345 + strategy.ctx.rank)
+    samples: dict[str, list[tuple[float, float]]] = {"sample": [], "gather": [], "compute": []}
+    slept = (lambda: stretch.slept_s) if stretch is not None else (lambda: 0.0)
+    try:
+        for size in (max(1, share), max(2, 2 * share)):
+            for step in range(PROBE_STEPS + 1):
+                n = min(size, int(seeds.numel()))
+                batch_seeds = seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]
+                if stretch is not None:
+                    stretch.mark()
+                # Sampling and gathering may wait for other ranks (their collectives): this rank's
+                # own share of them is its CPU time (gloo blocks without spinning), plus any
+                # emulated slowdown. Compute has no collective here: its wall time (a GPU's too).
+                c0, s0 = time.thread_time(), slept()
+                batch = batches.sampler.sample(batch_seeds)
+                c1, s1 = time.thread_time(), slept()
+                x = batches.loader.features.gather(batch.input_nodes) if batches.loader.features is not None else None
+                y = batches.loader.labels(batch.seed_nodes) if n else None
+                c2 = time.thread_time()
+                t2 = time.perf_counter()
+                inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
+                out = model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
+                loss = F.cross_entropy(out, y.to(strategy.device)) if n else out.sum() * 0.0
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                float(loss.detach())  # waits for a device's kernels
+                t3 = time.perf_counter()
+                if stretch is not None:  # the emulated slowdown of gather + compute
+                    before = slept()
+                    stretch.tick()
+                    t3 += slept() - before
+                if step and n:
+                    samples["sample"].append((n, (c1 - c0) + (s1 - s0)))
+                    samples["gather"].append((n, c2 - c1))
+                    samples["compute"].append((n, t3 - t2))
+    finally:
+        _restore(batches, states)
+    if not samples["compute"]:
+        return {k: LinearCost(0.0, 1e-6) for k in samples}
+    return {k: fit_cost(v) for k, v in samples.items()}
+
+
+def _rng_states(batches: Any) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
+            "sampler": batches.sampler.get_state(),
+            "serve": batches.neighbor_source.get_state() if hasattr(batches.neighbor_source, "get_state") else None,
+            "cache": copy.copy(getattr(batches.features, "stats", None))}
+
+
+def _restore(batches: Any, s: dict[str, Any]) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["random"])
+    batches.sampler.set_state(s["sampler"])
+    if s["serve"] is not None:
+        batches.neighbor_source.set_state(s["serve"])
+    if s["cache"] is not None:
+        batches.features.stats = s["cache"]
+
+
+def _read_cached(run_dir: Optional[Path], key: dict[str, Any]) -> Optional[Profile]:
+    path = Path(run_dir) / PROFILE_NAME if run_dir is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        profile = Profile.from_json(path.read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        logger.warning("%s: unreadable; profiling again", path)
+        return None
+    return profile if profile.key == key else None
+
+
+def _write(run_dir: Path, profile: Profile) -> None:
+    path = Path(run_dir) / PROFILE_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(profile.to_json())
+    tmp.replace(path)
