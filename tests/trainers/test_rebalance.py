@@ -74,7 +74,30 @@ class _Recorder:
         return getattr(self.inner, name)
 
 
-def _rebalance_body(rank: int, world_size: int, part_dir: str, cfgs: list):
+def _profile_leaves_training_untouched(strategy, run_dir):
+    import numpy as np
+
+    from graphdist import comm
+    from graphdist.trainers.profile import PROFILE_NAME, profile_shares
+
+    before = (torch.get_rng_state(), np.random.get_state()[1].copy(), strategy.batches.sampler.get_state(),
+              strategy.batches.neighbor_source.get_state(), [p.detach().clone() for p in strategy.model.parameters()],
+              strategy.optimizer.state_dict()["state"].copy())
+    shares = profile_shares(strategy, run_dir)
+    after = (torch.get_rng_state(), np.random.get_state()[1], strategy.batches.sampler.get_state(),
+             strategy.batches.neighbor_source.get_state(), list(strategy.model.parameters()))
+    assert torch.equal(before[0], after[0]) and (before[1] == after[1]).all()
+    assert torch.equal(before[2], after[2]) and torch.equal(before[3], after[3])
+    assert all(torch.equal(a, b) for a, b in zip(before[4], after[4]))
+    assert strategy.optimizer.state_dict()["state"].keys() == before[5].keys()
+    assert sum(shares) == sum(r.batch_share for r in strategy.ctx.plan.ranks)
+    assert shares[0] > shares[1]  # rank 1 is 4x slower from the start
+    assert comm.all_gather_object(shares) == [shares] * 2
+    assert (run_dir / PROFILE_NAME).exists()
+    assert profile_shares(strategy, run_dir) == shares  # cached: the same shares, no probes
+
+
+def _rebalance_body(rank: int, world_size: int, part_dir: str, cfgs: list, run_dir=None):
     from graphdist import comm
     from graphdist.trainers.run import build_strategy
     from sampling.base import Sampler
@@ -100,6 +123,8 @@ def _rebalance_body(rank: int, world_size: int, part_dir: str, cfgs: list):
         assert sum(final) == sum(start)
         assert final[0] > final[1] and final != start, (cfg.replicate, start, final)  # rank 1 is 4x slower
         assert strategy.state_dict()["placement"]["shares"] == final  # checkpointed
+        if cfg.replicate == "none":
+            _profile_leaves_training_untouched(strategy, Path(run_dir))
         strategy.close()
 
 
@@ -112,7 +137,7 @@ def test_rebalancer_moves_seeds_to_the_fast_rank_and_visits_every_node_once(tmp_
     base = dict(model="sage", hidden=32, layers=2, fanouts=(5, 5), batch_size=64, prefetch=False,
                 rebalance_every=2, eval_every=0, seed=0)
     cfgs = [TrainConfig(**base, replicate="none"), TrainConfig(**base, replicate="graph")]
-    launch(_rebalance_body, 2, str(part_dir), cfgs, timeout=120)
+    launch(_rebalance_body, 2, str(part_dir), cfgs, tmp_path, timeout=120)
 
 
 def test_rebalance_flags_are_checked():
