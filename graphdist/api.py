@@ -128,9 +128,11 @@ class Trainer:
         from graphdist.launch import detect_environment, spawn
         from graphdist.trainers.run import spawned_worker, worker_main
 
-        cfg = self.config
-        check_devices(cfg.devices)
+        from graphdist.trainers.run import apply_cluster
+
         env = detect_environment()
+        cfg = self.config = apply_cluster(self.config, None if env.kind == "local" else env.world_size)
+        check_devices(cfg.devices)
         run_dir = Path(cfg.resume or cfg.run_dir or runlog.default_run_dir())
         if env.kind != "local":
             if cfg.partitions is None:

@@ -66,6 +66,7 @@ class TrainConfig:
     avg_optimizer: bool = False  # average Adam's moments too (default: optimizer state stays local)
     correction_steps: int = 0  # LLCG: global mini-batch steps after each average (0: plain averaging)
     # --- Placement
+    cluster: Optional[str] = None  # a cluster spec (YAML): per worker its device, threads, memory, speed
     placement: str = "auto"  # start shares: "profiled" (probe steps), "equal" (by train nodes), "auto" (profiled
     # when the workers' devices differ; equal, and deterministic, when they are alike)
     rebalance_every: int = 0  # steps between share rebalancing from measured busy times (0: fixed shares)

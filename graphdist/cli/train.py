@@ -107,10 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add(agg, "--correction-steps", type=int, metavar="S",
          help=f"LLCG: S global mini-batch steps after each average (default {d('correction_steps')})")
     place = p.add_argument_group("Placement (--strategy minibatch)")
+    _add(place, "--cluster", metavar="FILE",
+         help="cluster spec (YAML; see README 'Placement'): hosts, and per worker its device, threads, memory "
+              "and speed. Sets --num-workers (local), --devices, the threads of each worker and the memory "
+              "the full-graph check uses; graphdist-plan prints the plan it gives")
     _add(place, "--placement", choices=("auto", "profiled", "equal"),
          help="start shares: profiled (a few probe steps per worker, costs fitted, shares balanced; cached in "
               "the run directory), equal (in proportion to each part's train nodes), auto (default: profiled "
-              "when --devices differ between workers, else equal, which keeps runs deterministic)")
+              "when workers differ in device, or in threads or speed in --cluster; else equal, which keeps "
+              "runs deterministic)")
     _add(place, "--rebalance-every", type=int, metavar="R",
          help=f"every R steps, move batch share from slow workers to fast ones by their measured busy time; "
               f"unvisited seeds migrate so every train node is still seen once per epoch (default "
@@ -210,6 +215,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, WorkerFailed, WorkerTimeout, RuntimeError, OSError) as exc:
+        from placement.cluster import ClusterSpecError
+
+        if isinstance(exc, ClusterSpecError):  # one line per mistake, all of them
+            for line in str(exc).splitlines():
+                print(f"graphdist-train: error: {line}", file=sys.stderr)
+            return 1
         first = str(exc).strip().splitlines()
         detail = _root_cause(str(exc))
         print(f"graphdist-train: error: {first[0] if first else type(exc).__name__}{detail}", file=sys.stderr)

@@ -80,14 +80,14 @@ def use_prefetch(setting: Optional[bool], threads: int) -> bool:
     return cores > threads
 
 
-def use_profile(placement: str, devices: list[str]) -> bool:
-    """Whether start shares come from the profiler: ``profiled``, or ``auto`` with unlike devices.
+def use_profile(placement: str, heterogeneous: bool) -> bool:
+    """Whether start shares come from the profiler: ``profiled``, or ``auto`` with unlike workers.
 
     Example:
-        >>> use_profile("auto", ["cpu", "cuda:0"]), use_profile("auto", ["cpu", "cpu"]), use_profile("profiled", ["cpu"])
+        >>> use_profile("auto", True), use_profile("auto", False), use_profile("profiled", False)
         (True, False, True)
     """
-    return placement == "profiled" or (placement == "auto" and len(set(devices)) > 1)
+    return placement == "profiled" or (placement == "auto" and heterogeneous)
 
 
 def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool) -> torch.Tensor:
@@ -301,7 +301,9 @@ class MinibatchStrategy(Strategy):
         cfg = self.ctx.cfg
         shares = [r.batch_share for r in self.ctx.plan.ranks]
         start = None
-        if use_profile(cfg.placement, [r.device for r in self.ctx.plan.ranks]) and self.ctx.world_size > 1:
+        from graphdist.trainers.run import heterogeneous
+
+        if use_profile(cfg.placement, heterogeneous(cfg)) and self.ctx.world_size > 1:
             from graphdist.trainers.profile import profile_shares
 
             start = profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)

@@ -55,6 +55,58 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainConfig:
+    """``cfg`` with ``--cluster``'s workers applied: worker count, devices, and the memory the
+    full-graph check uses (the smallest worker's); unchanged without a spec.
+
+    Args:
+        world_size: the job's size under torchrun/SLURM (None: the local launcher, one host).
+
+    Raises:
+        ValueError: a spec of several hosts for the local launcher, a worker count other than the
+            job's, ``--devices`` contradicting the spec, or the spec's own mistakes (one line each).
+    """
+    if not cfg.cluster:
+        return cfg
+    from graphdist.config import replace as replace_cfg
+    from placement.cluster import load_cluster
+
+    spec = load_cluster(cfg.cluster)
+    if world_size is None and len(spec.hosts) > 1:
+        raise ValueError(f"--cluster {cfg.cluster} has {len(spec.hosts)} hosts; the local launcher runs one host's "
+                         f"workers: start each host with torchrun (see README 'Multi-node')")
+    if world_size is not None and world_size != spec.num_workers:
+        raise ValueError(f"--cluster {cfg.cluster} lists {spec.num_workers} workers but the job has "
+                         f"WORLD_SIZE={world_size}")
+    devices = tuple(w.device for w in spec.workers)
+    if cfg.devices not in (("cpu",), devices):
+        raise ValueError(f"--devices {','.join(cfg.devices)} contradicts --cluster {cfg.cluster} "
+                         f"({','.join(devices)}); give one of them")
+    memory = min(w.memory_bytes for w in spec.workers) / 2**30
+    return replace_cfg(cfg, num_workers=spec.num_workers, devices=devices,
+                       max_memory=cfg.max_memory if cfg.max_memory is not None else memory)
+
+
+def worker_threads(cfg: TrainConfig, rank: int) -> int:
+    """Torch threads of ``rank``: its ``--cluster`` entry's, else ``--threads``."""
+    if not cfg.cluster:
+        return cfg.threads
+    from placement.cluster import load_cluster
+
+    return load_cluster(cfg.cluster).workers[rank].threads
+
+
+def heterogeneous(cfg: TrainConfig) -> bool:
+    """Whether the workers differ (device; or threads or speed in ``--cluster``): ``--placement auto`` profiles them."""
+    if len(set(cfg.devices)) > 1:
+        return True
+    if not cfg.cluster:
+        return False
+    from placement.cluster import load_cluster
+
+    return len({(w.device, w.threads, w.speed) for w in load_cluster(cfg.cluster).workers}) > 1
+
+
 def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> None:
     """What every worker process does first: logging, allocator, threads, device, process group.
 
@@ -64,7 +116,7 @@ def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> 
 
     setup_logging(rank)
     tune_allocator()
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(worker_threads(cfg, rank))
     all_cuda = all(d.startswith("cuda") for d in cfg.devices)
     if all_cuda and cfg.device_of(rank).startswith("cuda"):
         torch.cuda.set_device(torch.device(cfg.device_of(rank)))

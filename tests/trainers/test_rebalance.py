@@ -147,3 +147,25 @@ def test_rebalance_flags_are_checked():
         TrainConfig(rebalance_every=5, strategy="aggregation")
     with pytest.raises(ValueError, match="--replicate"):
         TrainConfig(replicate="all")
+
+
+def test_cluster_spec_sets_workers_devices_threads_and_memory(tmp_path):
+    from graphdist.trainers.run import apply_cluster, heterogeneous, worker_threads
+
+    spec = tmp_path / "c.yaml"
+    spec.write_text("hosts:\n  - name: h\n    workers:\n"
+                    "      - {device: cpu, threads: 3, memory: 2GiB}\n"
+                    "      - {device: cpu, threads: 1, memory: 1GiB}\n")
+    cfg = apply_cluster(TrainConfig(cluster=str(spec), num_workers=4))
+    assert cfg.num_workers == 2 and cfg.devices == ("cpu", "cpu") and cfg.max_memory == 1.0
+    assert [worker_threads(cfg, r) for r in (0, 1)] == [3, 1] and heterogeneous(cfg)  # auto placement profiles
+    assert not heterogeneous(TrainConfig())
+    with pytest.raises(ValueError, match="WORLD_SIZE=3"):
+        apply_cluster(TrainConfig(cluster=str(spec)), world_size=3)
+    with pytest.raises(ValueError, match="--devices cuda:0,cpu contradicts --cluster"):
+        apply_cluster(TrainConfig(cluster=str(spec), devices=("cuda:0", "cpu")))
+    two = tmp_path / "two.yaml"
+    two.write_text("hosts: [{name: a, workers: [{device: cpu}]}, {name: b, workers: [{device: cpu}]}]\n")
+    with pytest.raises(ValueError, match="2 hosts; the local launcher runs one host"):
+        apply_cluster(TrainConfig(cluster=str(two)))
+    assert apply_cluster(TrainConfig(cluster=str(two)), world_size=2).num_workers == 2
