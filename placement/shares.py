@@ -91,10 +91,10 @@ def round_to_total(values: Sequence[float], total: int) -> list[int]:
 def balanced_shares(costs: Sequence[LinearCost], total: int, caps: Optional[Sequence[int]] = None) -> list[int]:
     """Shares summing to ``total`` that minimise ``max_i costs[i].time(b_i)``, each ``b_i <= caps[i]``.
 
-    Closed form without caps: every worker finishes at the same ``T``, so ``b_i = (T - a_i) / c_i``
-    and ``sum b_i = total`` gives ``T = (total + sum a_i/c_i) / sum 1/c_i``. A worker whose fixed
-    part alone exceeds ``T`` gets the minimum share of 1; a capped worker (memory) keeps its cap and
-    the rest is re-solved among the others.
+    Every worker finishes at the same ``T``, so ``b_i = (T - a_i) / c_i``; without bounds
+    ``sum b_i = total`` gives ``T = (total + sum a_i/c_i) / sum 1/c_i``. With bounds (at least 1
+    seed; at most ``caps[i]``, e.g. memory) each ``b_i`` is clamped, and ``T`` is the level at which
+    the clamped shares add up to ``total`` (water-filling, found by bisection).
 
     Raises:
         ValueError: a non-positive per-seed cost, or caps that cannot hold ``total`` seeds.
@@ -112,22 +112,23 @@ def balanced_shares(costs: Sequence[LinearCost], total: int, caps: Optional[Sequ
     if sum(caps) < total:
         raise ValueError(f"balanced_shares: the workers' caps {caps} hold {sum(caps)} seeds per step, "
                          f"fewer than the batch of {total}")
-    fixed: dict[int, float] = {}  # worker -> share pinned at its cap or at the minimum
-    while True:
-        free = [i for i in range(n) if i not in fixed]
-        left = total - sum(fixed.values())
-        inv = sum(1.0 / costs[i].per_seed_s for i in free)
-        t = (left + sum(costs[i].fixed_s / costs[i].per_seed_s for i in free)) / inv if free else 0.0
-        exact = {i: (t - costs[i].fixed_s) / costs[i].per_seed_s for i in free}
-        over = [i for i in free if exact[i] > caps[i]]
-        under = [i for i in free if exact[i] < 1.0]
-        if not over and not under:
-            break
-        for i in over:
-            fixed[i] = float(caps[i])
-        for i in under if not over else []:
-            fixed[i] = 1.0
-    real = [fixed.get(i, exact.get(i, 1.0)) for i in range(n)]
+    # Water-filling: every worker finishes at T, clamped to [1, cap]; the clamped sum grows with T,
+    # so bisection finds the T whose shares add up to the batch (closed form when nothing clamps).
+    def shares_at(t: float) -> list[float]:
+        return [min(float(caps[i]), max(1.0, (t - costs[i].fixed_s) / costs[i].per_seed_s)) for i in range(n)]
+
+    lo, hi = 0.0, max(c.time(total) for c in costs)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if sum(shares_at(mid)) < total:
+            lo = mid
+        else:
+            hi = mid
+    real = shares_at(hi)
+    excess = sum(real) - total  # bisection's last sliver: take it from the unclamped workers
+    free = [i for i in range(n) if 1.0 < real[i] < caps[i]] or list(range(n))
+    for i in free:
+        real[i] -= excess / len(free)
     shares = round_to_total(real, total)
     # Rounding may push a capped worker one over its cap: hand the excess to the fastest others.
     for i in range(n):

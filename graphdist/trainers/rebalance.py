@@ -2,13 +2,17 @@
 
 HyScale-GNN's dynamic resource management and LBB's load-balanced batching, for synchronous
 mini-batch training. Every ``--rebalance-every R`` steps the ranks exchange their *busy* time
-over the window: the training thread's time outside collectives (forward, backward, optimizer;
-not the gradient sync's wait), because in synchronous training every rank's wall step time is
-the same, and because this is the part of a step that moves with the share. Sampling and
-feature serving stay with the owner of the data (a part's neighbour lists live on its rank),
-so counting them would over-move seeds: measured on synthetic-100k with one rank 2x slower,
-balancing total CPU time moved 90% of the seeds to the fast rank and gained nothing, since
-every step then waits first for the fast rank's compute and then for the slow rank's serving.
+over the window: the part of their step that is their own work and moves with the share (in
+synchronous training every rank's wall step time is the same, so wall time says nothing). What
+moves depends on what a worker holds (``MinibatchStrategy._busy_clock``): with the whole graph
+replicated, all of the process's CPU time; with only the structure, compute and sampling; with
+neither, compute alone, because a part's neighbour lists and features are served by their
+owner whoever trains the seed. Counting that serving would over-move: measured on
+synthetic-100k with one rank 2x slower, balancing total CPU time moved 90% of the seeds to the
+fast rank and gained nothing, since every step then waited first for the fast rank's compute
+and then for the slow rank's serving. Each rank's fixed and per-seed cost is fitted over the
+last few windows (``placement.shares.fit_cost``); nothing moves while even the busiest rank
+works less than half of the step (latency-bound steps: moving seeds cannot help).
 ``placement.shares.rebalance`` turns the busy times into new shares, the same on every rank;
 every rank applies them from the same batch on. Because a rank's share then differs from
 its part's train-node count, the seeds not yet visited this epoch migrate (ids and labels):
@@ -32,6 +36,7 @@ Example (the decision every rank takes from the gathered windows: rank 1 twice a
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Optional
 
 import torch
@@ -42,6 +47,7 @@ from placement.shares import fit_cost, migration, quotas, rebalance
 logger = logging.getLogger(__name__)
 
 DAMPING = 0.7  # share of the way to the fitted optimum each decision moves (placement.shares.rebalance)
+WORK_BOUND = 0.5  # act only when the busiest rank's own work fills at least this share of the step
 HISTORY = 4  # windows each rank's cost fit looks back on (older ones may predate a slowdown)
 
 __all__ = ["Rebalancer"]
@@ -72,6 +78,7 @@ class Rebalancer:
         self.migrated = 0  # seeds this rank received this epoch
         self._window_busy = self._epoch_busy = clock()
         self._window_seeds = 0
+        self._window_wall = time.perf_counter()
         self.history: list[list[tuple[float, float]]] = []
         self._skip_window = False
 
@@ -85,6 +92,7 @@ class Rebalancer:
         self.changes = self.migrated = 0
         self._window_busy = self._epoch_busy = self.read_clock()
         self._window_seeds = 0
+        self._window_wall = time.perf_counter()
         if self.loader.batch_size != self.shares[self.rank]:
             self.loader.set_batch_size(self.shares[self.rank])
 
@@ -103,14 +111,19 @@ class Rebalancer:
     def _decide(self) -> None:
         now = self.read_clock()
         busy, seeds = now - self._window_busy, self._window_seeds
+        wall, self._window_wall = time.perf_counter() - self._window_wall, time.perf_counter()
         self._window_busy, self._window_seeds = now, 0
         if self._skip_window:
             self._skip_window = False
             return
-        window = comm.all_gather_object((busy, seeds))
+        window = comm.all_gather_object((busy, seeds, wall))
+        if max(b for b, _, _ in window) < WORK_BOUND * max(w for _, _, w in window):
+            # Even the busiest rank works less than half the step: the step is bound by latency
+            # and collectives, which shares cannot move (measured: pubmed at 8 seeds per step).
+            return
         # (seeds per step, busy per step) of every rank; the last few windows fit each rank's
         # fixed and per-seed cost (the shares differ between windows once they have moved).
-        self.history.append([(s / self.every, b / self.every) for b, s in window])
+        self.history.append([(s / self.every, b / self.every) for b, s, _ in window])
         self.history = self.history[-HISTORY:]
         try:
             costs = [fit_cost([h[r] for h in self.history]) for r in range(self.world)]
@@ -121,7 +134,7 @@ class Rebalancer:
             return
         if comm.is_main_process():
             logger.info("rebalance: busy %s s over %d steps, fitted %s -> shares %s (were %s)",
-                        [round(b, 3) for b, _ in window], self.every,
+                        [round(b, 3) for b, _, _ in window], self.every,
                         [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], new, self.shares)
         self.shares = new
         self.changes += 1

@@ -77,3 +77,25 @@ def test_migration_gives_every_remaining_seed_to_exactly_one_worker_within_quota
 def test_quotas_follow_shares():
     assert quotas([3, 1], steps_left=2, remaining=8) == [6, 2]
     assert quotas([1, 1], steps_left=5, remaining=3) == [2, 1]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_balanced_shares_are_feasible_and_no_single_move_improves_them(seed):
+    rng = random.Random(seed)
+    for _ in range(200):
+        n = rng.randint(1, 5)
+        total = rng.randint(n, 400)
+        costs = [LinearCost(rng.choice([0.0, rng.uniform(0, 0.1)]), rng.uniform(1e-5, 1e-2)) for _ in range(n)]
+        caps = [rng.randint(1, total) for _ in range(n)]
+        if sum(caps) < total:
+            caps = [total] * n
+        shares = balanced_shares(costs, total, caps)
+        assert sum(shares) == total and all(1 <= s <= c for s, c in zip(shares, caps))
+        worst = max(c.time(s) for c, s in zip(costs, shares))
+        for i in range(n):  # moving one seed off the slowest worker to any other never helps by more than rounding
+            for j in range(n):
+                if i != j and shares[i] > 1 and shares[j] < caps[j]:
+                    moved = list(shares)
+                    moved[i] -= 1
+                    moved[j] += 1
+                    assert max(c.time(s) for c, s in zip(costs, moved)) >= worst - max(c.per_seed_s for c in costs) - 1e-12
