@@ -307,8 +307,10 @@ class MinibatchStrategy(Strategy):
             from graphdist.trainers.profile import profile_shares
 
             start = profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
+        stretch = self.stretch
         return Rebalancer(self.loader, self.batches.labels, shares, every=cfg.rebalance_every,
-                          eps=cfg.rebalance_eps, clock=self._busy_clock(), start_shares=start)
+                          eps=cfg.rebalance_eps, clock=self._busy_clock(), start_shares=start,
+                          work_clock=lambda: time.process_time() + (stretch.slept_s if stretch is not None else 0.0))
 
     def _busy_clock(self) -> Callable[[], float]:
         """What counts as a rank's own, movable work (``trainers/rebalance.py`` says why).

@@ -63,14 +63,18 @@ class Rebalancer:
             train nodes fit without migration).
         every: steps between decisions (0: never change shares; start shares may still differ).
         eps: tolerated imbalance ``max/min`` of predicted busy times - 1.
-        clock: this rank's busy seconds so far (any monotone counter; the strategy's compute time).
+        clock: this rank's movable busy seconds so far (any monotone counter).
         start_shares: shares to start from (default ``shares``).
+        work_clock: all of this rank's own work so far, movable or not (default ``clock``): the
+            guard that holds still on latency-bound steps compares it with the wall time.
     """
 
     def __init__(self, loader: Any, labels: Any, shares: list[int], every: int, eps: float,
-                 clock: Callable[[], float], start_shares: Optional[list[int]] = None) -> None:
+                 clock: Callable[[], float], start_shares: Optional[list[int]] = None,
+                 work_clock: Optional[Callable[[], float]] = None) -> None:
         self.loader, self.labels, self.every, self.eps = loader, labels, int(every), float(eps)
         self.read_clock = clock
+        self.read_work = work_clock if work_clock is not None else clock
         self.natural = list(shares)
         self.shares = list(start_shares) if start_shares is not None else list(shares)
         self.rank, self.world = comm.get_rank(), comm.get_world_size()
@@ -79,6 +83,7 @@ class Rebalancer:
         self._window_busy = self._epoch_busy = clock()
         self._window_seeds = 0
         self._window_wall = time.perf_counter()
+        self._window_work = self.read_work()
         self.history: list[list[tuple[float, float]]] = []
         self._skip_window = False
 
@@ -93,6 +98,7 @@ class Rebalancer:
         self._window_busy = self._epoch_busy = self.read_clock()
         self._window_seeds = 0
         self._window_wall = time.perf_counter()
+        self._window_work = self.read_work()
         if self.loader.batch_size != self.shares[self.rank]:
             self.loader.set_batch_size(self.shares[self.rank])
 
@@ -112,12 +118,15 @@ class Rebalancer:
         now = self.read_clock()
         busy, seeds = now - self._window_busy, self._window_seeds
         wall, self._window_wall = time.perf_counter() - self._window_wall, time.perf_counter()
+        work_now = self.read_work()
+        work, self._window_work = work_now - self._window_work, work_now
         self._window_busy, self._window_seeds = now, 0
         if self._skip_window:
             self._skip_window = False
             return
-        window = comm.all_gather_object((busy, seeds, wall))
-        if max(b for b, _, _ in window) < WORK_BOUND * max(w for _, _, w in window):
+        gathered = comm.all_gather_object((busy, seeds, wall, work))
+        window = [(b, s, w) for b, s, w, _ in gathered]
+        if max(k for *_, k in gathered) < WORK_BOUND * max(w for _, _, w in window):
             # Even the busiest rank works less than half the step: the step is bound by latency
             # and collectives, which shares cannot move (measured: pubmed at 8 seeds per step).
             return
