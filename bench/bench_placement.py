@@ -18,6 +18,7 @@ Run book:
     python bench/bench_placement.py --dataset synthetic-100k --pairs 3        # ~6 min on 2 cores
     python bench/bench_placement.py --dataset pubmed --batch-size 16 --every 2
     python bench/bench_placement.py --replicate none structure graph --pairs 1
+    python bench/bench_placement.py --compare placement --from-epoch 1 --batch-size 1024   # profiled start shares
 Results: bench/results/placement.json and placement.png (git-ignored).
 """
 
@@ -81,23 +82,29 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             base = ["--dataset", a.dataset, "--num-workers", str(workers), "--epochs", str(a.epochs),
                     "--batch-size", str(a.batch_size), "--eval-every", "0", "--no-prefetch", "--replicate", replicate,
                     "--checkpoint-every", "1000", *a.extra]
-            arms: dict[int, list[dict[str, Any]]] = {0: [], a.every: []}
+            # Arm -> its flags: fixed shares vs rebalancing, or (--compare placement) equal vs profiled start shares.
+            flags = ({"equal": ["--placement", "equal"], "profiled": ["--placement", "profiled"]}
+                     if a.compare == "placement" else
+                     {"R=0": ["--rebalance-every", "0"], f"R={a.every}": ["--rebalance-every", str(a.every)]})
+            names = list(flags)
+            arms: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
             for pair in range(a.pairs):
-                for every in (0, a.every) if pair % 2 == 0 else (a.every, 0):
-                    hist = run([*base, "--rebalance-every", str(every)], tmp / f"{replicate}-{workers}-{every}-{pair}",
-                               slowdown, a.limit)
-                    arms[every].append(summarize(hist, from_epoch))
-                    s = arms[every][-1]
-                    print(f"  {replicate} {workers}w R={every} pair {pair}: {s['epoch_s']:.2f} s/epoch after the "
+                for name in names if pair % 2 == 0 else names[::-1]:
+                    hist = run([*base, *flags[name]], tmp / f"{replicate}-{workers}-{name}-{pair}", slowdown, a.limit)
+                    arms[name].append(summarize(hist, from_epoch))
+                    s = arms[name][-1]
+                    print(f"  {replicate} {workers}w {name} pair {pair}: {s['epoch_s']:.2f} s/epoch after the "
                           f"slowdown (before {s['before_s']:.2f}), shares {s['shares']}", flush=True)
-            for every, runs in arms.items():
-                rows.append({"replicate": replicate, "workers": workers, "rebalance_every": every,
+            for name, runs in arms.items():
+                every = int(flags[name][1]) if flags[name][0] == "--rebalance-every" else 0
+                rows.append({"replicate": replicate, "workers": workers, "arm": name, "rebalance_every": every,
                              "epoch_s": statistics.median(r["epoch_s"] for r in runs),
                              "first_slow_epoch_s": statistics.median(r["first_slow_epoch_s"] or 0.0 for r in runs),
                              "before_s": statistics.median(r["before_s"] for r in runs),
                              "fast_idle_share": _median([r["fast_idle_share"] for r in runs]),
                              "shares": runs[-1]["shares"], "runs": runs, "bound": bound(factor, workers)})
     return {"dataset": a.dataset, "slowdown": slowdown, "batch_size": a.batch_size, "every": a.every,
+            "compare": a.compare,
             "pairs": a.pairs, "rows": rows}
 
 
@@ -109,14 +116,16 @@ def _median(xs: list[Optional[float]]) -> Optional[float]:
 def print_table(res: dict[str, Any]) -> None:
     print(f"\n{res['dataset']}, slowdown {res['slowdown']}, batch {res['batch_size']}, medians of {res['pairs']} "
           f"run(s) per arm")
-    print(f"{'replicate':<10}{'workers':>8}{'R':>5}{'before s':>10}{'1st slow s':>11}{'epoch s':>9}{'speed-up':>9}"
+    print(f"{'replicate':<10}{'workers':>8}{'arm':>9}{'before s':>10}{'1st slow s':>11}{'epoch s':>9}{'speed-up':>9}"
           f"{'bound':>7}{'fast idle':>10}  shares")
-    by = {(r["replicate"], r["workers"], r["rebalance_every"]): r for r in res["rows"]}
+    first = {}
     for r in res["rows"]:
-        base = by.get((r["replicate"], r["workers"], 0))
-        speed = base["epoch_s"] / r["epoch_s"] if base and r["rebalance_every"] else None
+        first.setdefault((r["replicate"], r["workers"]), r)  # the baseline arm comes first
+    for r in res["rows"]:
+        base = first[(r["replicate"], r["workers"])]
+        speed = base["epoch_s"] / r["epoch_s"] if base is not r else None
         idle = f"{100 * r['fast_idle_share']:.0f}%" if r["fast_idle_share"] is not None else "-"
-        print(f"{r['replicate']:<10}{r['workers']:>8}{r['rebalance_every']:>5}{r['before_s']:>10.2f}"
+        print(f"{r['replicate']:<10}{r['workers']:>8}{r['arm']:>9}{r['before_s']:>10.2f}"
               f"{r['first_slow_epoch_s']:>11.2f}{r['epoch_s']:>9.2f}{(f'{speed:.2f}x' if speed else '-'):>9}"
               f"{r['bound']:>6.2f}x{idle:>10}  {r['shares']}")
 
@@ -131,7 +140,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
     for r in res["rows"]:
         times = r["runs"][0]["epoch_times"]
         ax.plot(range(1, len(times) + 1), times, marker="o",
-                label=f"replicate {r['replicate']}, {r['workers']} workers, R={r['rebalance_every']}")
+                label=f"replicate {r['replicate']}, {r['workers']} workers, {r['arm']}")
     ax.set(xlabel="epoch", ylabel="epoch time, s", title=f"{res['dataset']}: slowdown {res['slowdown']}")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -147,6 +156,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--every", type=int, default=10, help="--rebalance-every of the rebalancing arm")
+    p.add_argument("--compare", choices=["rebalance", "placement"], default="rebalance",
+                   help="arms: fixed shares vs --rebalance-every (default), or --placement equal vs profiled "
+                        "(use with --from-epoch 1: a slowdown from the start)")
     p.add_argument("--slow-rank", type=int, default=1)
     p.add_argument("--factor", type=float, default=2.0)
     p.add_argument("--from-epoch", type=int, default=2)

@@ -226,5 +226,5 @@ def test_bench_placement(tmp_path):
     _ok(res)
     assert "fast idle" in res.stdout and png.exists()
     rows = _read(out, "started", "rows", "slowdown")["rows"]
-    assert [r["rebalance_every"] for r in rows] == [0, 2] and rows[0]["bound"] == 1.5
+    assert [r["arm"] for r in rows] == ["R=0", "R=2"] and rows[0]["bound"] == 1.5
     assert all(seeds == 140 for r in rows for run in r["runs"] for seeds in run["seeds"])  # cora's train nodes, once
