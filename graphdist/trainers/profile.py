@@ -44,7 +44,7 @@ from placement.shares import LinearCost, balanced_shares, fit_cost, imbalance
 logger = logging.getLogger(__name__)
 
 PROFILE_NAME = "profile.json"
-PROBE_STEPS = 3  # timed steps per batch size (after one untimed warm-up)
+PROBE_STEPS = 4  # timed steps per batch size (after one untimed warm-up each)
 
 __all__ = ["PROFILE_NAME", "Profile", "profile_shares"]
 
@@ -146,38 +146,41 @@ def probe(strategy: Any, share: int) -> dict[str, LinearCost]:
     samples: dict[str, list[tuple[float, float]]] = {"sample": [], "gather": [], "compute": []}
     slept = (lambda: stretch.slept_s) if stretch is not None else (lambda: 0.0)
     try:
-        for size in (max(1, share), max(2, 2 * share)):
-            for step in range(PROBE_STEPS + 1):
-                n = min(size, int(seeds.numel()))
-                batch_seeds = seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]
-                if stretch is not None:
-                    stretch.mark()
-                # Sampling and gathering may wait for other ranks (their collectives): this rank's
-                # own share of them is its CPU time (gloo blocks without spinning), plus any
-                # emulated slowdown. Compute has no collective here: its wall time (a GPU's too).
-                c0, s0 = time.thread_time(), slept()
-                batch = batches.sampler.sample(batch_seeds)
-                c1, s1 = time.thread_time(), slept()
-                x = batches.loader.features.gather(batch.input_nodes) if batches.loader.features is not None else None
-                y = batches.loader.labels(batch.seed_nodes) if n else None
-                c2 = time.thread_time()
-                t2 = time.perf_counter()
-                inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
-                out = model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
-                loss = F.cross_entropy(out, y.to(strategy.device)) if n else out.sum() * 0.0
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                float(loss.detach())  # waits for a device's kernels
-                t3 = time.perf_counter()
-                if stretch is not None:  # the emulated slowdown of gather + compute
-                    before = slept()
-                    stretch.tick()
-                    t3 += slept() - before
-                if step and n:
-                    samples["sample"].append((n, (c1 - c0) + (s1 - s0)))
-                    samples["gather"].append((n, c2 - c1))
-                    samples["compute"].append((n, t3 - t2))
+        sizes = (max(1, share), max(2, 2 * share))
+        # Alternating sizes, after one warm-up step at each: warm-up effects (allocator growth,
+        # first-touch pages) then fall on both sizes alike instead of inflating the first's fixed part.
+        order = list(sizes) + [sizes[k % 2] for k in range(2 * PROBE_STEPS)]
+        for step, size in enumerate(order):
+            n = min(size, int(seeds.numel()))
+            batch_seeds = seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]
+            if stretch is not None:
+                stretch.mark()
+            # Sampling and gathering may wait for other ranks (their collectives): this rank's
+            # own share of them is its CPU time (gloo blocks without spinning), plus any
+            # emulated slowdown. Compute has no collective here: its wall time (a GPU's too).
+            c0, s0 = time.thread_time(), slept()
+            batch = batches.sampler.sample(batch_seeds)
+            c1, s1 = time.thread_time(), slept()
+            x = batches.loader.features.gather(batch.input_nodes) if batches.loader.features is not None else None
+            y = batches.loader.labels(batch.seed_nodes) if n else None
+            c2 = time.thread_time()
+            t2 = time.perf_counter()
+            inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
+            out = model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
+            loss = F.cross_entropy(out, y.to(strategy.device)) if n else out.sum() * 0.0
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            float(loss.detach())  # waits for a device's kernels
+            t3 = time.perf_counter()
+            if stretch is not None:  # the emulated slowdown of gather + compute
+                before = slept()
+                stretch.tick()
+                t3 += slept() - before
+            if step >= len(sizes) and n:
+                samples["sample"].append((n, (c1 - c0) + (s1 - s0)))
+                samples["gather"].append((n, c2 - c1))
+                samples["compute"].append((n, t3 - t2))
     finally:
         _restore(batches, states)
     if not samples["compute"]:
