@@ -159,11 +159,30 @@ def _cli_values(ns: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
+def join_negative_values(argv: Sequence[str], flags: tuple[str, ...] = ("--fanouts",)) -> list[str]:
+    """``--fanouts -1,-1`` as ``--fanouts=-1,-1``: argparse takes a value starting with ``-`` for a flag.
+
+    Example:
+        >>> join_negative_values(["--fanouts", "-1,-1", "--epochs", "2"])
+        ['--fanouts=-1,-1', '--epochs', '2']
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv) and argv[i + 1][:2] in {f"-{d}" for d in "0123456789"}:
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def _resolve(argv: Optional[Sequence[str]]):
     from graphdist.config import TrainConfig, resolve
     from graphdist import runlog
 
-    ns = build_parser().parse_args(argv)
+    ns = build_parser().parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     values = _cli_values(ns)
     config_file = ns.config
     if ns.resume and not config_file:
