@@ -188,8 +188,19 @@ def validate(cfg: TrainConfig) -> None:
 FIELD_NAMES = tuple(f.name for f in fields(TrainConfig))
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """Turns a string / YAML value into the field's type."""
+_TYPE_WORDS = {"int": "an integer", "Optional[int]": "an integer", "float": "a number", "Optional[float]": "a number",
+               "bool": "true or false", "Optional[bool]": "true or false"}
+
+
+def _coerce(name: str, value: Any, source: Optional[str] = None) -> Any:
+    """Turns a string / YAML value into the field's type; errors name ``source`` (default the flag).
+
+    Example:
+        >>> _coerce("epochs", "abc", source="GRAPHDIST_EPOCHS")
+        Traceback (most recent call last):
+        ...
+        ValueError: GRAPHDIST_EPOCHS must be an integer (got 'abc')
+    """
     f = next(f for f in fields(TrainConfig) if f.name == name)
     typ = str(f.type)
     if value is None:
@@ -201,7 +212,8 @@ def _coerce(name: str, value: Any) -> Any:
             try:
                 return tuple(int(i) for i in items)
             except ValueError:
-                raise _fail("fanouts", "must be comma-separated integers, e.g. 15,10,5", value) from None
+                raise ValueError(f"{source or '--fanouts'} must be comma-separated integers, e.g. 15,10,5 "
+                                 f"(got {value!r})") from None
         return tuple(items)
     try:
         if typ in ("int", "Optional[int]"):
@@ -213,7 +225,8 @@ def _coerce(name: str, value: Any) -> Any:
                 return value.strip().lower() in ("1", "true", "yes", "on")
             return bool(value)
     except (TypeError, ValueError):
-        raise _fail(name.replace("_", "-"), f"must be a {typ}", value) from None
+        where = source or f"--{name.replace('_', '-')}"
+        raise ValueError(f"{where} must be {_TYPE_WORDS.get(typ, typ)} (got {value!r})") from None
     return str(value)
 
 
@@ -241,7 +254,7 @@ def load_config_file(path: str) -> dict[str, Any]:
             raise ValueError(
                 f"--config {path}: unknown key {key!r}; known keys: {', '.join(n.replace('_', '-') for n in FIELD_NAMES)}"
             )
-        out[name] = _coerce(name, value)
+        out[name] = _coerce(name, value, source=f"--config {path}: {key}")
     return out
 
 
@@ -252,7 +265,7 @@ def env_overrides(environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]
     for name in FIELD_NAMES:
         key = f"GRAPHDIST_{name.upper()}"
         if key in env:
-            out[name] = _coerce(name, env[key])
+            out[name] = _coerce(name, env[key], source=key)
     return out
 
 
