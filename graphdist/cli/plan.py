@@ -51,9 +51,9 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
     parts = meta["parts"]
     if a.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1 (got {a.batch_size})")
-    spec = load_cluster(a.cluster) if a.cluster else local_cluster(a.num_workers or int(meta["num_parts"]))
     if a.num_workers is not None and a.num_workers < 1:
         raise ValueError(f"--num-workers must be >= 1 (got {a.num_workers})")
+    spec = load_cluster(a.cluster) if a.cluster else local_cluster(a.num_workers or int(meta["num_parts"]))
     workers = spec.workers
     train = [int(p.get("num_train") if p.get("num_train") is not None else p["num_inner"]) for p in parts]
     inner = [int(p["num_inner"]) for p in parts]

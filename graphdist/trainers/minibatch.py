@@ -90,12 +90,17 @@ def use_profile(placement: str, heterogeneous: bool) -> bool:
     return placement == "profiled" or (placement == "auto" and heterogeneous)
 
 
-def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool) -> torch.Tensor:
-    """Every part's feature table (``feature_table``) in global-id order: ``--replicate graph``."""
+def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool, own: Any, own_table: torch.Tensor
+                             ) -> torch.Tensor:
+    """Every part's feature table (``feature_table``) in global-id order: ``--replicate graph``.
+
+    ``own`` is this worker's part, whose table ``own_table`` is already built.
+    """
     from partition.api import load_partition, read_meta
 
     parts = range(int(read_meta(partition_dir)["num_parts"]))
-    return torch.cat([feature_table(load_partition(partition_dir, p, verify=False), how, with_degrees) for p in parts])
+    return torch.cat([own_table if p == own.part_id else
+                      feature_table(load_partition(partition_dir, p, verify=False), how, with_degrees) for p in parts])
 
 
 def test_slowdown(rank: int) -> Optional[Any]:
@@ -170,7 +175,7 @@ class DistributedBatches:
         loader_features = self.features
         if cfg.replicate == "graph":
             loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
-                                                                          with_degrees))
+                                                                          with_degrees, part, table))
         self.train_seeds = part.mask_global_ids("train_mask")
         self.labels = GlobalLabels(part.y.to(torch.int64), part.inner_global_range[0]) if part.y is not None else None
         self.loader = NodeLoader(
@@ -298,19 +303,22 @@ class MinibatchStrategy(Strategy):
     def _build_rebalancer(self) -> Any:
         from graphdist.trainers.rebalance import Rebalancer
 
+        from graphdist.trainers.run import heterogeneous
+
         cfg = self.ctx.cfg
         shares = [r.batch_share for r in self.ctx.plan.ranks]
         start = None
-        from graphdist.trainers.run import heterogeneous
-
         if use_profile(cfg.placement, heterogeneous(cfg)) and self.ctx.world_size > 1:
             from graphdist.trainers.profile import profile_shares
 
             start = profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
-        stretch = self.stretch
         return Rebalancer(self.loader, self.batches.labels, shares, every=cfg.rebalance_every,
                           eps=cfg.rebalance_eps, clock=self._busy_clock(), start_shares=start,
-                          work_clock=lambda: time.process_time() + (stretch.slept_s if stretch is not None else 0.0))
+                          work_clock=self._work_clock)
+
+    def _work_clock(self) -> float:
+        """All of this rank's own work so far: its CPU time (gloo waits without spinning) plus emulated slowdown."""
+        return time.process_time() + (self.stretch.slept_s if self.stretch is not None else 0.0)
 
     def _busy_clock(self) -> Callable[[], float]:
         """What counts as a rank's own, movable work (``trainers/rebalance.py`` says why).
@@ -324,8 +332,7 @@ class MinibatchStrategy(Strategy):
         """
         replicate = self.ctx.cfg.replicate
         if replicate == "graph":  # no collective but the gradient sync: all of the process's work moves
-            stretch = self.stretch
-            return lambda: time.process_time() + (stretch.slept_s if stretch is not None else 0.0)
+            return self._work_clock
         if replicate == "structure":  # sampling is local; the gather's fetch waits on peers
             return lambda: self._stats.compute_s + self.loader.stats.sample_s
         return lambda: self._stats.compute_s

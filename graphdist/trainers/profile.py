@@ -101,7 +101,7 @@ def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
         return cached.shares
     mine = probe(strategy, plan_shares[strategy.ctx.rank])
     gathered = comm.all_gather_object(mine)
-    costs = [_total(parts, strategy.loader.prefetch) for parts in gathered]
+    costs = [_total(parts, strategy.loader.prefetch, share) for parts, share in zip(gathered, plan_shares)]
     shares = plan_shares
     if imbalance([c.time(s) for c, s in zip(costs, plan_shares)]) > 1.0 + cfg.rebalance_eps:
         shares = balanced_shares(costs, total=sum(plan_shares))
@@ -115,14 +115,14 @@ def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
     return shares
 
 
-def _total(parts: dict[str, LinearCost], prefetch: bool) -> LinearCost:
-    """A step's cost from its parts: serial, or with prefetch the larger of loading and compute (at the share)."""
+def _total(parts: dict[str, LinearCost], prefetch: bool, share: int) -> LinearCost:
+    """A step's cost from its parts: serial, or with prefetch the larger of loading and compute at ``share``."""
     load = LinearCost(parts["sample"].fixed_s + parts["gather"].fixed_s,
                       parts["sample"].per_seed_s + parts["gather"].per_seed_s)
     compute = parts["compute"]
     if not prefetch:
         return LinearCost(load.fixed_s + compute.fixed_s, load.per_seed_s + compute.per_seed_s)
-    return max(load, compute, key=lambda c: c.time(100))
+    return max(load, compute, key=lambda c: c.time(share))
 
 
 def probe(strategy: Any, share: int) -> dict[str, LinearCost]:

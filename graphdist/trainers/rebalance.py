@@ -78,12 +78,8 @@ class Rebalancer:
         self.natural = list(shares)
         self.shares = list(start_shares) if start_shares is not None else list(shares)
         self.rank, self.world = comm.get_rank(), comm.get_world_size()
-        self.changes = 0  # share changes this epoch
         self.migrated = 0  # seeds this rank received this epoch
-        self._window_busy = self._epoch_busy = clock()
-        self._window_seeds = 0
-        self._window_wall = time.perf_counter()
-        self._window_work = self.read_work()
+        self._start_window()
         self.history: list[list[tuple[float, float]]] = []
         self._skip_window = False
 
@@ -94,16 +90,14 @@ class Rebalancer:
 
     # ---------------------------------------------------------------- epoch
     def begin_epoch(self) -> None:
-        self.changes = self.migrated = 0
-        self._window_busy = self._epoch_busy = self.read_clock()
-        self._window_seeds = 0
-        self._window_wall = time.perf_counter()
-        self._window_work = self.read_work()
+        self.migrated = 0
+        self._start_window()
         if self.loader.batch_size != self.shares[self.rank]:
             self.loader.set_batch_size(self.shares[self.rank])
 
-    def epoch_busy_s(self) -> float:
-        return self.read_clock() - self._epoch_busy
+    def _start_window(self) -> None:
+        self._window_busy, self._window_work = self.read_clock(), self.read_work()
+        self._window_wall, self._window_seeds = time.perf_counter(), 0
 
     def after_step(self, step: int, seeds: int) -> None:
         """Called on every rank after optimizer step ``step`` (1-based) with the seeds it trained on."""
@@ -115,12 +109,9 @@ class Rebalancer:
 
     # ------------------------------------------------------------- decision
     def _decide(self) -> None:
-        now = self.read_clock()
-        busy, seeds = now - self._window_busy, self._window_seeds
-        wall, self._window_wall = time.perf_counter() - self._window_wall, time.perf_counter()
-        work_now = self.read_work()
-        work, self._window_work = work_now - self._window_work, work_now
-        self._window_busy, self._window_seeds = now, 0
+        busy, work = self.read_clock() - self._window_busy, self.read_work() - self._window_work
+        wall, seeds = time.perf_counter() - self._window_wall, self._window_seeds
+        self._start_window()
         if self._skip_window:
             self._skip_window = False
             return
@@ -146,7 +137,6 @@ class Rebalancer:
                         [round(b, 3) for b, _, _ in window], self.every,
                         [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], new, self.shares)
         self.shares = new
-        self.changes += 1
         self._migrate()
         # The next window still holds batches planned at the old shares, and the migration: skip it.
         self._skip_window = True

@@ -9,6 +9,7 @@ strategy state to the checkpoint so that a resume is bit-identical.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -55,6 +56,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@functools.lru_cache(maxsize=4)
+def cluster_spec(path: str) -> Any:
+    """``--cluster``'s spec, read and validated once per process (the launcher, then each worker)."""
+    from placement.cluster import load_cluster
+
+    return load_cluster(path)
+
+
 def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainConfig:
     """``cfg`` with ``--cluster``'s workers applied: worker count, devices, and the memory the
     full-graph check uses (the smallest worker's); unchanged without a spec.
@@ -69,9 +78,8 @@ def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainCo
     if not cfg.cluster:
         return cfg
     from graphdist.config import replace as replace_cfg
-    from placement.cluster import load_cluster
 
-    spec = load_cluster(cfg.cluster)
+    spec = cluster_spec(cfg.cluster)
     if world_size is None and len(spec.hosts) > 1:
         raise ValueError(f"--cluster {cfg.cluster} has {len(spec.hosts)} hosts; the local launcher runs one host's "
                          f"workers: start each host with torchrun (see README 'Multi-node')")
@@ -91,9 +99,7 @@ def worker_threads(cfg: TrainConfig, rank: int) -> int:
     """Torch threads of ``rank``: its ``--cluster`` entry's, else ``--threads``."""
     if not cfg.cluster:
         return cfg.threads
-    from placement.cluster import load_cluster
-
-    return load_cluster(cfg.cluster).workers[rank].threads
+    return cluster_spec(cfg.cluster).workers[rank].threads
 
 
 def heterogeneous(cfg: TrainConfig) -> bool:
@@ -102,9 +108,7 @@ def heterogeneous(cfg: TrainConfig) -> bool:
         return True
     if not cfg.cluster:
         return False
-    from placement.cluster import load_cluster
-
-    return len({(w.device, w.threads, w.speed) for w in load_cluster(cfg.cluster).workers}) > 1
+    return len({(w.device, w.threads, w.speed) for w in cluster_spec(cfg.cluster).workers}) > 1
 
 
 def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> None:
