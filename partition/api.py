@@ -32,14 +32,13 @@ from partition.format import (
     Partition,
     PartitionFormatError,
     load_partition,
-    load_structure,
-    part_edges,
     read_meta,
     staged_directory,
     verify_files,
     write_partition_files,
 )
 from partition.methods import METHODS, PARTITIONERS
+from partition.views import load_structure, part_edges
 from partition.methods.metis import DEFAULT_BALANCE, validate_balance
 from partition.stats import PartitionStats, format_table, partition_stats
 

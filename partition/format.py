@@ -51,7 +51,7 @@ import torch
 
 from graphdist.data.graph import MASK_NAMES, Graph
 from partition.csr import graph_arrays
-from partition.halo import PartArrays, Relabel, build_part
+from partition.halo import PartArrays, Relabel, build_part, edges_by_source_part
 from partition.part import Partition
 
 FORMAT_VERSION = 1
@@ -239,23 +239,6 @@ def _write_part(
         save_array(root, f"{d}/masks.npy", stacked, files)
 
 
-def edges_by_source_part(indptr: Any, indices: Any, halo_owner: Any, num_inner: int, num_parts: int,
-                         part_id: int) -> list[int]:
-    """In-edges of a part's inner nodes, counted by the part their source belongs to (own part included).
-
-    Example:
-        >>> import numpy as np
-        >>> edges_by_source_part(np.array([0, 2, 3]), np.array([1, 2, 3]), np.array([1, 1]), 2, 2, 0)
-        [1, 2]
-    """
-    indptr, indices, halo_owner = np.asarray(indptr), np.asarray(indices), np.asarray(halo_owner)
-    src = indices[: int(indptr[num_inner])]
-    halo = src >= num_inner
-    counts = np.bincount(halo_owner[src[halo] - num_inner].astype(np.int64), minlength=num_parts)[:num_parts]
-    counts[part_id] += int(np.count_nonzero(~halo))
-    return [int(c) for c in counts]
-
-
 def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray, num_parts: int, part_id: int) -> dict[str, Any]:
     inner_edges = int(arrays.indptr[arrays.num_inner])
     counts: dict[str, Any] = {
@@ -435,62 +418,6 @@ def load_partition(path: PathLike, part_id: int, verify: bool = True) -> Partiti
         test_mask=mask["test_mask"],
         orig_ids=torch.from_numpy(_load(root, "orig_ids.npy")),
     )
-
-
-def part_edges(path: PathLike) -> list[list[int]]:
-    """``part_edges[p][q]``: in-edges of part p's inner nodes whose source is in part q.
-
-    From ``meta.json`` when the partition wrote it; computed from each part's CSR and halo
-    owner map for directories written before it did.
-
-    Example:
-        >>> import tempfile
-        >>> from graphdist.testing import tiny_graph
-        >>> from partition.api import partition
-        >>> m = part_edges(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"))
-        >>> sum(map(sum, m)) == tiny_graph().num_edges
-        True
-    """
-    meta = read_meta(Path(path))
-    if "part_edges" in meta:
-        return [[int(c) for c in row] for row in meta["part_edges"]]
-    num_parts = int(meta["num_parts"])
-    rows = []
-    for p in range(num_parts):
-        part = load_partition(path, p, verify=False)
-        rows.append(edges_by_source_part(part.indptr.numpy(), part.indices.numpy(), part.halo_owner.numpy(),
-                                         part.num_inner, num_parts, p))
-    return rows
-
-
-def load_structure(path: PathLike) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole graph's in-neighbour CSR over global ids, assembled from every part's inner rows.
-
-    For ``--structure replicated``: every worker samples any node's neighbours itself (no
-    sampling exchange; seeds can move between workers with their sampling work), while features
-    stay partitioned. Part ``p``'s inner nodes are the global range ``part_offsets[p]..``, so the
-    rows concatenate in part order. Costs ``8 * (num_nodes + num_edges)`` bytes per worker.
-    Checksums are not verified here: each part's owner verifies its own files.
-
-    Example:
-        >>> import tempfile
-        >>> from graphdist.testing import tiny_graph
-        >>> from partition.api import partition
-        >>> indptr, indices = load_structure(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"))
-        >>> int(indptr[-1]) == tiny_graph().num_edges, indptr.numel() - 1
-        (True, 10)
-    """
-    meta = read_meta(Path(path))
-    counts, columns = [], []
-    for p in range(int(meta["num_parts"])):
-        part = load_partition(path, p, verify=False)
-        indptr = part.indptr[: part.num_inner + 1].to(torch.int64)
-        counts.append(indptr[1:] - indptr[:-1])
-        columns.append(part.global_indices(inner_only=True))
-    degrees = torch.cat(counts)
-    indptr = torch.zeros(degrees.numel() + 1, dtype=torch.int64)
-    torch.cumsum(degrees, 0, out=indptr[1:])
-    return indptr, torch.cat(columns)
 
 
 def _load(root: Path, relpath: str) -> np.ndarray:

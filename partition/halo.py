@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -134,3 +135,20 @@ def build_part(
     part.halo_owner = relabel.owner(part.global_ids[part.num_inner :])
     local_of[part.global_ids] = -1  # leave the scratch clean for the next part
     return part
+
+
+def edges_by_source_part(indptr: Any, indices: Any, halo_owner: Any, num_inner: int, num_parts: int,
+                         part_id: int) -> list[int]:
+    """In-edges of a part's inner nodes, counted by the part their source belongs to (own part included).
+
+    Example:
+        >>> import numpy as np
+        >>> edges_by_source_part(np.array([0, 2, 3]), np.array([1, 2, 3]), np.array([1, 1]), 2, 2, 0)
+        [1, 2]
+    """
+    indptr, indices, halo_owner = np.asarray(indptr), np.asarray(indices), np.asarray(halo_owner)
+    src = indices[: int(indptr[num_inner])]
+    halo = src >= num_inner
+    counts = np.bincount(halo_owner[src[halo] - num_inner].astype(np.int64), minlength=num_parts)[:num_parts]
+    counts[part_id] += int(np.count_nonzero(~halo))
+    return [int(c) for c in counts]

@@ -48,13 +48,12 @@ from torch import Tensor
 
 from graphdist.data.graph import Graph
 from sampling.base import FeatureSource, LocalFeatureSource, SampledBatch, Sampler
+from sampling.prefetch import DONE, POLL_S, BufferRing, Failure, acquire, put
 
 __all__ = ["NodeLoader", "LoaderStats"]
 
 logger = logging.getLogger(__name__)
 
-# How long the prefetch thread waits on a full queue before re-checking for a stop request.
-_POLL_S = 0.05
 LabelSource = Union[Tensor, Callable[[Tensor], Tensor]]
 
 
@@ -83,36 +82,6 @@ class LoaderStats:
 
     def reset(self) -> None:
         self.batches, self.wait_s, self.sample_s, self.gather_s = 0, 0.0, 0.0, 0.0
-
-
-class _Failure:
-    """An exception raised in the prefetch thread, re-raised in the caller's."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-_DONE = object()
-
-
-class _BufferRing:
-    """A few reusable host buffers (pinned when copying to CUDA), grown on demand."""
-
-    def __init__(self, slots: int, num_features: int, dtype: torch.dtype, pin: bool) -> None:
-        self.buffers: list[Optional[Tensor]] = [None] * slots
-        self.num_features, self.dtype, self.pin = num_features, dtype, pin
-        self.next = 0
-
-    def take(self, rows: int) -> Tensor:
-        slot = self.next
-        self.next = (self.next + 1) % len(self.buffers)
-        buf = self.buffers[slot]
-        if buf is None or buf.shape[0] < rows:
-            # 25% headroom: input-node counts vary from batch to batch.
-            cap = max(rows + rows // 4, 1)
-            buf = torch.empty((cap, self.num_features), dtype=self.dtype, pin_memory=self.pin)
-            self.buffers[slot] = buf
-        return buf[:rows]
 
 
 class NodeLoader:
@@ -188,7 +157,7 @@ class NodeLoader:
         self.generator = torch.Generator().manual_seed(seed)
         self.epoch = 0
         self.stats = LoaderStats()
-        self._ring: Optional[_BufferRing] = None
+        self._ring: Optional[BufferRing] = None
         # This epoch's plan (None between epochs), the fresh seeds used before each batch, and
         # how many batches the caller has received: what set_batch_size needs to replan.
         self._batches: Optional[list[Tensor]] = None
@@ -372,13 +341,13 @@ class NodeLoader:
                 # buffer is recycled and before the caller's stream reads the batch.
                 torch.cuda.current_stream(self.device).synchronize()
 
-    def _buffers(self) -> _BufferRing:
+    def _buffers(self) -> BufferRing:
         if self._ring is None:
             assert self.features is not None
             # Batch t's slot is rewritten only after batch t+2 is requested (see module doc).
             slots = self.prefetch_depth + 3 if self.prefetch else 2
             pin = self.device is not None and self.device.type == "cuda"
-            self._ring = _BufferRing(slots, self.features.num_features, self.features.dtype, pin)
+            self._ring = BufferRing(slots, self.features.num_features, self.features.dtype, pin)
         return self._ring
 
     # ------------------------------------------------------------- iteration
@@ -419,9 +388,9 @@ class NodeLoader:
                 t0 = time.perf_counter()
                 item = q.get()
                 self.stats.wait_s += time.perf_counter() - t0
-                if item is _DONE:
+                if item is DONE:
                     return
-                if isinstance(item, _Failure):
+                if isinstance(item, Failure):
                     raise item.exc
                 self.stats.batches += 1
                 self._yielded += 1
@@ -434,7 +403,7 @@ class NodeLoader:
                 try:
                     q.get_nowait()
                 except queue.Empty:
-                    thread.join(timeout=_POLL_S)
+                    thread.join(timeout=POLL_S)
             self._stop, self._thread = None, None
             self._end_epoch(plan)
 
@@ -453,14 +422,14 @@ class NodeLoader:
         prepared = self._prepared(plan)
         try:
             for k in range(len(plan)):
-                if k >= self.prefetch_depth and not _acquire(requested, stop):
+                if k >= self.prefetch_depth and not acquire(requested, stop):
                     return
                 item = next(prepared)
-                if stop.is_set() or not _put(q, item, stop):
+                if stop.is_set() or not put(q, item, stop):
                     return
-            _put(q, _DONE, stop)
+            put(q, DONE, stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            _put(q, _Failure(exc), stop)
+            put(q, Failure(exc), stop)
         finally:
             prepared.close()
 
@@ -481,23 +450,6 @@ class NodeLoader:
         self.epoch = int(state["epoch"])
         self.generator.set_state(state["generator"])
         self.sampler.set_state(state.get("sampler"))
-
-
-def _acquire(semaphore: threading.Semaphore, stop: threading.Event) -> bool:
-    while not stop.is_set():
-        if semaphore.acquire(timeout=_POLL_S):
-            return True
-    return False
-
-
-def _put(q: queue.Queue, item: Any, stop: threading.Event) -> bool:
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=_POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False
 
 
 def _resolve_data(data: Union[Graph, FeatureSource, None]) -> tuple[Optional[FeatureSource], Optional[LabelSource]]:
