@@ -273,6 +273,14 @@ class NeighborSource(abc.ABC):
         return self.sample_neighbors(nodes, fanout, replace, generator)
         yield  # unreachable: makes this function a generator
 
+    def get_state(self) -> Optional[Tensor]:
+        """RNG state of a source that draws on its own (serving other ranks' requests); None here:
+        local sources draw with the caller's generator."""
+        return None
+
+    def set_state(self, state: Optional[Tensor]) -> None:
+        """Restores ``get_state()``'s result."""
+
 
 def run_steps(steps: Generator[None, None, T]) -> T:
     """Runs a stepwise generator (see ``NeighborSource.sample_neighbors_stepwise``) to its result.

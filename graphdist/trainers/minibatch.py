@@ -188,13 +188,11 @@ class DistributedBatches:
     def state_dict(self) -> dict[str, Any]:
         # The loader's state holds its shuffle generator and its sampler's; the neighbour
         # source's serving generator answers other ranks' requests.
-        serve = self.neighbor_source.get_state() if hasattr(self.neighbor_source, "get_state") else None
-        return {"loader": self.loader.state_dict(), "serve": serve}
+        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["loader"])
-        if hasattr(self.neighbor_source, "set_state"):
-            self.neighbor_source.set_state(state["serve"])
+        self.neighbor_source.set_state(state["serve"])
 
 
 def train_steps(

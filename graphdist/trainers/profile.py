@@ -191,7 +191,7 @@ def probe(strategy: Any, share: int) -> dict[str, LinearCost]:
 def _rng_states(batches: Any) -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
             "sampler": batches.sampler.get_state(),
-            "serve": batches.neighbor_source.get_state() if hasattr(batches.neighbor_source, "get_state") else None,
+            "serve": batches.neighbor_source.get_state(),
             "cache": copy.copy(getattr(batches.features, "stats", None))}
 
 
