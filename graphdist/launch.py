@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import signal
 import time
@@ -160,18 +161,57 @@ def spawn(
     try:
         while True:
             try:
-                if context.join(timeout=poll_s):
+                # the grace period lets the other ranks write their own errors, so
+                # the root cause can be told from its peers' "connection closed"
+                if context.join(timeout=poll_s, grace_period=FAILURE_GRACE_S):
                     return
-            except mp.ProcessRaisedException as exc:
-                raise WorkerFailed(f"worker rank {exc.error_index} raised:\n{exc}") from None
-            except mp.ProcessExitedException as exc:
-                how = f" (signal {exc.signal_name})" if exc.signal_name else ""
-                raise WorkerFailed(f"worker rank {exc.error_index} exited with code {exc.exit_code}{how}") from None
+            except (mp.ProcessRaisedException, mp.ProcessExitedException):
+                raise WorkerFailed(describe_failure(context.processes, context.error_files)) from None
             if deadline is not None and time.monotonic() > deadline:
                 alive = [r for r, p in enumerate(context.processes) if p.is_alive()]
                 raise WorkerTimeout(f"ranks {alive} still running after {timeout:.1f}s; killed")
     finally:
         _stop_all(context.processes)
+
+
+FAILURE_GRACE_S = 3.0
+PEER_SYMPTOM = re.compile(r"^graphdist\.comm\.group\.CommError: ", re.MULTILINE)
+
+
+def describe_failure(processes: Sequence[Any], error_files: Sequence[str]) -> str:
+    """Names the rank that caused a failed job, with its traceback.
+
+    A rank that lost a peer fails too, with a ``CommError`` (a collective saw the
+    connection close): that is a symptom. The cause is a rank that raised
+    anything else, or else one that died without a traceback (killed, or exited
+    non-zero); only when every failure is a ``CommError`` is the first one named.
+    """
+    raised: dict[int, str] = {}
+    for rank, path in enumerate(error_files):
+        try:
+            with open(path, "rb") as fh:
+                raised[rank] = pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            continue
+    died = [r for r, p in enumerate(processes) if r not in raised and p.exitcode not in (None, 0)]
+    causes = [r for r, tb in raised.items() if not PEER_SYMPTOM.search(tb)]
+    if causes:
+        rank = causes[0]
+        message = f"worker rank {rank} raised:\n{raised[rank]}"
+    elif died:
+        rank = died[0]
+        code = processes[rank].exitcode
+        how = f" (signal {signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else ""
+        message = f"worker rank {rank} exited with code {code}{how}"
+    elif raised:
+        rank = min(raised)
+        message = f"worker rank {rank} raised:\n{raised[rank]}"
+    else:
+        return "a worker failed without an exit code or a traceback"
+    others = sorted((set(raised) | set(died)) - {rank})
+    if others:
+        message += f"\n(ranks {others} failed too)"
+    return message
 
 
 def _stop_all(processes: Sequence[Any], grace_s: float = 5.0) -> None:

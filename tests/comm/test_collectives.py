@@ -67,7 +67,7 @@ def test_async_allreduce_and_objects():
 
 def test_dead_peer_fails_fast_and_names_rank():
     start = time.monotonic()
-    with pytest.raises(WorkerFailed, match=r"rank 1 exited with code 3|\[rank 0\] all_reduce failed"):
+    with pytest.raises(WorkerFailed, match=r"^worker rank 1 exited with code 3"):
         launch(_dead_peer_body, 2, timeout=20)
     assert time.monotonic() - start < 40
 

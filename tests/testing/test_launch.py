@@ -39,3 +39,46 @@ def test_launch_times_out_on_hang():
     with pytest.raises(WorkerTimeout, match=r"ranks \[(0, )?1\] still running"):
         launch(_hang_on_rank_1, 2, timeout=8)
     assert time.monotonic() - start < 30
+
+
+class _Exited:
+    def __init__(self, exitcode):
+        self.exitcode = exitcode
+
+
+def _error_files(tmp_path, tracebacks: dict[int, str], world_size: int) -> list[str]:
+    import pickle
+
+    paths = []
+    for rank in range(world_size):
+        path = tmp_path / f"error-{rank}"
+        if rank in tracebacks:
+            path.write_bytes(pickle.dumps(tracebacks[rank]))
+        paths.append(str(path))
+    return paths
+
+
+PEER_LOST = "Traceback ...\ngraphdist.comm.group.CommError: [rank 0] all_reduce failed: Connection closed by peer\n"
+
+
+def test_failure_names_the_cause_not_the_rank_that_lost_its_peer(tmp_path):
+    from graphdist.launch import describe_failure
+
+    files = _error_files(tmp_path, {0: PEER_LOST, 1: "Traceback ...\nValueError: boom\n"}, 2)
+    message = describe_failure([_Exited(1), _Exited(1)], files)
+    assert message.startswith("worker rank 1 raised:") and "boom" in message and "ranks [0] failed too" in message
+
+
+def test_failure_names_a_killed_rank_before_its_peers_comm_errors(tmp_path):
+    from graphdist.launch import describe_failure
+
+    files = _error_files(tmp_path, {0: PEER_LOST, 2: PEER_LOST}, 3)
+    message = describe_failure([_Exited(1), _Exited(-9), _Exited(1)], files)
+    assert message.startswith("worker rank 1 exited with code -9 (signal SIGKILL)")
+
+
+def test_failure_with_only_comm_errors_names_the_first(tmp_path):
+    from graphdist.launch import describe_failure
+
+    files = _error_files(tmp_path, {1: PEER_LOST.replace("rank 0", "rank 1"), 0: PEER_LOST}, 2)
+    assert describe_failure([_Exited(1), _Exited(1)], files).startswith("worker rank 0 raised:")
