@@ -6,8 +6,8 @@ Example (one worker runs in this process; more are spawned):
     >>> with contextlib.redirect_stdout(io.StringIO()):  # the run's progress lines
     ...     result = gd.train(None, dataset="synthetic-2000", num_workers=1, epochs=2, hidden=16,
     ...                       run_dir=tempfile.mkdtemp())
-    >>> [r["epoch"] for r in result.history], sorted(p.name for p in result.run_dir.iterdir())[:3]
-    ([1, 2], ['checkpoint.pt', 'config.yaml', 'loss_acc.png'])
+    >>> [r["epoch"] for r in result.history], sorted(p.name for p in result.run_dir.glob("[!.]*"))[:4]
+    ([1, 2], ['best.pt', 'checkpoint.pt', 'config.yaml', 'loss_acc.png'])
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Optional, Union
 import torch
 
 from graphdist.config import TrainConfig, replace
+from graphdist.runlog import best_epoch
 
 logger = logging.getLogger("graphdist")
 
@@ -41,14 +42,6 @@ class TrainResult:
     run_dir: Path
     final: dict[str, Any] = field(default_factory=dict)
     best: dict[str, Any] = field(default_factory=dict)
-
-
-def best_epoch(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The record with the highest ``val_acc`` (first one on ties; the last record without any)."""
-    scored = [r for r in history if r.get("val_acc") is not None]
-    if not scored:
-        return history[-1] if history else {}
-    return max(scored, key=lambda r: r["val_acc"])
 
 
 def check_devices(devices: tuple[str, ...]) -> None:
@@ -91,84 +84,189 @@ class Trainer:
     def __init__(self, config: TrainConfig, model: Optional[torch.nn.Module] = None) -> None:
         self.config = config
         self.model = model
+        self.started = False  # whether a worker ran (errors before it exit 2, after it 1)
         if model is not None and not hasattr(model, "layer_forward"):
             logger.info("user model has no layer_forward: evaluation uses full-neighbour blocks on the whole model")
 
     # ----------------------------------------------------------- partitions
     def prepare_partitions(self) -> Path:
-        """The partition directory to train on: given, or made once into the cache."""
+        """The partition directory to train on (absolute): given, or made once into the cache.
+
+        Also records in the config the dataset the directory holds.
+
+        Raises:
+            FileNotFoundError: ``--partitions`` names no directory (the absolute path it looked at named).
+            ValueError: ``--dataset`` contradicts the directory's dataset, or its part count is not the worker count.
+        """
         cfg = self.config
-        from partition.api import PartitionConfig, default_output, partition, read_meta
+        from partition.api import read_meta
 
         if cfg.partitions:
-            path = Path(cfg.partitions)
+            path = Path(os.path.abspath(Path(cfg.partitions).expanduser()))
             if not path.is_dir():
-                raise FileNotFoundError(f"--partitions {path}: no such directory; make one with graphdist-partition")
+                raise FileNotFoundError(f"--partitions {cfg.partitions}: no such directory (looked at {path}); "
+                                        f"make one with graphdist-partition")
+            meta = read_meta(path)
+            self._check_dataset(cfg, meta, path)
         else:
-            path = default_output(cfg.dataset, PartitionConfig(cfg.num_workers, cfg.partition_method, cfg.seed))
-            if not (path / "meta.json").exists():
-                from graphdist.data import load_graph
-
-                logger.info("partitioning %s into %d parts (%s) at %s", cfg.dataset, cfg.num_workers,
-                            cfg.partition_method, path)
-                partition(load_graph(cfg.dataset), cfg.num_workers, method=cfg.partition_method, out=path,
-                          seed=cfg.seed, force=True)
-        meta = read_meta(path)
+            path = self._cached_partitions(cfg)
+            meta = read_meta(path)
         if int(meta["num_parts"]) != cfg.num_workers:
             raise ValueError(
                 f"--partitions {path} has {meta['num_parts']} parts but --num-workers is {cfg.num_workers}; "
                 f"use --num-workers {meta['num_parts']} or repartition with --num-parts {cfg.num_workers}"
             )
+        self.config = replace(cfg, partitions=str(path), dataset=str(meta.get("dataset") or cfg.source))
         return path
+
+    @staticmethod
+    def _check_dataset(cfg: TrainConfig, meta: dict[str, Any], path: Path) -> None:
+        """``--dataset`` given with ``--partitions`` must name the graph the directory was made from."""
+        if cfg.dataset is None or not meta.get("dataset"):
+            return
+        if Path(cfg.dataset).stem.lower() != Path(str(meta["dataset"])).stem.lower():
+            raise ValueError(f"--dataset {cfg.dataset} contradicts --partitions {path}, which holds "
+                             f"{meta['dataset']}; give one of them")
+
+    @staticmethod
+    def _cached_partitions(cfg: TrainConfig) -> Path:
+        """``cfg.source`` partitioned into the cache, keyed by the source's content: a different graph saved
+        under the same name is partitioned afresh, never served a stale directory."""
+        from graphdist.data.loaders import source_key
+        from partition.api import PartitionConfig, default_output, partition, read_meta
+
+        config = PartitionConfig(cfg.num_workers, cfg.partition_method, cfg.seed)
+        key = source_key(cfg.source)
+        path = default_output(cfg.source, config, key)
+        if (path / "meta.json").exists() and read_meta(path).get("source") == key:
+            return path
+        from graphdist.data import load_graph
+
+        graph = load_graph(cfg.source)  # first: an unknown name fails before anything is said or made
+        if key == "missing":  # fetched just now: key what was fetched
+            key = source_key(cfg.source)
+            path = default_output(cfg.source, config, key)
+        logger.info("partitioning %s into %d parts (%s) at %s", cfg.source, cfg.num_workers,
+                    cfg.partition_method, path)
+        try:
+            return partition(graph, cfg.num_workers, method=cfg.partition_method, out=path, seed=cfg.seed,
+                             force=True, source=key)
+        except PermissionError as exc:
+            raise PermissionError(f"GRAPHDIST_CACHE {path.parents[1]}: cannot write partitions there ({exc}); "
+                                  f"point GRAPHDIST_CACHE at a writable directory") from None
 
     # ----------------------------------------------------------------- run
     def fit(self) -> TrainResult:
-        """Trains; returns the history and the run directory. Raises ``WorkerFailed`` naming a failed rank."""
-        from graphdist import runlog
-        from graphdist.launch import detect_environment, spawn
-        from graphdist.trainers.run import spawned_worker, worker_main
+        """Trains; returns the history and the run directory. Raises ``WorkerFailed`` naming a failed rank.
 
+        Everything that can be refused (flags, devices, partitions, a resume that would change the
+        model, a run directory another job holds) is refused before any worker starts; ``started``
+        says whether one did.
+        """
+        from graphdist import runlog
+        from graphdist.launch import detect_environment
         from graphdist.trainers.run import apply_cluster
 
         env = detect_environment()
         cfg = self.config = apply_cluster(self.config, None if env.kind == "local" else env.world_size)
         check_devices(cfg.devices)
-        run_dir = Path(cfg.resume or cfg.run_dir or runlog.default_run_dir())
+        cfg = self.config = self._elastic_resume(cfg, env)
+        run_dir = Path(os.path.abspath(Path(cfg.resume or cfg.run_dir or runlog.default_run_dir(env.run_id)).expanduser()))
+        if cfg.resume and not (run_dir / runlog.CONFIG_NAME).exists():
+            raise FileNotFoundError(f"--resume {cfg.resume}: no {runlog.CONFIG_NAME} at {run_dir}; "
+                                    f"it is not a graphdist run directory")
         if env.kind != "local":
             if cfg.partitions is None:
                 raise ValueError("under torchrun/SLURM pass --partitions DIR (partition once, before the job)")
-            cfg = self._job_size(cfg, env)
-            part_dir = Path(cfg.partitions)
-            if env.rank == 0 and not cfg.resume:
-                # The run directory must say what ran, so that --resume RUN_DIR works as locally.
-                run_dir.mkdir(parents=True, exist_ok=True)
-                (run_dir / runlog.METRICS_NAME).unlink(missing_ok=True)
-                runlog.write_config(run_dir, replace(cfg, run_dir=str(run_dir)).to_dict())
-            history = worker_main(env.rank, env.world_size, cfg, str(part_dir), str(run_dir), env.init_method,
-                                  model=self.model)
-            return self._result(history, run_dir)
+            self.config = self._job_size(cfg, env)
         part_dir = self.prepare_partitions()
+        cfg = self.config = replace(self.config, run_dir=str(run_dir), resume=str(run_dir) if cfg.resume else None)
+        from partition.api import content_checksum, read_meta
+
+        checksum = content_checksum(read_meta(part_dir))
+        if cfg.resume:
+            from graphdist.resume import check_resume
+
+            check_resume(cfg, checksum)
         self._check_strategy(cfg, part_dir)
-        resolved = replace(cfg, partitions=str(part_dir), run_dir=str(run_dir))
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if env.kind != "local":
+            return self._run_job_rank(cfg, env, run_dir, part_dir, checksum)
+        existed = run_dir.exists()
+        with runlog.locked(run_dir):
+            self._start_record(cfg, run_dir, checksum)
+            try:
+                history = self._spawn(cfg, run_dir, part_dir)
+            except BaseException as exc:
+                self._record_failure(run_dir, exc, created=not existed)
+                raise
+            runlog.write_status(run_dir, status="complete")
+        return self._result(history, run_dir)
+
+    def _start_record(self, cfg: TrainConfig, run_dir: Path, checksum: str) -> None:
+        """A new run's config and status; a resumed run's config is rewritten by rank 0 once its
+        checkpoint has loaded (a refused or failed resume leaves the record as it was)."""
+        from graphdist import runlog
+
         if not cfg.resume:
-            stale = run_dir / runlog.METRICS_NAME
-            if stale.exists():
-                stale.unlink()
-        runlog.write_config(run_dir, resolved.to_dict())
-        logger.info("config: %s", resolved.to_dict())
+            (run_dir / runlog.METRICS_NAME).unlink(missing_ok=True)
+            runlog.write_config(run_dir, cfg.to_dict())
+        runlog.write_status(run_dir, status="running", partitions_checksum=checksum, dataset=cfg.dataset,
+                            error=None, **({} if cfg.resume else {"checkpoint_epoch": None}))
+        logger.info("config: %s", cfg.to_dict())
+
+    def _spawn(self, cfg: TrainConfig, run_dir: Path, part_dir: Path) -> list[dict[str, Any]]:
+        from graphdist import runlog
+        from graphdist.launch import spawn
+        from graphdist.trainers.run import spawned_worker
+
         if self.model is not None and cfg.num_workers > 1:
             from graphdist.models import check_picklable
 
             check_picklable(self.model)
         with tempfile.TemporaryDirectory(prefix="graphdist-init-") as tmp:
             init = f"file://{os.path.join(tmp, 'store')}"
+            self.started = True
             if cfg.num_workers == 1:
-                history = worker_main(0, 1, resolved, str(part_dir), str(run_dir), init, model=self.model)
-            else:
-                spawn(spawned_worker, cfg.num_workers,
-                      args=(cfg.num_workers, resolved, str(part_dir), str(run_dir), init, self.model))
-                history = runlog.read_metrics(run_dir)
+                from graphdist.trainers.run import worker_main
+
+                return worker_main(0, 1, cfg, str(part_dir), str(run_dir), init, model=self.model)
+            spawn(spawned_worker, cfg.num_workers,
+                  args=(cfg.num_workers, cfg, str(part_dir), str(run_dir), init, self.model))
+            return runlog.read_metrics(run_dir)
+
+    @staticmethod
+    def _record_failure(run_dir: Path, exc: BaseException, created: bool) -> None:
+        """A failed run leaves nothing when it made the directory and never checkpointed; else it is marked
+        failed in ``run.json`` (the checkpoint stays, for ``--resume``)."""
+        import shutil
+
+        from graphdist import runlog
+        from graphdist.checkpoint import CHECKPOINT_NAME
+
+        if created and not (run_dir / CHECKPOINT_NAME).exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        runlog.write_status(run_dir, status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                            error=first)
+
+    def _run_job_rank(self, cfg: TrainConfig, env: Any, run_dir: Path, part_dir: Path,
+                      checksum: str) -> TrainResult:
+        """Under torchrun/SLURM: rank 0 locks and records the run directory, then every rank trains."""
+        import contextlib
+
+        from graphdist import runlog
+        from graphdist.trainers.run import worker_main
+
+        with contextlib.ExitStack() as stack:
+            if env.rank == 0:
+                stack.enter_context(runlog.locked(run_dir))
+                self._start_record(cfg, run_dir, checksum)
+            self.started = True
+            history = worker_main(env.rank, env.world_size, cfg, str(part_dir), str(run_dir), env.init_method,
+                                  model=self.model)
+            if env.rank == 0:
+                runlog.write_status(run_dir, status="complete")
         return self._result(history, run_dir)
 
     def _check_strategy(self, cfg: TrainConfig, part_dir: Path) -> None:
@@ -177,6 +275,21 @@ class Trainer:
         from partition.api import read_meta
 
         strategy_class(cfg.strategy).check(cfg, read_meta(part_dir), self.model)
+
+    @staticmethod
+    def _elastic_resume(cfg: TrainConfig, env: Any) -> TrainConfig:
+        """A job torchrun restarted (``--max-restarts``) continues from its run directory's checkpoint."""
+        from graphdist import runlog
+        from graphdist.checkpoint import CHECKPOINT_NAME
+
+        if cfg.resume or env.restart_count == 0:
+            return cfg
+        run_dir = Path(cfg.run_dir or runlog.default_run_dir(env.run_id))
+        if not (run_dir / CHECKPOINT_NAME).exists():
+            return cfg  # it failed before its first checkpoint: start over
+        if env.rank == 0:
+            logger.info("restart %d of the job: resuming %s", env.restart_count, run_dir)
+        return replace(cfg, resume=str(run_dir))
 
     @staticmethod
     def _job_size(cfg: TrainConfig, env: Any) -> TrainConfig:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
+BEST_NAME = "best.pt"  # the best-validation epoch's model (and optimizer); no per-rank state
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:

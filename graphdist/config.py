@@ -23,6 +23,8 @@ FEATURE_NORMS = ("none", "row")
 REPLICATE = ("none", "structure", "graph")
 PLACEMENTS = ("auto", "profiled", "equal")
 DEFAULT_NUM_WORKERS = 2
+DEFAULT_DATASET = "synthetic-100k"
+CHECKPOINTS = ("best", "last")
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,10 @@ class TrainConfig:
     """
 
     # --- Data
-    dataset: str = "synthetic-100k"  # generated (no download): the quickstart works offline, ~1 min
-    partitions: Optional[str] = None  # an existing partition directory (overrides --dataset)
+    # None: the partition directory's own dataset with --partitions, else DEFAULT_DATASET (generated, no
+    # download: the quickstart works offline, ~1 min). The run directory records the one trained on.
+    dataset: Optional[str] = None
+    partitions: Optional[str] = None  # an existing partition directory (its meta.json names its dataset)
     partition_method: str = "metis"  # lowest edge cut: least remote traffic for minibatch
     # --- Model
     model: str = "sage"
@@ -91,6 +95,7 @@ class TrainConfig:
     run_dir: Optional[str] = None  # default runs/<timestamp>
     resume: Optional[str] = None
     predict: Optional[str] = None
+    checkpoint: str = "best"  # what --predict loads: best (the best-validation epoch's model) or last
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -101,6 +106,11 @@ class TrainConfig:
         d["fanouts"] = list(self.fanouts)
         d["devices"] = list(self.devices)
         return d
+
+    @property
+    def source(self) -> str:
+        """The dataset to load or partition: ``dataset``, else the default generated graph."""
+        return self.dataset or DEFAULT_DATASET
 
     def device_of(self, rank: int) -> str:
         return self.devices[0] if len(self.devices) == 1 else self.devices[rank]
@@ -114,6 +124,8 @@ def validate(cfg: TrainConfig) -> None:
     """Raises ``ValueError`` naming the flag, the constraint, the value and what to do."""
     if cfg.model not in MODELS:
         raise _fail("model", f"must be one of {', '.join(MODELS)}", cfg.model)
+    if cfg.checkpoint not in CHECKPOINTS:
+        raise _fail("checkpoint", f"must be one of {', '.join(CHECKPOINTS)}", cfg.checkpoint)
     if cfg.replicate not in REPLICATE:
         raise _fail("replicate", f"must be one of {', '.join(REPLICATE)}", cfg.replicate)
     if cfg.replicate != "none" and cfg.strategy != "minibatch":
@@ -270,15 +282,23 @@ def env_overrides(environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]
 
 
 def resolve(
-    cli: Mapping[str, Any], config_file: Optional[str] = None, environ: Optional[Mapping[str, str]] = None
+    cli: Mapping[str, Any],
+    config_file: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    base: Optional[Mapping[str, Any]] = None,
 ) -> TrainConfig:
-    """Merges default < config file < environment < CLI into a validated ``TrainConfig``.
+    """Merges default < ``base`` < config file < environment < CLI into a validated ``TrainConfig``.
+
+    ``base`` is a resumed run's saved config: everything given now still overrides it.
 
     Example:
         >>> resolve({"epochs": 3}, environ={}).epochs
         3
+        >>> resolve({}, environ={"GRAPHDIST_LR": "0.1"}, base={"lr": 0.01, "epochs": 7}).lr
+        0.1
     """
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {k: _coerce(k, v, source="the saved config") for k, v in (base or {}).items()
+                              if k in FIELD_NAMES and k not in ("resume", "predict", "dry_run")}
     if config_file:
         values.update(load_config_file(config_file))
     values.update(env_overrides(environ))
@@ -293,4 +313,4 @@ def replace(cfg: TrainConfig, **changes: Any) -> TrainConfig:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["TrainConfig", "resolve", "load_config_file", "env_overrides", "replace"]
+__all__ = ["DEFAULT_DATASET", "TrainConfig", "resolve", "load_config_file", "env_overrides", "replace"]

@@ -42,6 +42,9 @@ class LaunchEnv:
         kind: ``local`` (graphdist spawns the workers), ``torchrun`` or ``slurm``.
         rank, world_size, local_rank: as the launcher set them (0, 1, 0 for local).
         master_addr, master_port: rendezvous address for ``env://`` init.
+        run_id: the job's id (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``): the default run directory's name,
+            the same for every process and every restart of the job.
+        restart_count: ``TORCHELASTIC_RESTART_COUNT``: > 0 when torchrun ``--max-restarts`` restarted the job.
     """
 
     kind: str
@@ -50,6 +53,8 @@ class LaunchEnv:
     local_rank: int = 0
     master_addr: Optional[str] = None
     master_port: Optional[int] = None
+    run_id: Optional[str] = None
+    restart_count: int = 0
 
     @property
     def init_method(self) -> str:
@@ -89,6 +94,9 @@ def detect_environment(environ: Optional[dict[str, str]] = None) -> LaunchEnv:
             local_rank=int(env.get("LOCAL_RANK", 0)),
             master_addr=env.get("MASTER_ADDR"),
             master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+            # torchrun's default --rdzv-id is the literal "none": not an id two jobs could not share
+            run_id=env.get("TORCHELASTIC_RUN_ID") if env.get("TORCHELASTIC_RUN_ID") not in (None, "", "none") else None,
+            restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", 0) or 0),
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
         return LaunchEnv(
@@ -98,6 +106,7 @@ def detect_environment(environ: Optional[dict[str, str]] = None) -> LaunchEnv:
             local_rank=int(env.get("SLURM_LOCALID", 0)),
             master_addr=env.get("MASTER_ADDR") or first_slurm_host(env.get("SLURM_JOB_NODELIST", "localhost")),
             master_port=int(env.get("MASTER_PORT", 29500)),
+            run_id=env.get("SLURM_JOB_ID") or None,
         )
     return LaunchEnv(kind="local")
 
@@ -156,10 +165,12 @@ def spawn(
     """
     import torch.multiprocessing as mp
 
+    # torch logs "Terminating process ..." for each survivor it stops; the error below says what happened.
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     method = start_method()
     # A forkserver child inherits the server's environment, not this process's current one: forward it.
-    context = mp.start_processes(_in_environment, args=(fn, dict(os.environ), *args), nprocs=nprocs, join=False,
-                                 start_method=method)
+    context = mp.start_processes(_in_environment, args=(fn, dict(os.environ), os.getpid(), *args), nprocs=nprocs,
+                                 join=False, start_method=method)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
@@ -199,11 +210,46 @@ def start_method() -> str:
     return "spawn"
 
 
-def _in_environment(rank: int, fn: Callable[..., Any], environ: dict[str, str], *args: Any) -> None:
-    """Runs ``fn(rank, *args)`` under the launcher's environment as it was at ``spawn``."""
+def _in_environment(rank: int, fn: Callable[..., Any], environ: dict[str, str], launcher: int, *args: Any) -> None:
+    """Runs ``fn(rank, *args)`` under the launcher's environment as it was at ``spawn``, dying with the launcher."""
     os.environ.clear()
     os.environ.update(environ)
+    die_with(launcher)
     fn(rank, *args)
+
+
+def die_with(pid: int, poll_s: float = 1.0) -> None:
+    """Ends this worker as soon as process ``pid`` (its launcher) ends, even by ``kill -9``.
+
+    A forked worker's parent is the fork server, which outlives a killed launcher (the workers
+    hold its pipe open), so neither ``PR_SET_PDEATHSIG`` nor ``getppid()`` would notice: the worker
+    watches the launcher itself, with a pidfd (Linux 5.3+: no pid-reuse race), else by polling.
+    A worker ended this way loses nothing saved: checkpoints are written aside and renamed.
+    """
+    import select
+    import threading
+
+    try:
+        handle: Optional[int] = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)  # the launcher died before this worker started
+    except (AttributeError, OSError):  # no pidfd here
+        handle = None
+
+    def watch() -> None:
+        if handle is not None:
+            select.select([handle], [], [])  # readable once the process has exited
+            os._exit(1)
+        while True:
+            time.sleep(poll_s)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # alive, another user's (pid reused): keep watching
+                pass
+
+    threading.Thread(target=watch, name="graphdist-launcher-watch", daemon=True).start()
 
 
 FAILURE_GRACE_S = 3.0
@@ -247,11 +293,12 @@ def describe_failure(processes: Sequence[Any], error_files: Sequence[str]) -> st
 
 
 def _stop_all(processes: Sequence[Any], grace_s: float = 5.0) -> None:
-    """SIGTERM every live worker, then SIGKILL what is left after ``grace_s``."""
+    """SIGTERM (and SIGCONT) every live worker, then SIGKILL what is left after ``grace_s``."""
     for proc in processes:
         if proc.is_alive():
             try:
                 os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped worker (SIGSTOP) would hold SIGTERM pending
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + grace_s

@@ -20,7 +20,8 @@ from graphdist.config import TrainConfig
 PREDICTIONS_NAME = "predictions.npz"
 
 
-def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, init_method: str) -> None:
+def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, init_method: str,
+                    checkpoint: str) -> None:
     from graphdist import comm
     from graphdist.checkpoint import load_checkpoint
     from graphdist.trainers.run import build_strategy, join_job
@@ -29,7 +30,7 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
     join_job(rank, world_size, cfg, init_method)
     try:
         strategy = build_strategy(rank, world_size, cfg, cfg.partitions)
-        strategy.model.load_state_dict(load_checkpoint(Path(run_dir))["model"])
+        strategy.model.load_state_dict(load_checkpoint(Path(run_dir) / checkpoint)["model"])
         mine = strategy.predict()
         strategy.close()
         pieces = comm.all_gather_object((mine.orig_ids, mine.logits, mine.embeddings))
@@ -47,8 +48,33 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
         comm.shutdown()
 
 
-def predict(run_dir: str, num_workers: Optional[int] = None) -> Path:
-    """Writes ``run_dir/predictions.npz``; returns its path.
+def choose_checkpoint(run_dir: Path, which: str = "best") -> tuple[str, str]:
+    """The checkpoint file ``--predict`` loads, and a line saying which and why.
+
+    ``best``: ``best.pt``, the best-validation epoch's model; a run that never evaluated
+    (``--eval-every 0``) has none, and falls back to the last checkpoint, saying so.
+
+    Raises:
+        FileNotFoundError: the run has no checkpoint at all.
+    """
+    from graphdist import runlog
+    from graphdist.checkpoint import BEST_NAME, CHECKPOINT_NAME
+
+    status = runlog.read_status(run_dir)
+    if not (run_dir / CHECKPOINT_NAME).exists():
+        raise FileNotFoundError(f"--predict {run_dir}: no {CHECKPOINT_NAME} there; the run never finished an epoch")
+    last = f"{CHECKPOINT_NAME} (the last checkpoint, epoch {status.get('checkpoint_epoch', '?')})"
+    if which == "last":
+        return CHECKPOINT_NAME, f"using {last}"
+    if (run_dir / BEST_NAME).exists():
+        acc = status.get("best_val_acc")
+        return BEST_NAME, (f"using {BEST_NAME} (the best validation epoch, {status.get('best_epoch', '?')}"
+                           + (f", val {100 * acc:.2f}%)" if acc is not None else ")"))
+    return CHECKPOINT_NAME, f"using {last}: the run never evaluated (--eval-every 0), so it has no {BEST_NAME}"
+
+
+def predict(run_dir: str, num_workers: Optional[int] = None, checkpoint: str = "best") -> Path:
+    """Writes ``run_dir/predictions.npz`` from the run's best (or last) checkpoint; returns its path.
 
     Example:
         >>> import contextlib, io, tempfile
@@ -61,17 +87,23 @@ def predict(run_dir: str, num_workers: Optional[int] = None) -> Path:
         >>> sorted(np.load(out).files), np.load(out)["orig_id"][:3].tolist()
         (['embedding', 'logits', 'orig_id', 'pred'], [0, 1, 2])
     """
+    import logging
+
     from graphdist import runlog
     from graphdist.config import resolve
     from graphdist.launch import spawn
 
-    saved = runlog.read_config(Path(run_dir))
-    saved = {k: v for k, v in saved.items() if k not in ("resume", "predict", "dry_run")}
-    cfg = resolve(saved, environ={})
+    run = Path(os.path.abspath(Path(run_dir).expanduser()))
+    cfg = resolve({}, environ={}, base=runlog.read_config(run))
     if not cfg.partitions:
-        raise ValueError(f"{run_dir}/config.yaml names no partition directory")
+        raise ValueError(f"{run}/config.yaml names no partition directory")
+    if not Path(cfg.partitions).is_dir():
+        raise FileNotFoundError(f"--predict {run_dir}: the run's partitions {cfg.partitions} are gone; "
+                                f"recreate them with graphdist-partition (same arguments) at that path")
+    name, line = choose_checkpoint(run, checkpoint)
+    logging.getLogger("graphdist").info("predict: %s", line)
     world = num_workers or cfg.num_workers
     with tempfile.TemporaryDirectory(prefix="graphdist-init-") as tmp:
         init = f"file://{os.path.join(tmp, 'store')}"
-        spawn(_predict_worker, world, args=(world, cfg, str(run_dir), init))
-    return Path(run_dir) / PREDICTIONS_NAME
+        spawn(_predict_worker, world, args=(world, cfg, str(run), init, name))
+    return run / PREDICTIONS_NAME

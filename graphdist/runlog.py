@@ -5,6 +5,9 @@ runs/<name>/
   config.yaml       the resolved TrainConfig
   metrics.jsonl     one JSON object per epoch (loss, accuracies, time, seeds/s, bytes, hidden fraction)
   checkpoint.pt     the last completed epoch (atomic; torch.load(weights_only=True) reads it)
+  best.pt           the model of the best-validation epoch (atomic; what --predict uses by default)
+  run.json          status (running, failed, complete), epochs checkpointed, the partition checksum
+  .lock             flock(2)-ed by the job writing here (the kernel drops it when that process dies)
   loss_acc.png      loss and accuracy curves
   time_breakdown.png  per-epoch sampling / compute / communication time
   predictions.npz   written by --predict: orig_id, pred, embedding
@@ -13,20 +16,52 @@ runs/<name>/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import socket
+import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 logger = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.jsonl"
 CONFIG_NAME = "config.yaml"
+STATUS_NAME = "run.json"
+LOCK_NAME = ".lock"
 
 
-def default_run_dir() -> Path:
+class RunDirLocked(RuntimeError):
+    """Another live job holds the run directory; the message names its host and pid."""
+
+
+class StdoutHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stdout`` is at each record (a notebook or test may swap it between runs)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stdout)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:  # logging.StreamHandler assigns it; the property ignores it
+        pass
+
+
+def default_run_dir(job_id: Optional[str] = None) -> Path:
+    """``runs/<job id>`` under torchrun/SLURM (every process and restart agrees on it), else ``runs/<time>``.
+
+    Example:
+        >>> str(default_run_dir("job-42"))
+        'runs/job-42'
+    """
+    if job_id:
+        return Path("runs") / job_id
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
@@ -49,6 +84,64 @@ def read_config(run_dir: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
+@contextlib.contextmanager
+def locked(run_dir: Path, flag: str = "--run-dir") -> Iterator[Path]:
+    """Holds an exclusive ``flock`` on ``run_dir/.lock`` (creating the directory) while the job runs.
+
+    The kernel releases the lock when the holder dies, even by ``kill -9``: no stale lock is left.
+
+    Raises:
+        RunDirLocked: another process holds it (its host, pid and start time named).
+        OSError: the directory cannot be created or written (``flag`` and the path named).
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> with locked(run):
+        ...     with locked(run):
+        ...         pass
+        Traceback (most recent call last):
+        ...
+        graphdist.runlog.RunDirLocked: ...is in use by pid ... on ...; wait for that job, or pick another --run-dir
+    """
+    import fcntl
+
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{flag} {run_dir}: cannot write there ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "an unknown process"
+            raise RunDirLocked(f"{run_dir} is in use by {holder}; wait for that job, or pick another {flag}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}".encode(), 0)
+        yield run_dir
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Updates ``run.json`` with ``fields`` (atomically) and returns the whole record."""
+    record = {**read_status(run_dir), **fields, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    tmp = Path(run_dir) / f".{STATUS_NAME}.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, Path(run_dir) / STATUS_NAME)
+    return record
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` as a dict ({} when absent or unreadable: runs written before it existed)."""
+    try:
+        return json.loads((Path(run_dir) / STATUS_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
     """Appends one epoch's record; flushed and fsynced so a crash keeps every finished epoch."""
     with open(Path(run_dir) / METRICS_NAME, "a") as f:
@@ -62,6 +155,19 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def best_epoch(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record with the highest ``val_acc`` (first one on ties; the last record without any).
+
+    Example:
+        >>> best_epoch([{"epoch": 1, "val_acc": 0.7}, {"epoch": 2, "val_acc": 0.6}])["epoch"]
+        1
+    """
+    scored = [r for r in history if r.get("val_acc") is not None]
+    if not scored:
+        return history[-1] if history else {}
+    return max(scored, key=lambda r: r["val_acc"])
 
 
 def truncate_metrics(run_dir: Path, epochs: int) -> None:

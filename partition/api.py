@@ -31,6 +31,7 @@ from partition.format import (
     FORMAT_VERSION,
     Partition,
     PartitionFormatError,
+    content_checksum,
     load_partition,
     read_meta,
     staged_directory,
@@ -51,6 +52,7 @@ __all__ = [
     "PartitionConfig",
     "PartitionFormatError",
     "PartitionStats",
+    "content_checksum",
     "default_output",
     "estimate_memory",
     "format_table",
@@ -126,6 +128,7 @@ def partition(
     progress: bool = False,
     command: Optional[Sequence[str]] = None,
     options: Optional[dict[str, Any]] = None,
+    source: Optional[str] = None,
 ) -> Path:
     """Partitions ``graph`` and writes a checksummed partition directory.
 
@@ -145,6 +148,8 @@ def partition(
         progress: show a tqdm bar per phase on stderr (default False).
         command: the command line to record in ``meta.json`` (default ``sys.argv``).
         options: method-specific keyword arguments.
+        source: a key of the input's content (``graphdist.data.loaders.source_key``) recorded in
+            ``meta.json`` as ``source``, so a cache of partitions can tell a stale one.
 
     Returns:
         The partition directory.
@@ -167,20 +172,23 @@ def partition(
     )
     graph = _as_graph(graph)
     config.check_graph(graph)
-    target = Path(out) if out is not None else default_output(graph.name, config)
+    target = Path(out) if out is not None else default_output(graph.name, config, source)
     with staged_directory(target, force=config.force) as tmp:
         parts, info = _run_partitioner(graph, config, progress)
-        _write(tmp, graph, parts, config, info, command, progress)
+        _write(tmp, graph, parts, config, info, command, progress, source)
     logger.info("wrote %s (%s, %d parts)", target, config.method, config.num_parts)
     return target
 
 
-def default_output(dataset: str, config: PartitionConfig) -> Path:
-    """``$GRAPHDIST_CACHE/partitions/<dataset>-<method>-<parts>-s<seed>-h<halo>`` (cache default ~/.cache/graphdist)."""
+def default_output(dataset: str, config: PartitionConfig, source: Optional[str] = None) -> Path:
+    """``$GRAPHDIST_CACHE/partitions/<dataset>[-<source>]-<method>-<parts>-s<seed>-h<halo>`` (cache default
+    ~/.cache/graphdist); ``source`` is the input's content key (none for generated graphs, which the name fixes)."""
     from graphdist.data.loaders import cache_dir
 
     cache = cache_dir()
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(dataset)).stem or "graph")
+    if source and source != "gen":
+        name = f"{name}-{source}"
     return cache / "partitions" / f"{name}-{config.method}-{config.num_parts}-s{config.seed}-h{config.halo_hops}"
 
 
@@ -213,6 +221,7 @@ def _write(
     info: dict[str, Any],
     command: Optional[Sequence[str]],
     progress: bool,
+    source: Optional[str] = None,
 ) -> dict[str, Any]:
     from tqdm import tqdm
 
@@ -226,6 +235,7 @@ def _write(
         "seed": config.seed,
         "balance": list(config.balance) if config.method == "metis" else None,
         "method_info": info,
+        "source": source,
     }
     with ExitStack() as stack:
         # Two bars, one per phase; they advance together because parts are built and written one at a time.

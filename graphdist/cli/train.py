@@ -24,7 +24,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any, Optional, Sequence
+
+EXIT_CODES = """exit codes:
+  0    done
+  1    failed after the workers started (a worker raised or died, a collective timed out)
+  2    refused before any worker started: a bad flag, GRAPHDIST_<NAME> variable or --config key,
+       missing data or partitions, a resume that would change the model, a run directory in use
+  130  interrupted (Ctrl-C); the last checkpoint is intact: graphdist-train --resume RUN continues
+"""
 
 EPILOG = """examples:
   graphdist-train                                   # generated graph, 2 workers, a few minutes
@@ -33,7 +42,12 @@ EPILOG = """examples:
   graphdist-train --config run.yaml --lr 0.01       # flags override the file
   graphdist-train --resume runs/<name>              # continue from the last checkpoint
   graphdist-train --predict runs/<name>             # predictions + embeddings by original node id
-"""
+
+environment:
+  GRAPHDIST_DATA    :-separated dataset directories (read only); GRAPHDIST_CACHE where derived files go
+  GRAPHDIST_<NAME>  any option, e.g. GRAPHDIST_EPOCHS=20 (flags override it; it overrides --config)
+
+""" + EXIT_CODES
 
 
 def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
@@ -44,6 +58,17 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
     group.add_argument(*names, default=None, **kwargs)
 
 
+class UsageError(ValueError):
+    """A bad flag or value on the command line (exit 2, one line)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, whose errors are one line (no usage block) raised as ``UsageError``."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from graphdist.config import FEATURE_NORMS, MODELS, PARTITION_METHODS, STRATEGIES, SYNC_MODES, TrainConfig
 
@@ -52,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     def d(name: str) -> str:
         value = default[name].default
         return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="graphdist-train",
         description="Train a GNN with distributed sampling and wait-free layer-wise gradient sync.",
         epilog=EPILOG,
@@ -148,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")
     _add(system, "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     _add(system, "--predict", metavar="RUN_DIR", help="write predictions and embeddings of RUN_DIR's model")
+    _add(system, "--checkpoint", choices=("best", "last"),
+         help="what --predict loads: best (default; the best-validation epoch's model, best.pt) or last")
     _add(system, "--config", metavar="FILE", help="YAML file of options (flags override it)")
     system.add_argument("--dry-run", action="store_const", const=True, default=None,
                         help="load the data, print its statistics and the resolved config, train nothing")
@@ -179,18 +206,14 @@ def join_negative_values(argv: Sequence[str], flags: tuple[str, ...] = ("--fanou
 
 
 def _resolve(argv: Optional[Sequence[str]]):
-    from graphdist.config import TrainConfig, resolve
+    """Flags, environment and ``--config`` resolved into a ``TrainConfig``; a resume's saved config is the base
+    (everything given now overrides it, and ``graphdist.resume`` refuses what may not change)."""
+    from graphdist.config import resolve
     from graphdist import runlog
 
     ns = build_parser().parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
-    values = _cli_values(ns)
-    config_file = ns.config
-    if ns.resume and not config_file:
-        # A resume continues the saved run: its config is the base, flags still override.
-        saved = runlog.read_config(ns.resume)
-        values = {**{k: v for k, v in saved.items() if k in TrainConfig.__dataclass_fields__ and k not in
-                     ("resume", "predict", "dry_run")}, **values}
-    return resolve(values, config_file)
+    base = runlog.read_config(ns.resume) if ns.resume else None
+    return resolve(_cli_values(ns), ns.config, base=base)
 
 
 def dry_run(cfg) -> None:
@@ -203,7 +226,7 @@ def dry_run(cfg) -> None:
         print(f"partitions {cfg.partitions}: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, "
               f"{meta['num_parts']} parts ({meta['method']})")
         return
-    graph = load_graph(cfg.dataset)
+    graph = load_graph(cfg.source)
     deg = graph.degrees().float()
     print(graph)
     print(f"degree: mean {deg.mean():.1f}, median {deg.median():.0f}, max {int(deg.max()):,}")
@@ -211,10 +234,11 @@ def dry_run(cfg) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``graphdist-train``; returns the exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    from graphdist.launch import WorkerFailed, WorkerTimeout
+    """Entry point of ``graphdist-train``; returns the exit code (see ``EXIT_CODES``)."""
+    from graphdist.runlog import StdoutHandler
 
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[StdoutHandler()])
+    trainer = None
     try:
         cfg = _resolve(argv)
         if cfg.dry_run:
@@ -223,27 +247,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if cfg.predict:
             from graphdist.predict import predict
 
-            out = predict(cfg.predict, num_workers=None)
+            out = predict(cfg.predict, num_workers=None, checkpoint=cfg.checkpoint)
             print(f"predictions written to {out}")
             return 0
         from graphdist.api import Trainer
 
-        result = Trainer(cfg).fit()
+        trainer = Trainer(cfg)
+        result = trainer.fit()
     except KeyboardInterrupt:
-        print("graphdist-train: interrupted; workers stopped (the last completed epoch's checkpoint is intact)",
-              file=sys.stderr)
+        print("graphdist-train: interrupted; workers stopped" + _resume_hint(trainer), file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, WorkerFailed, WorkerTimeout, RuntimeError, OSError) as exc:
-        from placement.cluster import ClusterSpecError
-
-        if isinstance(exc, ClusterSpecError):  # one line per mistake, all of them
-            for line in str(exc).splitlines():
-                print(f"graphdist-train: error: {line}", file=sys.stderr)
-            return 1
-        first = str(exc).strip().splitlines()
-        detail = _root_cause(str(exc))
-        print(f"graphdist-train: error: {first[0] if first else type(exc).__name__}{detail}", file=sys.stderr)
-        return 1
+    except Exception as exc:  # noqa: BLE001 -- every error becomes one line and an exit code
+        started = trainer is not None and trainer.started
+        if not started and not _expected_refusal(exc):
+            raise  # a bug, not a refusal: keep the traceback
+        for line in error_lines(exc):
+            print(f"graphdist-train: error: {line}", file=sys.stderr)
+        hint = _resume_hint(trainer) if started else ""
+        if hint:
+            print(f"graphdist-train:{hint.lstrip(';')}", file=sys.stderr)
+        return 1 if started else 2
     best = result.best
     if best:
         acc = best.get("test_acc")
@@ -252,15 +275,58 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def _root_cause(text: str) -> str:
-    """The last exception line of a worker traceback, so one line says why."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) <= 1:
+def _expected_refusal(exc: BaseException) -> bool:
+    """The errors graphdist raises on purpose before workers start (bad input, a held lock, no data)."""
+    from graphdist.runlog import RunDirLocked
+
+    return isinstance(exc, (ValueError, FileNotFoundError, OSError, RunDirLocked, RuntimeError))
+
+
+def error_lines(exc: BaseException) -> list[str]:
+    """What the user reads: one line (the cluster spec: one per mistake); a worker's traceback becomes
+    ``worker rank R: <ExceptionType>: <message>``.
+
+    Example:
+        >>> error_lines(RuntimeError("worker rank 1 raised:\\nTraceback ...\\nValueError: bad part"))
+        ['worker rank 1: ValueError: bad part']
+    """
+    from placement.cluster import ClusterSpecError
+
+    text = str(exc).strip()
+    if isinstance(exc, ClusterSpecError):
+        return text.splitlines()
+    lines = text.splitlines()
+    if not lines:
+        return [type(exc).__name__]
+    first = lines[0]
+    if first.startswith("worker rank ") and first.endswith("raised:"):
+        return [f"{first[: -len(' raised:')]}: {_root_cause(text)}"]
+    return [first]
+
+
+def _resume_hint(trainer: Any) -> str:
+    """``; continue with: graphdist-train --resume RUN`` when the run has a checkpoint to continue from."""
+    from graphdist.checkpoint import CHECKPOINT_NAME
+
+    run_dir = getattr(getattr(trainer, "config", None), "run_dir", None)
+    if not run_dir or not (Path(run_dir) / CHECKPOINT_NAME).exists():
         return ""
+    return f"; the last checkpoint is intact, continue with: graphdist-train --resume {run_dir}"
+
+
+def _root_cause(text: str) -> str:
+    """The last exception line of a worker traceback (``Type: message``), module path dropped.
+
+    Example:
+        >>> _root_cause("Traceback ...\\n  File \\"x.py\\", line 1\\npartition.format.PartitionFormatError: bad meta")
+        'PartitionFormatError: bad meta'
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in reversed(lines):
-        if ":" in line and not line.startswith("File "):
-            return f" -- {line}"
-    return ""
+        head, sep, rest = line.partition(": ")
+        if sep and not line.startswith("File ") and head.replace(".", "").replace("_", "").isalnum():
+            return f"{head.rsplit('.', 1)[-1]}: {rest}"
+    return lines[-1] if lines else ""
 
 
 if __name__ == "__main__":

@@ -173,6 +173,40 @@ def load_graph(
     raise FileNotFoundError(f"{path}: no such file or directory (expected {ACCEPTED_FORMATS})")
 
 
+def source_key(name_or_path: str) -> str:
+    """A short key of what ``load_graph(name_or_path)`` would read, for caches derived from it.
+
+    A generated graph is fixed by its name (``gen``); a file or directory by its resolved path
+    and every file's size and modification time (cheap: nothing is read), so a different graph
+    saved under the same name gets a different key. A named dataset not present yet: ``missing``.
+
+    Example:
+        >>> source_key("synthetic-2k")
+        'gen'
+    """
+    import hashlib
+
+    key = name_or_path.strip().lower()
+    if key in PLANETOID_NAMES:
+        found = find_dataset(key)
+        if found is None:
+            return "missing"
+        path = found
+    else:
+        from graphdist.data.synthetic import parse_synthetic_name
+
+        if parse_synthetic_name(key) is not None:
+            return "gen"
+        path = Path(name_or_path).expanduser()
+    path = path.resolve()
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    digest = hashlib.sha256(str(path).encode())
+    for f in files:
+        st = f.stat()
+        digest.update(f"{f.relative_to(path) if path.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return digest.hexdigest()[:12]
+
+
 def _is_from_pyg(obj: Any) -> bool:
     # Checked by module name, so that no torch_geometric import happens for paths and names.
     return (type(obj).__module__ or "").startswith("torch_geometric")
@@ -211,4 +245,5 @@ __all__ = [
     "load_ogb",
     "load_pyg_dataset",
     "read_table",
+    "source_key",
 ]

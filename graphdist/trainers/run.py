@@ -22,8 +22,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from graphdist import comm
+from graphdist import comm, runlog
 from graphdist.config import TrainConfig
+from graphdist.config import replace as replace_cfg
 from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
 
 logger = logging.getLogger("graphdist")
@@ -32,7 +33,7 @@ logger = logging.getLogger("graphdist")
 def setup_logging(rank: int, verbose: bool = False) -> None:
     """``[rank k]`` prefixed logs; rank 0 at INFO, the others at WARNING unless ``verbose``."""
     level = logging.INFO if rank == 0 or verbose else logging.WARNING
-    handler = logging.StreamHandler(sys.stdout)
+    handler = runlog.StdoutHandler()
     handler.setFormatter(logging.Formatter(f"[rank {rank}] %(message)s"))
     root = logging.getLogger("graphdist")
     root.handlers[:] = [handler]
@@ -77,8 +78,6 @@ def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainCo
     """
     if not cfg.cluster:
         return cfg
-    from graphdist.config import replace as replace_cfg
-
     spec = cluster_spec(cfg.cluster)
     if world_size is None and len(spec.hosts) > 1:
         raise ValueError(f"--cluster {cfg.cluster} has {len(spec.hosts)} hosts; the local launcher runs one host's "
@@ -172,10 +171,24 @@ def save(strategy: Strategy, run_dir: Path, epoch: int) -> None:
     """Every rank's states gathered to rank 0, which writes one atomic checkpoint."""
     from graphdist.checkpoint import save_checkpoint
 
+
     ranks = comm.all_gather_object(_rank_state(strategy))
     if comm.is_main_process():
         save_checkpoint(run_dir, strategy.model, strategy.optimizer, epoch,
                         extra={"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name})
+        runlog.write_status(run_dir, checkpoint_epoch=epoch)
+
+
+def save_best(strategy: Strategy, run_dir: Path, record: dict[str, Any]) -> None:
+    """Rank 0 keeps the best-validation epoch's model as ``best.pt`` (atomic, like the checkpoint).
+
+    No collective: every rank holds the same parameters after an epoch (the strategies sync them).
+    """
+    from graphdist.checkpoint import BEST_NAME, save_checkpoint
+
+    save_checkpoint(run_dir, strategy.model, strategy.optimizer, record["epoch"], name=BEST_NAME,
+                    extra={"val_acc": record["val_acc"], "strategy": strategy.name})
+    runlog.write_status(run_dir, best_epoch=record["epoch"], best_val_acc=record["val_acc"])
 
 
 def resume(strategy: Strategy, resume_dir: Path) -> int:
@@ -266,14 +279,18 @@ def _traffic() -> dict[str, dict[str, int]]:
 
 def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dict[str, Any]]:
     """Resume if asked, then epochs ``start+1 .. cfg.epochs``: train, record, evaluate, checkpoint."""
-    from graphdist import runlog
 
     main = comm.is_main_process()
     start_epoch = resume(strategy, Path(cfg.resume)) if cfg.resume else 0
-    if main and cfg.resume:
-        runlog.truncate_metrics(run_path, start_epoch)
-        logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
+    if cfg.resume:
+        comm.barrier()  # every rank has loaded the checkpoint: only now the resumed run counts as started
+        if main:
+            runlog.truncate_metrics(run_path, start_epoch)
+            # The changes this resume made (epochs, lr, ...) become the run's record.
+            runlog.write_config(run_path, replace_cfg(cfg, resume=None, predict=None).to_dict())
+            logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
     history = runlog.read_metrics(run_path) if main else []
+    best = runlog.best_epoch(history).get("val_acc")
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         comm.reset_byte_counts()
         stats = strategy.train_epoch(epoch, on_progress=(lambda step, line: logger.info(line)) if main else None)
@@ -284,6 +301,9 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
             record["eval_time_s"] = time.perf_counter() - t0
         if epoch % cfg.checkpoint_every == 0 or epoch == cfg.epochs:
             save(strategy, run_path, epoch)
+        if main and record.get("val_acc") is not None and (best is None or record["val_acc"] > best):
+            best = record["val_acc"]
+            save_best(strategy, run_path, record)
         if main:
             runlog.append_metrics(run_path, record)
             history.append(record)
@@ -307,6 +327,9 @@ def worker_main(
     Raises:
         CommError: a collective failed or timed out (names this rank and the operation).
     """
+    log = logging.getLogger("graphdist")
+    # A worker run in the caller's process (one worker; a notebook) hands its logging back as it found it.
+    saved_logging = (log.handlers[:], log.level, log.propagate)
     join_job(rank, world_size, cfg, init_method)
     try:
         seed_everything(worker_seed(cfg.seed, rank))
@@ -316,6 +339,9 @@ def worker_main(
         finally:
             strategy.close()
     finally:
+        log.handlers[:] = saved_logging[0]
+        log.setLevel(saved_logging[1])
+        log.propagate = saved_logging[2]
         comm.shutdown()
 
 

@@ -172,7 +172,7 @@ def test_refusals_come_before_any_worker_starts(tmp_path):
     done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(part_dir),
                            "--strategy", "fullgraph", "--num-workers", "2", "--max-memory", "0.00001",
                            "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "part 0 needs about" in done.stderr and "--max-memory 0.00 GiB; partition into more parts" in done.stderr
     assert "[rank" not in done.stdout  # no worker ran
     with pytest.raises(ValueError, match="fullgraph runs the model layer by layer, with a halo exchange between layers: PygGAT needs num_layers"):

@@ -118,7 +118,7 @@ def test_custom_pyg_gat_model_trains(tmp_path, cora_parts):
 )
 def test_cli_errors_with_partitions(cora_parts, args, message):
     res = _cli("--partitions", str(cora_parts[2]), "--epochs", "1", *args)
-    assert res.returncode != 0
+    assert res.returncode == 2  # refused before any worker started
     assert message in res.stderr
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
@@ -126,14 +126,14 @@ def test_cli_errors_with_partitions(cora_parts, args, message):
 
 def test_cli_error_missing_directory(tmp_path):
     res = _cli("--partitions", str(tmp_path / "nope"))
-    assert res.returncode != 0 and "no such directory" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "no such directory" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_cli_error_bad_config_key(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("epochs: 2\nlearning_rate: 0.1\n")
     res = _cli("--config", str(cfg))
-    assert res.returncode != 0 and "unknown key 'learning_rate'" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "unknown key 'learning_rate'" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_ctrl_c_stops_all_workers_and_keeps_checkpoint(tmp_path, cora_parts):
@@ -157,7 +157,7 @@ def test_ctrl_c_stops_all_workers_and_keeps_checkpoint(tmp_path, cora_parts):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
-    assert "interrupted" in err
+    assert "interrupted" in err and f"continue with: graphdist-train --resume {run}" in err
     # multiprocessing's resource tracker leaves on its own once its pipe closes: allow it a moment.
     deadline = time.monotonic() + 15
     while True:
@@ -174,4 +174,4 @@ def test_cli_error_cuda_device_on_cpu_build(cora_parts):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the error case cannot happen here")
     res = _cli("--partitions", str(cora_parts[2]), "--devices", "cuda:0")
-    assert res.returncode != 0 and "has no CUDA device" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "has no CUDA device" in res.stderr and "Traceback" not in res.stderr
