@@ -10,7 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from graphdist.models.registry import MODELS
 from graphdist.sync.modes import SYNC_MODES
@@ -256,18 +256,48 @@ def load_config_file(path: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ValueError(f"--config {path}: not valid YAML ({exc})") from None
+        raise ValueError(f"--config {path}: not valid YAML ({yaml_problem(exc)})") from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of option: value (got {type(data).__name__})")
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in FIELD_NAMES:
-            raise ValueError(
-                f"--config {path}: unknown key {key!r}; known keys: {', '.join(n.replace('_', '-') for n in FIELD_NAMES)}"
-            )
+            raise ValueError(f"--config {path}: unknown key {key!r}{did_you_mean(name, FIELD_NAMES)}")
         out[name] = _coerce(name, value, source=f"--config {path}: {key}")
     return out
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A YAML error in one line: where, and what (PyYAML's own message spans several lines).
+
+    Example:
+        >>> import yaml
+        >>> try:
+        ...     yaml.safe_load("epochs: 2\\nlr: [0.1\\n")
+        ... except yaml.YAMLError as exc:
+        ...     yaml_problem(exc)
+        "line 3, column 1: expected ',' or ']', but got '<stream end>'"
+    """
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}"
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """``; did you mean 'lr'?`` for a near miss, else the list of known keys (dashed).
+
+    Example:
+        >>> did_you_mean("learning_rat", ("lr", "learning_rate"))
+        "; did you mean 'learning-rate'?"
+    """
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0].replace('_', '-')!r}?"
+    return f"; known keys: {', '.join(k.replace('_', '-') for k in known)}"
 
 
 def env_overrides(environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:

@@ -175,9 +175,21 @@ def partition(
     target = Path(out) if out is not None else default_output(graph.name, config, source)
     with staged_directory(target, force=config.force) as tmp:
         parts, info = _run_partitioner(graph, config, progress)
+        _refuse_empty_parts(parts, graph, config)
         _write(tmp, graph, parts, config, info, command, progress, source)
     logger.info("wrote %s (%s, %d parts)", target, config.method, config.num_parts)
     return target
+
+
+def _refuse_empty_parts(parts: np.ndarray, graph: Graph, config: PartitionConfig) -> None:
+    """A part with no node is a worker with nothing to do: refuse, naming how many parts the graph can fill."""
+    used = int(np.unique(parts).size)
+    if used < config.num_parts:
+        raise ValueError(
+            f"--num-parts {config.num_parts}: {config.method} leaves {config.num_parts - used:,} of the parts empty "
+            f"on {graph.name} ({graph.num_nodes:,} nodes); use at most {used:,} parts (far fewer for useful "
+            f"training: each part should hold some train nodes)"
+        )
 
 
 def default_output(dataset: str, config: PartitionConfig, source: Optional[str] = None) -> Path:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from graphdist.cli.args import OneLineParser, UsageError
 from partition.methods import METHODS  # the registry alone: imports neither torch nor pymetis
 
 PROG = "graphdist-partition"
@@ -44,10 +45,6 @@ exit status: 0 ok, 1 failed while running, 2 bad arguments or input.
 """
 
 
-class UsageError(Exception):
-    """Bad input found at the edge; printed as one line, exit status 2."""
-
-
 @dataclass(frozen=True)
 class CliArgs:
     """The parsed, validated command line."""
@@ -67,7 +64,7 @@ class CliArgs:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, flags grouped by concern (dashed names, underscore aliases)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Partition a graph into a checksummed partition directory (DESIGN.md section 3).",
         epilog=EXAMPLES,

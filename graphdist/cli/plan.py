@@ -27,7 +27,9 @@ PROG = "graphdist-plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+    from graphdist.cli.args import OneLineParser
+
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="exit codes: 0 a plan was printed, 2 bad input (flags, spec, partition)")
     p.add_argument("--partitions", required=True, metavar="DIR", help="a partition directory (graphdist-partition)")
@@ -100,14 +102,12 @@ def print_plan(res: dict[str, Any]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
     try:
-        a = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
+        a = build_parser().parse_args(argv)
         res = plan_from_args(a)
-    except ValueError as exc:  # ClusterSpecError, PlacementError, PartitionFormatError are ValueErrors
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except ValueError as exc:  # UsageError, ClusterSpecError, PlacementError, PartitionFormatError are ValueErrors
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     print_plan(res)

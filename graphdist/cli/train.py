@@ -58,18 +58,8 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
     group.add_argument(*names, default=None, **kwargs)
 
 
-class UsageError(ValueError):
-    """A bad flag or value on the command line (exit 2, one line)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, whose errors are one line (no usage block) raised as ``UsageError``."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from graphdist.cli.args import OneLineParser
     from graphdist.config import FEATURE_NORMS, MODELS, PARTITION_METHODS, STRATEGIES, SYNC_MODES, TrainConfig
 
     default = TrainConfig.__dataclass_fields__  # the defaults shown in --help come from the config

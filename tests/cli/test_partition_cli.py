@@ -111,3 +111,22 @@ def test_bad_balance_and_missing_flags_fail_in_process(capsys):
     assert main(["--stats", "/nonexistent/dir"]) == 2
     err = capsys.readouterr().err
     assert "--balance" in err and "--dataset is required" in err and "not a directory" in err
+
+
+def test_more_parts_than_the_graph_can_fill_is_refused_and_writes_nothing(tmp_path, capsys):
+    from graphdist.cli.partition import main as partition_main
+
+    out = tmp_path / "p"
+    assert partition_main(["--dataset", "synthetic-300", "--num-parts", "300", "--out", str(out)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the graph and the memory estimate
+    assert last.startswith("graphdist-partition: error: --num-parts 300: metis leaves") and "use at most" in last
+    assert not out.exists()
+
+
+def test_a_bad_flag_is_one_line_exit_2(capsys):
+    from graphdist.cli.partition import main as partition_main
+
+    assert partition_main(["--num-parts", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["graphdist-partition: error: argument --num-parts/--num_parts: invalid int value: 'x' "
+                   "(see graphdist-partition --help)"]

@@ -21,3 +21,30 @@ def test_bad_values_name_the_variable_or_config_key(tmp_path, monkeypatch):
     cfg.write_text("lr: fast\n")
     with pytest.raises(ValueError, match=r"--config .*c.yaml: lr must be a number \(got 'fast'\)"):
         _resolve(["--config", str(cfg)])
+
+
+def test_bad_yaml_is_one_whole_line_and_near_miss_keys_get_a_suggestion(tmp_path):
+    import pytest
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("epochs: 2\nlr: [0.1\n")
+    with pytest.raises(ValueError) as err:
+        _resolve(["--config", str(cfg)])
+    assert "\n" not in str(err.value) and str(err.value).endswith("line 3, column 1: expected ',' or ']', but got "
+                                                                  "'<stream end>')")
+    cfg.write_text("epoch: 2\n")
+    with pytest.raises(ValueError, match=r"unknown key 'epoch'; did you mean 'epochs'\?$"):
+        _resolve(["--config", str(cfg)])
+
+
+def test_help_documents_exit_codes_and_the_environment(capsys):
+    import pytest
+
+    from graphdist.cli.train import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "exit codes:" in out and "2    refused before any worker started" in out and "130  interrupted" in out
+    assert "GRAPHDIST_DATA" in out and "GRAPHDIST_<NAME>" in out
