@@ -65,6 +65,43 @@ def check_devices(devices: tuple[str, ...]) -> None:
             raise ValueError(f"--devices {d}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
 
 
+MIN_STEPS = 100  # fewer optimizer steps than this rarely train a GNN: the launcher warns
+
+
+def warn_short_run(cfg: TrainConfig, steps_per_epoch: int) -> bool:
+    """Warns (and returns True) when the whole run makes fewer than ``MIN_STEPS`` optimizer steps.
+
+    Example:
+        >>> warn_short_run(TrainConfig(epochs=5, batch_size=512), steps_per_epoch=1)
+        True
+    """
+    total = cfg.epochs * steps_per_epoch
+    if total >= MIN_STEPS or cfg.resume:
+        return False
+    hint = "raise --epochs" + (f" or lower --batch-size (now {cfg.batch_size})" if cfg.strategy != "fullgraph" else "")
+    logger.warning("this run makes only %d optimizer steps (%d epochs x %d steps); a GNN rarely learns in fewer than "
+                   "%d: %s", total, cfg.epochs, steps_per_epoch, MIN_STEPS, hint)
+    return True
+
+
+def warn_oversubscribed(cfg: TrainConfig, cores: Optional[int] = None) -> bool:
+    """Warns (and returns True) when this machine's workers want more threads than it has cores.
+
+    Example:
+        >>> warn_oversubscribed(TrainConfig(num_workers=8), cores=2)
+        True
+    """
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    wanted = cfg.num_workers * cfg.threads
+    if wanted <= cores:
+        return False
+    logger.warning("%d workers x %d thread(s) on %d cores: oversubscribed, every worker runs slower than alone "
+                   "(fine to try an %d-worker job; for speed use at most %d)", cfg.num_workers, cfg.threads, cores,
+                   cfg.num_workers, max(1, cores // cfg.threads))
+    return True
+
+
 class Trainer:
     """Prepares partitions and a run directory, then trains on local or torchrun/SLURM workers.
 
@@ -188,7 +225,7 @@ class Trainer:
             from graphdist.resume import check_resume
 
             check_resume(cfg, checksum)
-        self._check_strategy(cfg, part_dir)
+        self._check_strategy(cfg, part_dir, env)
         if env.kind != "local":
             return self._run_job_rank(cfg, env, run_dir, part_dir, checksum)
         existed = run_dir.exists()
@@ -269,12 +306,19 @@ class Trainer:
                 runlog.write_status(run_dir, status="complete")
         return self._result(history, run_dir)
 
-    def _check_strategy(self, cfg: TrainConfig, part_dir: Path) -> None:
-        """The strategy's own refusals (model kind, memory), before any worker starts."""
+    def _check_strategy(self, cfg: TrainConfig, part_dir: Path, env: Any) -> None:
+        """The strategy's own refusals (model kind, memory), before any worker starts; then the
+        warnings about a run that cannot go well (too few steps to learn, more local workers than cores)."""
         from graphdist.trainers.base import strategy_class
         from partition.api import read_meta
 
-        strategy_class(cfg.strategy).check(cfg, read_meta(part_dir), self.model)
+        meta = read_meta(part_dir)
+        strategy = strategy_class(cfg.strategy)
+        strategy.check(cfg, meta, self.model)
+        if env.rank == 0:
+            warn_short_run(cfg, strategy.planned_steps(cfg, meta))
+        if env.kind == "local":
+            warn_oversubscribed(cfg)
 
     @staticmethod
     def _elastic_resume(cfg: TrainConfig, env: Any) -> TrainConfig:
@@ -348,6 +392,32 @@ def train(
         options.setdefault("layers", len(options["fanouts"]))
     if "devices" in options and isinstance(options["devices"], str):
         options["devices"] = tuple(options["devices"].split(","))
-    cfg = TrainConfig(partitions=str(partitions) if partitions else None, strategy=strategy,
-                      num_workers=num_workers, epochs=epochs, lr=lr, **options)
-    return Trainer(cfg, model=model).fit()
+    trainer = None
+    try:
+        cfg = TrainConfig(partitions=str(partitions) if partitions else None, strategy=strategy,
+                          num_workers=num_workers, epochs=epochs, lr=lr, **options)
+        trainer = Trainer(cfg, model=model)
+        return trainer.fit()
+    except (ValueError, FileNotFoundError) as exc:
+        if trainer is not None and trainer.started:
+            raise
+        raise type(exc)(in_api_words(str(exc))) from None
+
+
+def in_api_words(message: str) -> str:
+    """A refusal worded for the command line (``--batch-size``) in the API's words (``batch_size=``).
+
+    Example:
+        >>> in_api_words("--batch-size must be >= 1 (got 0); see --help")
+        'batch_size= must be >= 1 (got 0); see help(graphdist.train)'
+    """
+    import re
+
+    from graphdist.config import FIELD_NAMES
+
+    def keyword(match: "re.Match[str]") -> str:
+        name = match.group(1).replace("-", "_")
+        return f"{name}=" if name in FIELD_NAMES else match.group(0)
+
+    message = message.replace("--help", "help(graphdist.train)")
+    return re.sub(r"--([a-z][a-z-]*)", keyword, message)

@@ -179,8 +179,12 @@ def truncate_metrics(run_dir: Path, epochs: int) -> None:
     os.replace(tmp, path)
 
 
-def plot_run(run_dir: Path, history: Optional[list[dict[str, Any]]] = None) -> list[Path]:
-    """Draws loss/accuracy curves and the per-epoch time breakdown; returns the PNG paths."""
+def plot_run(run_dir: Path, history: Optional[list[dict[str, Any]]] = None, title: str = "") -> list[Path]:
+    """Draws loss/accuracy curves and the per-epoch time breakdown; returns the PNG paths.
+
+    Args:
+        title: what ran (dataset, model, workers), shown above both figures with the run's name.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,31 +194,42 @@ def plot_run(run_dir: Path, history: Optional[list[dict[str, Any]]] = None) -> l
     if not history:
         return []
     epochs = [r["epoch"] for r in history]
+    marker = "o" if len(epochs) <= 30 else None  # markers at every one of 250 epochs hide the curve
+    heading = " | ".join(x for x in (title, Path(run_dir).name) if x)
     out = []
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
-    ax_loss.plot(epochs, [r["loss"] for r in history], marker="o")
+    ax_loss.plot(epochs, [r["loss"] for r in history], marker=marker)
     ax_loss.set(xlabel="epoch", ylabel="training loss", title="loss")
-    for key in ("train_acc", "val_acc", "test_acc"):
+    labels = {"train_acc": "train (sampled, during the epoch)", "train_full_acc": "train (full neighbourhoods)",
+              "val_acc": "validation", "test_acc": "test"}
+    for key, label in labels.items():
         if any(r.get(key) is not None for r in history):
-            ax_acc.plot(epochs, [r.get(key) for r in history], marker="o", label=key.replace("_acc", ""))
+            points = [(r["epoch"], r[key]) for r in history if r.get(key) is not None]
+            ax_acc.plot(*zip(*points), marker=marker, label=label)
     ax_acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
-    ax_acc.legend()
+    ax_acc.legend(loc="lower right", fontsize="small")
     for ax in (ax_loss, ax_acc):
         ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.suptitle(heading)
     fig.tight_layout()
     path = Path(run_dir) / "loss_acc.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     out.append(path)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4))
     bottom = [0.0] * len(history)
-    for key, label in (("time_sample_s", "sampling wait"), ("time_compute_s", "compute"), ("time_comm_s", "exposed comm")):
+    parts = (("time_sample_s", "sampling wait"), ("time_compute_s", "compute"), ("time_comm_s", "exposed comm"),
+             ("eval_time_s", "evaluation"))
+    for key, label in parts:
         values = [r.get(key, 0.0) or 0.0 for r in history]
-        ax.bar(epochs, values, bottom=bottom, label=label)
-        bottom = [b + v for b, v in zip(bottom, values)]
+        if any(values):
+            ax.bar(epochs, values, bottom=bottom, label=label)
+            bottom = [b + v for b, v in zip(bottom, values)]
     ax.set(xlabel="epoch", ylabel="seconds (rank 0)", title="time per epoch")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the bars, not over them
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.suptitle(heading)
     fig.tight_layout()
     path = Path(run_dir) / "time_breakdown.png"
     fig.savefig(path, dpi=100)

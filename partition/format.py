@@ -109,12 +109,15 @@ def _check_replaceable(out: Path, force: bool) -> None:
     if not out.exists() and not out.is_symlink():
         return
     if not force:
-        raise FileExistsError(f"--out: {out} already exists; pass --force to replace it or choose another --out")
+        # the CLI checks --out itself first, in its own words: this is what the Python API reads
+        raise FileExistsError(f"out={str(out)!r} already exists; train on it as it is, pass force=True to replace "
+                              f"it, or choose another out=")
     # --force never deletes something that is not ours: a typo must not erase a home directory.
     if out.is_dir() and not out.is_symlink() and ((out / META).exists() or not any(out.iterdir())):
         return
     raise FileExistsError(
-        f"--out: {out} exists and is not a partition directory (no {META}); refusing to replace it even with --force"
+        f"out={str(out)!r} exists and is not a partition directory (no {META}); refusing to replace it even with "
+        f"force=True"
     )
 
 

@@ -136,6 +136,15 @@ class Strategy(abc.ABC):
         ``meta`` is the partition directory's ``meta.json``; ``model`` the user's model, if any.
         """
 
+    @classmethod
+    def planned_steps(cls, cfg: "TrainConfig", meta: dict[str, Any]) -> int:
+        """Optimizer steps per epoch this strategy will make (before any worker starts; for the launcher's
+        warning about runs too short to learn). Default: one per global batch of train nodes."""
+        parts = meta.get("parts", [])
+        train = sum(int(p.get("num_train") or p.get("num_inner") or 0) for p in parts)
+        steps = max(1, -(-train // max(1, cfg.batch_size)))
+        return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
     def state_dict(self) -> dict[str, Any]:
         """This rank's state a resume needs beyond model, optimizer and global RNGs."""
         return {}

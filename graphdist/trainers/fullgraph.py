@@ -209,6 +209,10 @@ class FullGraphStrategy(Strategy):
         self.num_train_total = int(comm.all_reduce(torch.tensor([float(self.train.numel())]), tag="init").item())
 
     @classmethod
+    def planned_steps(cls, cfg: Any, meta: dict[str, Any]) -> int:
+        return 1  # the whole graph is the batch
+
+    @classmethod
     def check(cls, cfg: Any, meta: dict[str, Any], model: Optional[torch.nn.Module] = None) -> None:
         """Before any worker starts: a layer-wise model, and every part within --max-memory."""
         if model is not None:

@@ -309,7 +309,8 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
             history.append(record)
             logger.info(epoch_line(record))
     if main:
-        runlog.plot_run(run_path, history)
+        runlog.plot_run(run_path, history, title=f"{cfg.dataset} | {cfg.model} | {cfg.strategy} | "
+                                                  f"{strategy.ctx.world_size} workers")
     return history
 
 
@@ -349,12 +350,14 @@ def epoch_line(r: dict[str, Any]) -> str:
     """The one log line per epoch.
 
     Example:
-        >>> epoch_line({"epoch": 2, "loss": 0.5, "epoch_time_s": 1.25, "seeds_per_s": 800.0, "val_acc": 0.8,
-        ...             "bytes_sent": {"grad": 2**20}, "hidden_fraction": 0.9})
-        'epoch 2 done | loss 0.5000 | 1.2 s | 800 seeds/s | val 80.00% | sent 1.0 MiB | hidden 90%'
+        >>> epoch_line({"epoch": 2, "loss": 0.5, "epoch_time_s": 1.25, "eval_time_s": 3.5, "seeds_per_s": 800.0,
+        ...             "val_acc": 0.8, "bytes_sent": {"grad": 2**20}, "hidden_fraction": 0.9})
+        'epoch 2 done | loss 0.5000 | train 1.2 s + eval 3.5 s | 800 seeds/s | val 80.00% | sent 1.0 MiB | hidden 90%'
     """
-    parts = [f"epoch {r['epoch']} done", f"loss {r['loss']:.4f}", f"{r['epoch_time_s']:.1f} s",
-             f"{r['seeds_per_s']:,.0f} seeds/s"]
+    took = f"train {r['epoch_time_s']:.1f} s"
+    if r.get("eval_time_s") is not None:
+        took += f" + eval {r['eval_time_s']:.1f} s"
+    parts = [f"epoch {r['epoch']} done", f"loss {r['loss']:.4f}", took, f"{r['seeds_per_s']:,.0f} seeds/s"]
     for key in ("val_acc", "test_acc"):
         if r.get(key) is not None:
             parts.append(f"{key.replace('_acc', '')} {100 * r[key]:.2f}%")

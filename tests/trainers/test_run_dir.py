@@ -286,3 +286,23 @@ def _metrics(run: Path) -> list[dict]:
     from graphdist import runlog
 
     return runlog.read_metrics(run)
+
+
+def test_runs_too_short_to_learn_or_oversubscribed_are_warned(tmp_path, parts, caplog):
+    from graphdist.api import warn_oversubscribed
+    from graphdist.config import TrainConfig
+
+    caplog.set_level("WARNING", logger="graphdist")
+    _train(tmp_path, parts["a"])  # 1 epoch of 1,200 train nodes in batches of 200
+    assert "this run makes only 6 optimizer steps (1 epochs x 6 steps)" in caplog.text
+    assert warn_oversubscribed(TrainConfig(num_workers=8), cores=2)
+    assert not warn_oversubscribed(TrainConfig(num_workers=2), cores=2)
+
+
+def test_api_refusals_name_the_api_keyword(tmp_path, parts):
+    from graphdist.api import train
+
+    with pytest.raises(ValueError, match=r"^batch_size= must be >= 1 \(got 0\)"):
+        train(None, parts["a"], num_workers=1, batch_size=0, run_dir=str(tmp_path / "r"))
+    with pytest.raises(FileNotFoundError, match=r"^partitions= .*nope: no such directory"):
+        train(None, tmp_path / "nope", num_workers=1, run_dir=str(tmp_path / "r"))
