@@ -151,7 +151,7 @@ def test_raising_mid_write_leaves_no_output(tmp_path, graph, monkeypatch):
 
 def test_refuses_to_overwrite_unless_forced(tmp_path, graph):
     out = partition(graph, 2, method="random", out=tmp_path / "p")
-    with pytest.raises(FileExistsError, match="--force"):
+    with pytest.raises(FileExistsError, match="force=True"):
         partition(graph, 2, method="random", out=out)
     partition(graph, 3, method="random", out=out, force=True)
     assert read_meta(out)["num_parts"] == 3
