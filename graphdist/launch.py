@@ -15,6 +15,7 @@ stays intact).
 from __future__ import annotations
 
 import logging
+import multiprocessing.connection
 import os
 import pickle
 import re
@@ -165,27 +166,41 @@ def spawn(
     """
     import torch.multiprocessing as mp
 
-    # torch logs "Terminating process ..." for each survivor it stops; the error below says what happened.
-    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     method = start_method()
     # A forkserver child inherits the server's environment, not this process's current one: forward it.
     context = mp.start_processes(_in_environment, args=(fn, dict(os.environ), os.getpid(), *args), nprocs=nprocs,
                                  join=False, start_method=method)
     deadline = None if timeout is None else time.monotonic() + timeout
+    procs = context.processes
     try:
         while True:
-            try:
-                # the grace period lets the other ranks write their own errors, so
-                # the root cause can be told from its peers' "connection closed"
-                if context.join(timeout=poll_s, grace_period=FAILURE_GRACE_S):
-                    return
-            except (mp.ProcessRaisedException, mp.ProcessExitedException):
-                raise WorkerFailed(describe_failure(context.processes, context.error_files)) from None
+            live = [p.sentinel for p in procs if p.exitcode is None]
+            if live:
+                multiprocessing.connection.wait(live, timeout=poll_s)
+            if any(p.exitcode not in (None, 0) for p in procs):
+                # The others get a moment to fail on their own and write their errors, so the cause
+                # can be told from the ranks that only lost their peer; what is still running after
+                # that is stopped by us (and is no cause).
+                exited = _wait_for_exits(procs, FAILURE_GRACE_S)
+                raise WorkerFailed(describe_failure(procs, context.error_files, exited))
+            if not live:
+                return
             if deadline is not None and time.monotonic() > deadline:
-                alive = [r for r, p in enumerate(context.processes) if p.is_alive()]
+                alive = [r for r, p in enumerate(procs) if p.exitcode is None]
                 raise WorkerTimeout(f"ranks {alive} still running after {timeout:.1f}s; killed")
     finally:
-        _stop_all(context.processes)
+        _stop_all(procs)
+
+
+def _wait_for_exits(procs: Sequence[Any], grace_s: float) -> set[int]:
+    """Waits up to ``grace_s`` for every process to exit; returns the ranks that did by themselves."""
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        live = [p.sentinel for p in procs if p.exitcode is None]
+        if not live:
+            break
+        multiprocessing.connection.wait(live, timeout=max(0.0, end - time.monotonic()))
+    return {r for r, p in enumerate(procs) if p.exitcode is not None}
 
 
 # What the fork server imports once, so that each worker forked from it starts in milliseconds
@@ -252,18 +267,21 @@ def die_with(pid: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="graphdist-launcher-watch", daemon=True).start()
 
 
-FAILURE_GRACE_S = 3.0
+FAILURE_GRACE_S = 2.0  # enough for a peer that saw a connection close to write its error
 PEER_SYMPTOM = re.compile(r"^graphdist\.comm\.group\.CommError: ", re.MULTILINE)
 
 
-def describe_failure(processes: Sequence[Any], error_files: Sequence[str]) -> str:
+def describe_failure(processes: Sequence[Any], error_files: Sequence[str], exited: Optional[set[int]] = None) -> str:
     """Names the rank that caused a failed job, with its traceback.
 
     A rank that lost a peer fails too, with a ``CommError`` (a collective saw the
-    connection close): that is a symptom. The cause is a rank that raised
+    connection close or time out): that is a symptom. The cause is a rank that raised
     anything else, or else one that died without a traceback (killed, or exited
-    non-zero); only when every failure is a ``CommError`` is the first one named.
+    non-zero) by itself (``exited``: the ranks that ended before the launcher stopped
+    any; default all); only when every failure is a ``CommError`` is the first one named.
     """
+    if exited is None:
+        exited = set(range(len(processes)))
     raised: dict[int, str] = {}
     for rank, path in enumerate(error_files):
         try:
@@ -271,7 +289,7 @@ def describe_failure(processes: Sequence[Any], error_files: Sequence[str]) -> st
                 raised[rank] = pickle.load(fh)
         except (OSError, EOFError, pickle.UnpicklingError):
             continue
-    died = [r for r, p in enumerate(processes) if r not in raised and p.exitcode not in (None, 0)]
+    died = [r for r, p in enumerate(processes) if r in exited and r not in raised and p.exitcode not in (None, 0)]
     causes = [r for r, tb in raised.items() if not PEER_SYMPTOM.search(tb)]
     if causes:
         rank = causes[0]

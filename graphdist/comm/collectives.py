@@ -63,6 +63,15 @@ def _fail(op: str, exc: BaseException, group: Group = None) -> CommError:
     return CommError(f"[rank {get_rank()}] {op} failed in a group of {size} ranks: {exc}. {_culprits(str(exc))}")
 
 
+def _silent_peers(message: str) -> str:
+    """After a plain timeout (no peer address to blame): the ranks whose heartbeat stopped."""
+    if "timed out" not in message.lower():
+        return ""
+    from graphdist.comm import heartbeat
+
+    return heartbeat.describe_silent(get_world_size())
+
+
 def _culprits(message: str) -> str:
     """Names the ranks behind the peer addresses a backend error mentions (gloo: ``[10.0.0.2]:4167``)."""
     found = []
@@ -72,7 +81,7 @@ def _culprits(message: str) -> str:
             found.append(f"{address} = rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}")
     if found:
         return f"Unreachable peer {'; '.join(found)}: that host or its link is down; see its log."
-    return "A peer rank probably died or its link is down; see that rank's log."
+    return _silent_peers(message) or "A peer rank probably died or its link is down; see that rank's log."
 
 
 def _run(op: str, group: Group, call: Callable[[], Any]) -> Any:

@@ -71,6 +71,10 @@ def init_process_group(
     gathered: list[Optional[str]] = [None] * world_size
     dist.all_gather_object(gathered, local_address(), group=_CPU_GROUP)
     _PEER_ADDRESSES = [str(a) for a in gathered]
+    if world_size > 1:
+        from graphdist.comm import heartbeat
+
+        heartbeat.start(rank)  # so that a timeout can name a stopped peer
 
 
 def local_address() -> str:
@@ -110,6 +114,9 @@ def cpu_group() -> Optional[object]:
 
 def shutdown() -> None:
     """Leaves the process group if one is set up."""
+    from graphdist.comm import heartbeat
+
+    heartbeat.stop()
     global _CPU_GROUP, _PEER_ADDRESSES
     _CPU_GROUP, _PEER_ADDRESSES = None, []
     if dist.is_initialized():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Any, Callable, Iterator, Sequence
+from typing import Optional, Any, Callable, Iterator, Sequence
 
 from graphdist.launch import WorkerFailed, WorkerTimeout, spawn
 
@@ -44,6 +44,7 @@ def launch(
     *args: Any,
     backend: str = "gloo",
     timeout: float = 60.0,
+    collective_timeout: Optional[float] = None,
 ) -> None:
     """Runs ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes.
 
@@ -55,6 +56,7 @@ def launch(
         *args: extra arguments passed to ``fn`` (picklable).
         backend: process-group backend (default ``gloo``).
         timeout: seconds before the whole launch is killed (default 60; tests pass a few).
+        collective_timeout: seconds before a collective fails (default ``timeout``).
 
     Raises:
         WorkerFailed: a worker raised or exited non-zero (its rank and traceback in the message).
@@ -75,7 +77,8 @@ def launch(
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
     with tempfile.TemporaryDirectory(prefix="graphdist-launch-") as tmp:
         init_file = os.path.join(tmp, "store")
-        spawn(_child, world_size, args=(fn, world_size, init_file, backend, timeout, args), timeout=timeout)
+        spawn(_child, world_size, args=(fn, world_size, init_file, backend, collective_timeout or timeout, args),
+              timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -72,6 +72,28 @@ def test_dead_peer_fails_fast_and_names_rank():
     assert time.monotonic() - start < 40
 
 
+def _stopped_peer_body(rank: int, world_size: int) -> None:
+    import signal
+
+    from graphdist import comm
+
+    comm.all_reduce(torch.ones(1))  # every rank has joined and beats
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGSTOP)  # hung, not dead: its sockets stay open
+    comm.all_reduce(torch.ones(1))
+
+
+def test_stopped_peer_is_named_and_the_job_ends_within_timeout_plus_5s():
+    from graphdist.testing.launch import launch as launch_with_timeout
+
+    timeout = 6.0
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match=r"Rank 2 stopped beating: stopped \(SIGSTOP, a debugger\) or hung"):
+        launch_with_timeout(_stopped_peer_body, 3, timeout=60, collective_timeout=timeout)
+    took = time.monotonic() - start
+    assert took < 2 * (timeout + 5) + 5, f"the job took {took:.1f} s to end"  # start-up, then tests allow 2x
+
+
 def test_backend_error_names_ranks_behind_peer_address(monkeypatch):
     import graphdist.comm.group as group
     from graphdist.comm.collectives import _culprits
