@@ -36,6 +36,10 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
+        if os.environ.get("GRAPHDIST_TEST_FAULT"):  # a kill here, between write and rename, must tear nothing
+            from graphdist.testing.faults import fault_point
+
+            fault_point("checkpoint")
         os.replace(tmp, path)
     except BaseException as exc:
         try:

@@ -27,7 +27,9 @@ ALLOWED = {
 # Single modules a layer may import beyond ALLOWED. The trainer applies the test-only slowdown
 # (GRAPHDIST_TEST_SLOWDOWN, a slow worker emulated for the rebalancer's tests and bench), and
 # imports it only when that variable is set.
-EXCEPTIONS = {"graphdist.trainers": {"graphdist.testing.slowdown"}}
+# Both apply the test-only fault points (GRAPHDIST_TEST_FAULT), imported only when it is set.
+EXCEPTIONS = {"graphdist.trainers": {"graphdist.testing.slowdown", "graphdist.testing.faults"},
+              "graphdist.comm": {"graphdist.testing.faults"}}
 
 
 def _layer(module: str) -> str:

@@ -25,6 +25,7 @@ Example (one rank, a real gloo group):
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -190,12 +191,21 @@ def wait_future(future: torch.futures.Future, op: str = "collective", group: Gro
 REDUCE_OPS = ("sum", "max", "min")
 
 
+def _fault(point: str) -> None:
+    """A test-only injection point (``GRAPHDIST_TEST_FAULT``; see graphdist.testing.faults)."""
+    if os.environ.get("GRAPHDIST_TEST_FAULT"):
+        from graphdist.testing.faults import fault_point
+
+        fault_point(point)
+
+
 def start_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None) -> Handle:
     """Starts an in-place all-reduce on the backend and returns at once; counts nothing.
 
     The building block of the allreduce algorithms (``graphdist.comm.algorithms``), which
     count their bytes by their own formulas; callers use ``comm.all_reduce`` or an algorithm.
     """
+    _fault("allreduce")
     if op not in REDUCE_OPS:
         raise ValueError(f"Expected op one of {REDUCE_OPS} (got {op!r})")
     reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
@@ -337,6 +347,7 @@ def all_to_all_v_async(
         >>> asked[0].shape
         torch.Size([2, 3])
     """
+    _fault(f"exchange:{tag}")
     group = _route(group, inputs[0] if inputs else None)
     size = dist.get_world_size(group)
     if len(inputs) != size:

@@ -1,14 +1,25 @@
-"""Fault injection for tests: a model wrapper that fails on one rank at a chosen step.
+"""Fault injection for tests and ``bench/bench_faults.py``.
 
-It lives in an importable module (not a test file) because spawned workers
-must unpickle it.
+* ``FailingModel``: a model wrapper that fails on one rank at a chosen forward call.
+* ``fault_point(name)``: named injection points in the training path. ``GRAPHDIST_TEST_FAULT=
+  POINT:RANK:HIT`` SIGKILLs rank RANK the HIT-th time it passes POINT (as the OOM killer or a
+  dead host would end it); ``GRAPHDIST_TEST_FAULT=count:DIR`` instead keeps each process's
+  counts in ``DIR/counts-<rank>-<pid>.json``, so a bench can aim at a pass that happens.
+  Unset, a point costs one dictionary lookup. Points: ``startup``, ``exchange:sample`` and
+  ``exchange:feature`` (minibatch sampling and feature fetch), ``exchange:halo`` (full-graph),
+  ``allreduce`` (gradients, averages, metrics), ``checkpoint`` (inside the write, before the
+  rename), ``evaluate``.
+
+It lives in an importable module (not a test file) because spawned workers must unpickle it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-from typing import Any
+import threading
+from typing import Any, Optional
 
 import torch
 
@@ -64,3 +75,41 @@ class FailingModel(torch.nn.Module):
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure on rank {self.fail_rank} at forward call {self.calls}")
         return self.inner(x, blocks)
+
+
+FAULT_VAR = "GRAPHDIST_TEST_FAULT"
+_passes: dict[str, int] = {}
+_lock = threading.Lock()  # the prefetch thread passes exchange points while the main thread reduces
+
+
+def fault_point(point: str, rank: Optional[int] = None) -> None:
+    """Counts a pass through ``point``; SIGKILLs this process on the pass ``GRAPHDIST_TEST_FAULT`` names.
+
+    Example:
+        >>> fault_point("startup", rank=0)  # unset: nothing happens
+    """
+    spec = os.environ.get(FAULT_VAR)
+    if not spec:
+        return
+    if rank is None:
+        from graphdist import comm
+
+        rank = comm.get_rank()
+    with _lock:
+        _passes[point] = _passes.get(point, 0) + 1
+        passes = _passes[point]
+        if spec.startswith("count:"):
+            # rewritten at every pass: forked workers leave by os._exit, which runs no atexit handler
+            _write_counts(spec[len("count:"):], rank)
+            return
+    name, want_rank, hit = spec.rsplit(":", 2)
+    if name == point and int(want_rank) == rank and passes == int(hit):
+        print(f"[rank {rank}] fault injected: SIGKILL at {point} (pass {hit})", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_counts(directory: str, rank: int) -> None:
+    path = os.path.join(directory, f"counts-{rank}-{os.getpid()}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({"rank": rank, "passes": _passes}, f)
+    os.replace(path + ".tmp", path)

@@ -25,7 +25,7 @@ BENCH = REPO / "bench"
 TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
-SMOKED = ("bench_cluster.py", "bench_dist_sampler.py", "bench_generator.py", "bench_models.py",
+SMOKED = ("bench_cluster.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py", "bench_models.py",
           "bench_partition.py", "bench_placement.py", "bench_sampler.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
 
@@ -228,3 +228,18 @@ def test_bench_placement(tmp_path):
     rows = _read(out, "started", "rows", "slowdown")["rows"]
     assert [r["arm"] for r in rows] == ["R=0", "R=2"] and rows[0]["bound"] == 1.5
     assert all(seeds == 140 for r in rows for run in r["runs"] for seeds in run["seeds"])  # cora's train nodes, once
+
+
+@pytest.mark.slow
+def test_bench_faults(tmp_path):
+    out = tmp_path / "faults.json"
+    res = _bench("bench_faults.py", "--strategies", "minibatch", "--runs", 2, "--nodes", 1500, "--epochs", 2,
+                 "--out", out, timeout=400)
+    _ok(res)
+    assert "resumes differed" in res.stdout
+    doc = _read(out, "config", "summary", "runs")
+    summary = doc["summary"]["minibatch"]
+    assert summary["runs"] == 2 and summary["faults_injected"] == 2, doc["runs"]
+    # the guarantees, on these two runs: every one failed, named the rank, left nothing, recovered exactly
+    assert summary["named_rank"] == 2 and summary["hangs"] == 0 and summary["processes_left"] == 0, doc["runs"]
+    assert summary["checkpoints_torn"] == 0 and summary["resumes_differed"] == 0, doc["runs"]
