@@ -149,8 +149,10 @@ def faulted_run(a: argparse.Namespace, strategy: str, point: str, rank: int, hit
     else:  # killed before the first checkpoint: the failed run left nothing, so run it again
         cmd = train_args(a, strategy, run_dir)
     again = launch(cmd, env, limit_s=600)
-    row["recovered"] = again["rc"] == 0 and (run_dir / "checkpoint.pt").exists() and same(final_params(run_dir), ref)
-    if again["rc"] != 0:
+    # A kill after the last checkpoint leaves a complete run: the resume says so (exit 2) and trains nothing.
+    complete = again["rc"] == 2 and "the run is complete" in again["stderr"]
+    row["recovered"] = (again["rc"] == 0 or complete) and ckpt.exists() and same(final_params(run_dir), ref)
+    if again["rc"] != 0 and not complete:
         row["recover_error"] = again["stderr"][-500:]
     return row
 
