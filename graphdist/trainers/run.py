@@ -300,17 +300,19 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
             t0 = time.perf_counter()
             record.update(strategy.evaluate())
             record["eval_time_s"] = time.perf_counter() - t0
-        # The checkpoint comes last: when it says N epochs, the record and best.pt of epoch N are
-        # written too, and a run killed before it redoes epoch N from the previous one.
+        # The checkpoint comes after the record and best.pt (a checkpoint of N epochs implies both;
+        # a run killed before it redoes epoch N from the previous one), and the epoch line after the
+        # checkpoint: "epoch N done" means it is saved.
         if main:
             runlog.append_metrics(run_path, record)
             history.append(record)
-            logger.info(epoch_line(record))
         if main and record.get("val_acc") is not None and (best is None or record["val_acc"] > best):
             best = record["val_acc"]
             save_best(strategy, run_path, record)
         if epoch % cfg.checkpoint_every == 0 or epoch == cfg.epochs:
             save(strategy, run_path, epoch)
+        if main:
+            logger.info(epoch_line(record))
     if main:
         runlog.plot_run(run_path, history, title=f"{cfg.dataset} | {cfg.model} | {cfg.strategy} | "
                                                   f"{strategy.ctx.world_size} workers")
