@@ -233,13 +233,13 @@ def test_bench_placement(tmp_path):
 @pytest.mark.slow
 def test_bench_faults(tmp_path):
     out = tmp_path / "faults.json"
-    res = _bench("bench_faults.py", "--strategies", "minibatch", "--runs", 2, "--nodes", 1500, "--epochs", 2,
+    res = _bench("bench_faults.py", "--strategies", "minibatch", "--runs", 1, "--nodes", 1500, "--epochs", 2,
                  "--out", out, timeout=400)
     _ok(res)
     assert "resumes differed" in res.stdout
     doc = _read(out, "config", "summary", "runs")
     summary = doc["summary"]["minibatch"]
-    assert summary["runs"] == 2 and summary["faults_injected"] == 2, doc["runs"]
-    # the guarantees, on these two runs: every one failed, named the rank, left nothing, recovered exactly
-    assert summary["named_rank"] == 2 and summary["hangs"] == 0 and summary["processes_left"] == 0, doc["runs"]
+    assert summary["runs"] == 1 and summary["faults_injected"] == 1, doc["runs"]
+    # the guarantees, on this run: it failed, named the rank, left nothing, recovered exactly
+    assert summary["named_rank"] == 1 and summary["hangs"] == 0 and summary["processes_left"] == 0, doc["runs"]
     assert summary["checkpoints_torn"] == 0 and summary["resumes_differed"] == 0, doc["runs"]
