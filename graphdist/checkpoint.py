@@ -36,10 +36,9 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        if os.environ.get("GRAPHDIST_TEST_FAULT"):  # a kill here, between write and rename, must tear nothing
-            from graphdist.testing.faults import fault_point
+        from graphdist.comm import injection_point
 
-            fault_point("checkpoint")
+        injection_point("checkpoint")  # test-only: a kill here, between write and rename, must tear nothing
         os.replace(tmp, path)
     except BaseException as exc:
         try:

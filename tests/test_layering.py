@@ -27,8 +27,8 @@ ALLOWED = {
 # Single modules a layer may import beyond ALLOWED. The trainer applies the test-only slowdown
 # (GRAPHDIST_TEST_SLOWDOWN, a slow worker emulated for the rebalancer's tests and bench), and
 # imports it only when that variable is set.
-# Both apply the test-only fault points (GRAPHDIST_TEST_FAULT), imported only when it is set.
-EXCEPTIONS = {"graphdist.trainers": {"graphdist.testing.slowdown", "graphdist.testing.faults"},
+# comm applies the test-only fault points (GRAPHDIST_TEST_FAULT, comm.injection_point), imported only when set.
+EXCEPTIONS = {"graphdist.trainers": {"graphdist.testing.slowdown"},
               "graphdist.comm": {"graphdist.testing.faults"}}
 
 

@@ -191,12 +191,15 @@ def wait_future(future: torch.futures.Future, op: str = "collective", group: Gro
 REDUCE_OPS = ("sum", "max", "min")
 
 
-def _fault(point: str) -> None:
-    """A test-only injection point (``GRAPHDIST_TEST_FAULT``; see graphdist.testing.faults)."""
+def injection_point(point: str, rank: Optional[int] = None) -> None:
+    """A test-only fault injection point (``GRAPHDIST_TEST_FAULT``; see graphdist.testing.faults).
+
+    Unset, it costs one environment lookup and imports nothing.
+    """
     if os.environ.get("GRAPHDIST_TEST_FAULT"):
         from graphdist.testing.faults import fault_point
 
-        fault_point(point)
+        fault_point(point, rank)
 
 
 def start_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None) -> Handle:
@@ -205,7 +208,7 @@ def start_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None)
     The building block of the allreduce algorithms (``graphdist.comm.algorithms``), which
     count their bytes by their own formulas; callers use ``comm.all_reduce`` or an algorithm.
     """
-    _fault("allreduce")
+    injection_point("allreduce")
     if op not in REDUCE_OPS:
         raise ValueError(f"Expected op one of {REDUCE_OPS} (got {op!r})")
     reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
@@ -347,7 +350,7 @@ def all_to_all_v_async(
         >>> asked[0].shape
         torch.Size([2, 3])
     """
-    _fault(f"exchange:{tag}")
+    injection_point(f"exchange:{tag}")
     group = _route(group, inputs[0] if inputs else None)
     size = dist.get_world_size(group)
     if len(inputs) != size:

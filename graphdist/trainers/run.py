@@ -296,7 +296,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
         stats = strategy.train_epoch(epoch, on_progress=(lambda step, line: logger.info(line)) if main else None)
         record = {"epoch": epoch, **reduce_epoch(stats), **_traffic()}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-            _fault("evaluate")
+            comm.injection_point("evaluate")
             t0 = time.perf_counter()
             record.update(strategy.evaluate())
             record["eval_time_s"] = time.perf_counter() - t0
@@ -333,7 +333,7 @@ def worker_main(
     Raises:
         CommError: a collective failed or timed out (names this rank and the operation).
     """
-    _fault("startup", rank)
+    comm.injection_point("startup", rank)
     log = logging.getLogger("graphdist")
     # A worker run in the caller's process (one worker; a notebook) hands its logging back as it found it.
     saved_logging = (log.handlers[:], log.level, log.propagate)
@@ -350,14 +350,6 @@ def worker_main(
         log.setLevel(saved_logging[1])
         log.propagate = saved_logging[2]
         comm.shutdown()
-
-
-def _fault(point: str, rank: Optional[int] = None) -> None:
-    """A test-only injection point (``GRAPHDIST_TEST_FAULT``; see graphdist.testing.faults)."""
-    if os.environ.get("GRAPHDIST_TEST_FAULT"):
-        from graphdist.testing.faults import fault_point
-
-        fault_point(point, rank)
 
 
 def epoch_line(r: dict[str, Any]) -> str:
