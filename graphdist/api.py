@@ -179,7 +179,10 @@ class Trainer:
             return path
         from graphdist.data import load_graph
 
-        graph = load_graph(cfg.source)  # first: an unknown name fails before anything is said or made
+        try:
+            graph = load_graph(cfg.source)  # first: an unknown name fails before anything is said or made
+        except (ValueError, FileNotFoundError) as exc:
+            raise type(exc)(f"--dataset: {exc}") from None
         if key == "missing":  # fetched just now: key what was fetched
             key = source_key(cfg.source)
             path = default_output(cfg.source, config, key)

@@ -21,19 +21,29 @@ CHECKPOINT_NAME = "checkpoint.pt"
 BEST_NAME = "best.pt"  # the best-validation epoch's model (and optimizer); no per-rank state
 
 
-def atomic_torch_save(obj: Any, path: Path) -> None:
+def atomic_torch_save(obj: Any, path: Path, what: str = "checkpoint") -> None:
     """``torch.save`` to a temp file in the same directory, fsync, then rename.
 
+    The object is serialized in memory first and written in one go: torch's own file writer
+    reports a full disk as ``unexpected pos`` without an errno, a plain write says ENOSPC.
+
     Raises:
-        OSError: with the path named, if the write fails (e.g. disk full); the
-            previous file at ``path`` is left untouched.
+        OSError: with the path named (and, for a full disk, the free space), if the write fails;
+            the previous file at ``path`` is left untouched and no temporary file is left.
     """
+    import io
+
+    from graphdist.data.paths import write_error
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            f.write(buffer.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         from graphdist.comm import injection_point
@@ -41,12 +51,17 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         injection_point("checkpoint")  # test-only: a kill here, between write and rename, must tear nothing
         os.replace(tmp, path)
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        error = None
         if isinstance(exc, OSError):
-            raise OSError(exc.errno, f"could not write checkpoint {path}: {exc.strerror}") from exc
+            error = write_error(exc, path, what,
+                                f"the previous {path.name} is intact" if path.exists() else "nothing was written")
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if error is not None:
+            raise error from exc
         raise
 
 

@@ -201,7 +201,7 @@ FIELD_NAMES = tuple(f.name for f in fields(TrainConfig))
 
 
 _TYPE_WORDS = {"int": "an integer", "Optional[int]": "an integer", "float": "a number", "Optional[float]": "a number",
-               "bool": "true or false", "Optional[bool]": "true or false"}
+               "bool": "true or false (1/0, yes/no, on/off)", "Optional[bool]": "true or false (1/0, yes/no, on/off)"}
 
 
 def _coerce(name: str, value: Any, source: Optional[str] = None) -> Any:
@@ -216,9 +216,17 @@ def _coerce(name: str, value: Any, source: Optional[str] = None) -> Any:
     f = next(f for f in fields(TrainConfig) if f.name == name)
     typ = str(f.type)
     if value is None:
-        return None
+        if typ.startswith("Optional["):
+            return None
+        raise ValueError(f"{source or '--' + name.replace('_', '-')} has no value (YAML null); give one or "
+                         f"leave the key out for the default")
     if name in ("fanouts", "devices"):
-        items = value.split(",") if isinstance(value, str) else list(value)
+        if isinstance(value, str):
+            items = value.split(",")
+        elif isinstance(value, (list, tuple)):
+            items = list(value)
+        else:  # a YAML scalar: one layer's fan-out, one device
+            items = [value]
         items = [str(i).strip() for i in items if str(i).strip()]
         if name == "fanouts":
             try:
@@ -234,7 +242,10 @@ def _coerce(name: str, value: Any, source: Optional[str] = None) -> Any:
             return float(value)
         if typ in ("bool", "Optional[bool]"):
             if isinstance(value, str):
-                return value.strip().lower() in ("1", "true", "yes", "on")
+                word = value.strip().lower()
+                if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                    return word in ("1", "true", "yes", "on")
+                raise ValueError(value)  # worded below
             return bool(value)
     except (TypeError, ValueError):
         where = source or f"--{name.replace('_', '-')}"
@@ -327,20 +338,62 @@ def resolve(
         >>> resolve({}, environ={"GRAPHDIST_LR": "0.1"}, base={"lr": 0.01, "epochs": 7}).lr
         0.1
     """
+    values, origin = merge(cli, config_file, environ, base)
+    try:
+        return TrainConfig(**values)
+    except ValueError as exc:
+        raise ValueError(with_origin(str(exc), origin)) from None
+
+
+def merge(
+    cli: Mapping[str, Any],
+    config_file: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    base: Optional[Mapping[str, Any]] = None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The merged field values, and where each one not given as a flag came from (for messages).
+
+    Example:
+        >>> merge({"epochs": 3}, environ={"GRAPHDIST_LR": "0.1"})
+        ({'lr': 0.1, 'epochs': 3}, {'lr': 'GRAPHDIST_LR'})
+    """
     values: dict[str, Any] = {k: _coerce(k, v, source="the saved config") for k, v in (base or {}).items()
                               if k in FIELD_NAMES and k not in ("resume", "predict", "dry_run")}
+    origin = {k: "the resumed run's config.yaml" for k in values}
     if config_file:
-        values.update(load_config_file(config_file))
-    values.update(env_overrides(environ))
-    values.update({k: _coerce(k, v) for k, v in cli.items() if v is not None})
+        from_file = load_config_file(config_file)
+        values.update(from_file)
+        origin.update({k: f"--config {config_file}: {k}" for k in from_file})
+    from_env = env_overrides(environ)
+    values.update(from_env)
+    origin.update({k: f"GRAPHDIST_{k.upper()}" for k in from_env})
+    given = {k: _coerce(k, v) for k, v in cli.items() if v is not None}
+    values.update(given)
+    for k in given:
+        origin.pop(k, None)
     if "layers" in values and "fanouts" not in values:
         # The default fan-outs fit the default depth only: derive a matching list.
         values["fanouts"] = tuple((15, 10, 5, 5, 5, 5, 5, 5)[: int(values["layers"])])
-    return TrainConfig(**values)
+    return values, origin
+
+
+def with_origin(message: str, origin: Mapping[str, str]) -> str:
+    """Prefixes a refusal worded with flags by where the values it names came from, when not a flag.
+
+    Example:
+        >>> with_origin("--avg-every must be >= 1 step (got 0)", {"avg_every": "GRAPHDIST_AVG_EVERY"})
+        'GRAPHDIST_AVG_EVERY: --avg-every must be >= 1 step (got 0)'
+    """
+    import re
+
+    named = [where for name, where in origin.items()
+             if re.search(rf"--{name.replace('_', '-')}(?![\w-])", message) and where not in message]
+    return f"{', '.join(named)}: {message}" if named else message
 
 
 def replace(cfg: TrainConfig, **changes: Any) -> TrainConfig:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["DEFAULT_DATASET", "TrainConfig", "resolve", "load_config_file", "env_overrides", "replace"]
+__all__ = ["DEFAULT_DATASET", "TrainConfig", "resolve", "merge", "with_origin", "load_config_file", "env_overrides",
+           "replace"]

@@ -70,9 +70,7 @@ def write_config(run_dir: Path, config: dict[str, Any]) -> None:
     import yaml
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{CONFIG_NAME}.tmp"
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    os.replace(tmp, run_dir / CONFIG_NAME)
+    write_text_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False), "the run's config")
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
@@ -128,9 +126,7 @@ def locked(run_dir: Path, flag: str = "--run-dir") -> Iterator[Path]:
 def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Updates ``run.json`` with ``fields`` (atomically) and returns the whole record."""
     record = {**read_status(run_dir), **fields, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    tmp = Path(run_dir) / f".{STATUS_NAME}.tmp"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, Path(run_dir) / STATUS_NAME)
+    write_text_atomic(Path(run_dir) / STATUS_NAME, json.dumps(record, indent=1) + "\n", "the run's status")
     return record
 
 
@@ -143,11 +139,23 @@ def read_status(run_dir: Path) -> dict[str, Any]:
 
 
 def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
-    """Appends one epoch's record; flushed and fsynced so a crash keeps every finished epoch."""
-    with open(Path(run_dir) / METRICS_NAME, "a") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Appends one epoch's record; flushed and fsynced so a crash keeps every finished epoch.
+
+    A write that fails (a full disk) is cut off again: the file never ends in half a line.
+    """
+    from graphdist.data.paths import write_error
+
+    path = Path(run_dir) / METRICS_NAME
+    with open(path, "ab") as f:
+        end = f.tell()
+        try:
+            f.write((json.dumps(record) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as exc:
+            error = write_error(exc, path, "the metrics", "the records of earlier epochs are intact")
+            f.truncate(end)
+            raise error from exc
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -173,10 +181,32 @@ def best_epoch(history: list[dict[str, Any]]) -> dict[str, Any]:
 def truncate_metrics(run_dir: Path, epochs: int) -> None:
     """Keeps the records of the first ``epochs`` epochs (a resume redoes anything after)."""
     kept = [r for r in read_metrics(run_dir) if r.get("epoch", 0) <= epochs]
-    path = Path(run_dir) / METRICS_NAME
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
+    write_text_atomic(Path(run_dir) / METRICS_NAME, "".join(json.dumps(r) + "\n" for r in kept), "the metrics")
+
+
+def write_text_atomic(path: Path, text: str, what: str) -> None:
+    """Writes ``path`` through a temporary sibling and a rename: a failed write leaves the old file whole.
+
+    Raises:
+        OSError: naming ``what`` and ``path`` (and the free space when the disk is full); no
+            temporary file is left.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "x.json"
+        >>> write_text_atomic(path, "{}", "a test file"); path.read_text()
+        '{}'
+    """
+    from graphdist.data.paths import write_error
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        error = write_error(exc, path, what, f"the previous {path.name} is intact" if path.exists() else "")
+        tmp.unlink(missing_ok=True)
+        raise error from exc
 
 
 def plot_run(run_dir: Path, history: Optional[list[dict[str, Any]]] = None, title: str = "") -> list[Path]:

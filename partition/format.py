@@ -18,10 +18,11 @@ Layout (``FORMAT_VERSION`` 1)::
     │   └── masks.npy      bool [3, num_inner]      train, val, test rows (absent ones all False)
     └── part-1/ ...
 
-The writer fills a hidden temporary sibling (``.<name>.tmp-<pid>-<rand>``) and
-renames it into place last, so a run that raises leaves no output directory
-and one that is killed leaves only a hidden temporary directory, never
-something that looks complete. The reader maps every array copy-on-write
+The writer fills a hidden temporary sibling (``.<name>.tmp-<pid>-<rand>``, locked
+with ``flock`` while it writes) and renames it into place last, so a run that
+raises leaves no output directory and one that is killed leaves only a hidden
+temporary directory, never something that looks complete; the next writer of
+the same ``<name>`` removes what a dead writer left. The reader maps every array copy-on-write
 (``np.load(mmap_mode="c")``): opening a part reads nothing large.
 
 Example:
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 
 from graphdist.data.graph import MASK_NAMES, Graph
+from graphdist.data.paths import write_error
 from partition.csr import graph_arrays
 from partition.halo import PartArrays, Relabel, build_part, edges_by_source_part
 from partition.part import Partition
@@ -95,14 +97,97 @@ def staged_directory(out: PathLike, force: bool = False) -> Iterator[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise PermissionError(f"--out: cannot write into {out.parent} (permission denied); choose another --out")
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    clean_stale_siblings(out)
+    _check_replaceable(out, force)  # a stale sibling may have been the previous ``out``, now restored
+    token = f"{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = out.parent / f".{out.name}.tmp-{token}"
+    with _held_directory(out.parent / f".{out.name}.new-{token}", tmp):
+        try:
+            yield tmp
+            _commit(tmp, out, force, token)
+        except BaseException as exc:
+            error = None
+            if isinstance(exc, OSError) and not isinstance(exc, (FileExistsError, PermissionError)):
+                kept = "the previous one is intact" if out.exists() else "nothing was written"
+                error = write_error(exc, out, "partition directory", kept)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if error is not None:
+                raise error from exc
+            raise
+
+
+@contextlib.contextmanager
+def _held_directory(fresh: Path, final: Path) -> Iterator[None]:
+    """Creates ``final`` holding an exclusive ``flock`` on it for the block.
+
+    The directory is made under ``fresh`` and locked before it is renamed to ``final``, so a
+    directory named ``.<out>.tmp-*`` is locked for as long as its writer lives: the kernel drops
+    the lock when the writer dies (even by SIGKILL), which is how the next run tells a stale
+    sibling from one that another process is still writing.
+    """
+    import fcntl
+
+    fresh.mkdir()
+    fd = os.open(fresh, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield tmp
-        _commit(tmp, out, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(fresh, final)
+        yield
+    finally:
+        os.close(fd)
+
+
+def clean_stale_siblings(out: PathLike) -> list[Path]:
+    """Removes the temporary siblings of ``out`` that a killed writer left; returns what it removed.
+
+    A writer killed while writing leaves ``.<name>.tmp-*``; one killed between moving an
+    existing ``out`` aside (``force``) and renaming its new directory in leaves
+    ``.<name>.old-*`` and no ``out``: that previous directory is renamed back to ``out``.
+    Siblings whose writer is alive (its lock is held) are left alone.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "p"
+        >>> (out.parent / ".p.tmp-123-ab").mkdir()  # as a SIGKILLed writer leaves it
+        >>> [p.name for p in clean_stale_siblings(out)]
+        ['.p.tmp-123-ab']
+    """
+    out = Path(out)
+    if not out.parent.is_dir():
+        return []
+    removed = []
+    for kind in ("tmp", "new", "old"):
+        for sibling in sorted(out.parent.glob(f".{out.name}.{kind}-*")):
+            token = sibling.name[len(f".{out.name}.{kind}-"):]
+            # an old directory is its writer's until that writer's tmp (same token) is unlocked
+            holder = out.parent / f".{out.name}.tmp-{token}" if kind == "old" else sibling
+            if not sibling.is_dir() or sibling.is_symlink() or not _is_stale(holder):
+                continue
+            if kind == "old" and not out.exists() and (sibling / META).exists():
+                os.replace(sibling, out)  # the writer died before its new directory took the place
+                continue
+            shutil.rmtree(sibling, ignore_errors=True)
+            removed.append(sibling)
+    return removed
+
+
+def _is_stale(tmp: Path) -> bool:
+    """Whether no live process holds the lock on ``tmp`` (a missing ``tmp`` has no writer)."""
+    import fcntl
+
+    try:
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # not ours to judge (permissions): leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _check_replaceable(out: Path, force: bool) -> None:
@@ -121,12 +206,12 @@ def _check_replaceable(out: Path, force: bool) -> None:
     )
 
 
-def _commit(tmp: Path, out: Path, force: bool) -> None:
+def _commit(tmp: Path, out: Path, force: bool, token: str) -> None:
     """Renames ``tmp`` to ``out``; an existing ``out`` (force) is moved aside first, then removed."""
     old = None
     if out.exists():
         _check_replaceable(out, force)  # it may have appeared while we worked
-        old = out.parent / f".{out.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+        old = out.parent / f".{out.name}.old-{token}"  # the token ties it to tmp's lock
         os.replace(out, old)
     os.replace(tmp, out)
     if old is not None:

@@ -158,6 +158,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if os.environ.get("GRAPHDIST_DEBUG"):
             raise
         return _fail(_message(exc), 2)
+    except OSError as exc:  # a full disk, an I/O error: the message names the path and what is intact
+        if os.environ.get("GRAPHDIST_DEBUG"):
+            raise
+        return _fail(_message(exc), 1)
     except Exception as exc:  # noqa: BLE001 - never a traceback at the CLI; GRAPHDIST_DEBUG=1 shows it
         if os.environ.get("GRAPHDIST_DEBUG"):
             raise
@@ -195,6 +199,7 @@ def _run(args: CliArgs, argv: list[str]) -> int:
     )
     print(f"{graph!r}", file=sys.stderr)
     print(estimate.describe(), file=sys.stderr)
+    _check_free_space(args.out, graph)
     out = partition(
         graph, config.num_parts, config.method, args.out, config.seed, config.halo_hops, config.balance,
         config.force, progress=args.progress, command=argv,
@@ -204,6 +209,19 @@ def _run(args: CliArgs, argv: list[str]) -> int:
     print(partition_stats(out).table())
     print(f"wrote {out}")
     return 0
+
+
+def _check_free_space(out: Optional[Path], graph) -> None:
+    """Refuses before partitioning when the output cannot fit: features and edge lists are written once
+    whatever the method, so their size is a lower bound of the directory's."""
+    from graphdist.data.paths import cache_dir, free_bytes, human_bytes
+
+    target = out if out is not None else cache_dir()
+    needed = graph.num_edges * 8 + (graph.x.numel() * graph.x.element_size() if graph.x is not None else 0)
+    free = free_bytes(target)
+    if free is not None and free < needed:
+        raise UsageError(f"--out {target}: the partition directory needs at least {human_bytes(needed)} and "
+                         f"{human_bytes(free)} is free there; free space or choose another --out")
 
 
 def _load(dataset: str):  # -> Graph; untyped here so --help never imports torch

@@ -206,6 +206,18 @@ def _resolve(argv: Optional[Sequence[str]]):
     return resolve(_cli_values(ns), ns.config, base=base)
 
 
+def _origins(argv: Optional[Sequence[str]]) -> dict[str, str]:
+    """Where each setting not given as a flag came from (``GRAPHDIST_LR``, ``--config FILE: lr``), or {}."""
+    from graphdist.config import merge
+    from graphdist import runlog
+
+    try:
+        ns = build_parser().parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
+        return merge(_cli_values(ns), ns.config, base=runlog.read_config(ns.resume) if ns.resume else None)[1]
+    except Exception:  # noqa: BLE001 - only for wording a message that is already on its way
+        return {}
+
+
 def dry_run(cfg) -> None:
     from graphdist.data import load_graph
 
@@ -251,8 +263,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         started = trainer is not None and trainer.started
         if not started and not _expected_refusal(exc):
             raise  # a bug, not a refusal: keep the traceback
+        from graphdist.config import with_origin
+
+        origin = {} if started else _origins(argv)
         for line in error_lines(exc):
-            print(f"graphdist-train: error: {line}", file=sys.stderr)
+            print(f"graphdist-train: error: {with_origin(line, origin)}", file=sys.stderr)
         hint = _resume_hint(trainer) if started else ""
         if hint:
             print(f"graphdist-train:{hint.lstrip(';')}", file=sys.stderr)

@@ -6,7 +6,7 @@ import datetime
 import logging
 import os
 import socket
-from typing import Optional
+from typing import Any, Optional
 
 import torch.distributed as dist
 
@@ -50,18 +50,31 @@ def init_process_group(
         raise ValueError(f"backend must be 'gloo' or 'nccl' (got {backend!r})")
     if dist.is_initialized():
         return
+    where = init_method or "env://"
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(
-            backend=backend,
-            init_method=init_method or "env://",
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
+        # The rendezvous by hand (what init_process_group does inside), so that each rank can sign in
+        # to the store first: a join that times out then names the ranks that never came.
+        store, rank, world_size = next(dist.rendezvous(where, rank, world_size, timeout=timeout))
+        store.set_timeout(timeout)
+    except Exception as exc:  # noqa: BLE001 - turn any rendezvous failure into one clear error
+        served = "" if where.startswith("file://") else " (rank 0, or torchrun's agent, serves it)"
+        raise CommError(
+            f"[rank {rank}] could not reach the job's store at {where}{served} within {timeout_s:.0f}s: {exc}"
+        ) from exc
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is not None:
+        # torchrun keeps one agent store (same port, same keys) across --max-restarts: without a
+        # prefix per attempt, a restarted rank reads its peers' addresses from the dead attempt
+        # and gloo's connect is refused.
+        store = dist.PrefixStore(f"graphdist/attempt-{attempt}", store)
+    store.set(f"{JOINED}{rank}", "1")
+    try:
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - turn any rendezvous failure into one clear error
         raise CommError(
-            f"[rank {rank}] could not join the process group of {world_size} via {init_method or 'env://'} "
-            f"within {timeout_s:.0f}s: {exc}"
+            f"[rank {rank}] could not join the process group of {world_size} via {where} within "
+            f"{timeout_s:.0f}s{_missing_ranks(store, world_size)}: {exc}"
         ) from exc
     global _CPU_GROUP, _PEER_ADDRESSES
     if backend == "nccl":
@@ -75,6 +88,26 @@ def init_process_group(
         from graphdist.comm import heartbeat
 
         heartbeat.start(rank)  # so that a timeout can name a stopped peer
+
+
+JOINED = "graphdist-joined/"
+
+
+def _missing_ranks(store: Any, world_size: int) -> str:
+    """``; rank 2 never joined (...)`` for the ranks that did not sign in to ``store``, else ''."""
+    from graphdist.comm.heartbeat import STORE_TIMEOUT_S, within
+
+    try:
+        store.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
+        missing = within(lambda: [r for r in range(world_size) if not store.check([f"{JOINED}{r}"])],
+                         STORE_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the store is gone too: say nothing more
+        return ""
+    if not missing:
+        return ""
+    who = ", ".join(map(str, missing))
+    return (f"; rank{'s' if len(missing) > 1 else ''} {who} never joined (not started, stopped or crashed "
+            f"before joining)")
 
 
 def local_address() -> str:

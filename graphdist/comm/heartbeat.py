@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 BEAT_S = 0.5
 LISTEN_S = 1.5  # three beats: a live rank's counter moves, even on a loaded machine
@@ -85,19 +85,45 @@ def silent_ranks(world_size: int, listen_s: float = LISTEN_S) -> Optional[list[i
     if store is None:
         return None
     me = _beat.rank if _beat is not None else -1
+    keys = [f"{PREFIX}{r}" for r in range(world_size)]
+
+    def read() -> dict[int, str]:
+        return {r: store.get(k).decode() for r, k in enumerate(keys) if store.check([k])}
+
     try:
         store.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))  # failing already: never block long
-
-        def read() -> dict[int, str]:
-            keys = [f"{PREFIX}{r}" for r in range(world_size)]
-            return {r: store.get(k).decode() for r, k in enumerate(keys) if store.check([k])}
-
-        before = read()
+        before = within(read, STORE_TIMEOUT_S)
         time.sleep(listen_s)
-        after = read()
+        after = within(read, STORE_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - a store that times out or is gone
         return None
     return [r for r in range(world_size) if r != me and (r not in after or after[r] == before.get(r))]
+
+
+def within(fn: Callable[[], Any], timeout_s: float) -> Any:
+    """``fn()``, or ``TimeoutError`` after ``timeout_s``: a TCP store whose server process is stopped
+    accepts the connection and never answers, and ``check``/``set`` ignore the store's timeout.
+
+    Example:
+        >>> within(lambda: 42, 1.0)
+        42
+    """
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            result["error"] = exc
+
+    thread = threading.Thread(target=call, name="graphdist-store-read", daemon=True)  # left blocked if it hangs
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"the store did not answer within {timeout_s:.0f} s")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 def describe_silent(world_size: int) -> str:
@@ -120,4 +146,4 @@ def describe_silent(world_size: int) -> str:
             f"(not dead: its sockets are open), or cut off from the job's store; see its log and process state.")
 
 
-__all__ = ["BEAT_S", "LISTEN_S", "describe_silent", "silent_ranks", "start", "stop"]
+__all__ = ["BEAT_S", "LISTEN_S", "describe_silent", "silent_ranks", "start", "stop", "within"]

@@ -199,6 +199,8 @@ def source_key(name_or_path: str) -> str:
             return "gen"
         path = Path(name_or_path).expanduser()
     path = path.resolve()
+    if not path.exists():
+        return "missing"  # load_graph says what is wrong with the name
     files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
     digest = hashlib.sha256(str(path).encode())
     for f in files:

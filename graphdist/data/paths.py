@@ -65,3 +65,75 @@ def find_dataset(name: str, dirs: Optional[Sequence[Path]] = None) -> Optional[P
 
 
 __all__ = ["cache_dir", "dataset_dirs", "find_dataset"]
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the file system saying it has no room (no space, or over quota)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(path: os.PathLike | str) -> Optional[int]:
+    """Free bytes on the file system holding ``path`` (its nearest existing ancestor); None if unknown.
+
+    Example:
+        >>> free_bytes("/") > 0
+        True
+    """
+    import shutil
+
+    here = Path(path).absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        return shutil.disk_usage(here).free
+    except OSError:
+        return None
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``.
+
+    Example:
+        >>> human_bytes(1536), human_bytes(3 * 2**30)
+        ('1.5 KiB', '3.0 GiB')
+    """
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover - the loop returns at GiB
+
+
+class WriteError(OSError):
+    """A write that failed, in words: ``str()`` is the message alone (no ``[Errno 28]`` prefix)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def write_error(exc: OSError, path: os.PathLike | str, what: str, kept: str = "") -> WriteError:
+    """An ``OSError`` (same errno) naming what could not be written where; a full disk says how much is free.
+
+    Call it before removing what the failed write left, so the free space is the space it had.
+
+    Args:
+        exc: the error the write raised.
+        path: the file or directory being written.
+        what: what it is, for the message ("checkpoint", "partition directory").
+        kept: what the failure left intact, said after the reason.
+
+    Example:
+        >>> import errno
+        >>> e = write_error(OSError(errno.ENOSPC, "No space left on device"), "/nowhere/x.pt", "checkpoint",
+        ...                 kept="the previous one is intact")
+        >>> str(e).startswith("could not write checkpoint /nowhere/x.pt: no space left on device (")
+        True
+    """
+    if is_disk_full(exc):
+        free = free_bytes(path)
+        reason = "no space left on device" + (f" ({human_bytes(free)} free there)" if free is not None else "")
+    else:
+        reason = exc.strerror or str(exc)
+    return WriteError(exc.errno, f"could not write {what} {path}: {reason}" + (f"; {kept}" if kept else ""))

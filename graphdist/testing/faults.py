@@ -8,7 +8,8 @@
   Unset, a point costs one dictionary lookup. Points: ``startup``, ``exchange:sample`` and
   ``exchange:feature`` (minibatch sampling and feature fetch), ``exchange:halo`` (full-graph),
   ``allreduce`` (gradients, averages, metrics), ``checkpoint`` (inside the write, before the
-  rename), ``evaluate``.
+  rename), ``evaluate``. Under torchrun a fault fires in the job's first attempt only
+  (``TORCHELASTIC_RESTART_COUNT`` 0), so ``--max-restarts`` can show the recovery.
 
 It lives in an importable module (not a test file) because spawned workers must unpickle it.
 """
@@ -89,8 +90,8 @@ def fault_point(point: str, rank: Optional[int] = None) -> None:
         >>> fault_point("startup", rank=0)  # unset: nothing happens
     """
     spec = os.environ.get(FAULT_VAR)
-    if not spec:
-        return
+    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return  # a fault is injected into a job once: torchrun's restarts of it run clean
     if rank is None:
         from graphdist import comm
 

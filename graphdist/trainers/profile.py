@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graphdist import comm
+from graphdist import comm, runlog
 from placement.shares import LinearCost, balanced_shares, fit_cost, imbalance
 
 logger = logging.getLogger(__name__)
@@ -219,7 +219,4 @@ def _read_cached(run_dir: Optional[Path], key: dict[str, Any]) -> Optional[Profi
 
 
 def _write(run_dir: Path, profile: Profile) -> None:
-    path = Path(run_dir) / PROFILE_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(profile.to_json())
-    tmp.replace(path)
+    runlog.write_text_atomic(Path(run_dir) / PROFILE_NAME, profile.to_json(), "the placement profile")

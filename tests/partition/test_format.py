@@ -189,3 +189,73 @@ def test_graph_without_edges_or_too_many_parts_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="--num-parts"):
         partition(tiny_graph(), 11, out=tmp_path / "t")
     assert list(tmp_path.iterdir()) == []
+
+
+def _killed_while_writing(out, graph, at_call: int, force: bool = False, in_commit: bool = False) -> int:
+    """Forks a writer that SIGKILLs itself at its ``at_call``-th array (or between the commit's two
+    renames); returns its exit signal. No torch re-import: the child is a fork of this process."""
+    import multiprocessing
+    import os
+    import signal
+
+    def child():
+        if in_commit:
+            real = os.replace
+
+            def replace(src, dst):
+                real(src, dst)
+                if ".old-" in str(dst):  # the existing output is moved aside; the new one not yet in
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            fmt.os.replace = replace
+        else:
+            real_save, calls = fmt.save_array, [0]
+
+            def save(*args, **kwargs):
+                calls[0] += 1
+                if calls[0] == at_call:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real_save(*args, **kwargs)
+
+            fmt.save_array = save
+        partition(graph, 2, method="random", out=out, force=force)
+
+    proc = multiprocessing.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join(60)
+    return -proc.exitcode
+
+
+@pytest.mark.parametrize("at_call", [1, 4, 9])
+def test_a_killed_writer_leaves_nothing_that_looks_complete_and_the_next_run_cleans_up(tmp_path, graph, at_call):
+    import signal
+
+    out = tmp_path / "p"
+    assert _killed_while_writing(out, graph, at_call) == signal.SIGKILL
+    assert not out.exists()
+    assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == [".p.tmp"]  # hidden, never "p"
+    partition(graph, 2, method="random", out=out)
+    assert [p.name for p in tmp_path.iterdir()] == ["p"]
+    fmt.verify_files(out, read_meta(out))
+
+
+def test_a_writer_killed_mid_replace_gets_the_previous_directory_back(tmp_path, graph):
+    import signal
+
+    out = partition(graph, 3, method="random", out=tmp_path / "p")
+    assert _killed_while_writing(out, graph, 0, force=True, in_commit=True) == signal.SIGKILL
+    assert not out.exists()  # killed between moving the old one aside and renaming the new one in
+    left = sorted(tmp_path.iterdir())
+    assert [p.name.split("-")[0] for p in left] == [".p.old", ".p.tmp"]
+    assert fmt.clean_stale_siblings(out) == [left[1]]  # the unfinished new one goes
+    assert read_meta(out)["num_parts"] == 3  # the previous directory, restored
+    assert [p.name for p in tmp_path.iterdir()] == ["p"]
+
+
+def test_a_live_writers_temporary_directory_is_left_alone(tmp_path, graph):
+    out = tmp_path / "p"
+    live = tmp_path / ".p.tmp-1-live"
+    with fmt._held_directory(tmp_path / ".p.new-1-live", live):  # as another process writing now
+        (tmp_path / ".p.tmp-2-dead").mkdir()
+        partition(graph, 2, method="random", out=out)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".p.tmp-1-live", "p"]
