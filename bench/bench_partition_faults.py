@@ -4,7 +4,8 @@ One uninterrupted run measures the command's wall time and writes the reference 
 ``--runs`` runs each get SIGKILLed at a moment drawn uniformly from [0, wall] (so the kills land
 in start-up, loading, partitioning and writing in proportion to the time each takes) and, half
 of them, with ``--force`` over an existing good directory; half of the kills are drawn from the
-writing phase alone (from when the temporary sibling appears to the end). After each kill:
+writing phase alone (from when the temporary sibling appears to the rename, as measured in the
+reference run). After each kill:
 
 * ``looks complete``: the output directory exists with a ``meta.json``; it must then verify
   (every checksum) and be either the reference or the previous directory, never a torn one;
@@ -46,12 +47,12 @@ def command(a: argparse.Namespace, out: Path, force: bool) -> list[str]:
 def run(cmd: list[str], kill_after: float | None, watch: Path | None = None) -> dict[str, Any]:
     """Runs ``cmd``; SIGKILLs its process group ``kill_after`` seconds in (None: let it finish).
 
-    With ``watch`` (the output path), also records when its temporary sibling first appeared:
-    when writing started.
+    With ``watch`` (the output path), also records when its temporary sibling first appeared
+    (writing started) and when the output appeared (the rename).
     """
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    killed, write_start = False, None
+    killed, write_start, write_end = False, None, None
     while proc.poll() is None:
         now = time.monotonic() - start
         if kill_after is not None and now >= kill_after:
@@ -60,10 +61,12 @@ def run(cmd: list[str], kill_after: float | None, watch: Path | None = None) -> 
             break
         if watch is not None and write_start is None and any(watch.parent.glob(f".{watch.name}.tmp-*")):
             write_start = now
-        time.sleep(0.005)
+        if watch is not None and write_start is not None and write_end is None and (watch / "meta.json").exists():
+            write_end = now
+        time.sleep(0.002)
     proc.wait()
     err = proc.stderr.read().decode() if proc.stderr else ""
-    return {"rc": proc.returncode, "killed": killed, "wall_s": time.monotonic() - start, "write_start_s": write_start,
+    return {"rc": proc.returncode, "killed": killed, "wall_s": time.monotonic() - start, "write_start_s": write_start, "write_end_s": write_end,
             "stderr_tail": err.strip().splitlines()[-1:]}
 
 
@@ -111,7 +114,9 @@ def main() -> None:
         run(command(argparse.Namespace(**{**vars(a), "parts": a.parts + 1}), previous_dir, force=False), None)
         previous = {k: v["sha256"] for k, v in read_meta(previous_dir)["files"].items()}
         wall, write_start = ref["wall_s"], ref["write_start_s"] or 0.0
-        print(f"reference: {a.dataset} {a.parts} parts ({a.method}) in {wall:.1f} s, writing from {write_start:.1f} s")
+        write_end = ref["write_end_s"] or wall
+        print(f"reference: {a.dataset} {a.parts} parts ({a.method}) in {wall:.1f} s, writing {write_start:.2f} to "
+              f"{write_end:.2f} s")
         for i in range(a.runs):
             out = tmp / f"run-{i}" / "p"
             out.parent.mkdir()
@@ -119,7 +124,7 @@ def main() -> None:
             if force:
                 shutil.copytree(previous_dir, out)
             # every other kill lands while the directory is being written, the rest anywhere
-            at = rng.uniform(write_start, wall) if i % 4 >= 2 else rng.uniform(0.0, wall)
+            at = rng.uniform(write_start, write_end) if i % 4 >= 2 else rng.uniform(0.0, wall)
             killed = run(command(a, out, force), at)
             row = {"run": i, "force": force, "kill_at_s": round(at, 2), "killed": killed["killed"],
                    **inspect(out, reference, previous if force else None)}
@@ -147,7 +152,8 @@ def main() -> None:
         print(f"{k:<55}{v:>5}")
     out_path = Path(a.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps({"config": vars(a), "reference_wall_s": wall, "summary": summary, "runs": rows},
+    out_path.write_text(json.dumps({"config": vars(a), "reference_wall_s": wall, "writing_s": [write_start, write_end],
+                                    "summary": summary, "runs": rows},
                                    indent=1))
     print(f"\nwrote {out_path}")
 

@@ -26,7 +26,8 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_cluster.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py", "bench_models.py",
-          "bench_partition.py", "bench_placement.py", "bench_sampler.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
+          "bench_partition.py", "bench_partition_faults.py", "bench_placement.py", "bench_sampler.py",
+          "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -243,3 +244,15 @@ def test_bench_faults(tmp_path):
     # the guarantees, on this run: it failed, named the rank, left nothing, recovered exactly
     assert summary["named_rank"] == 1 and summary["hangs"] == 0 and summary["processes_left"] == 0, doc["runs"]
     assert summary["checkpoints_torn"] == 0 and summary["resumes_differed"] == 0, doc["runs"]
+
+
+def test_bench_partition_faults(tmp_path):
+    out = tmp_path / "partition_faults.json"
+    res = _bench("bench_partition_faults.py", "--dataset", "synthetic-3000", "--parts", 2, "--method", "random",
+                 "--runs", 1, "--out", out)
+    _ok(res)
+    assert "siblings_after_rerun" in res.stdout
+    doc = _read(out, "config", "summary", "runs", "writing_s")
+    summary = doc["summary"]
+    assert summary["runs"] == 1 and summary["rerun_failed"] == 0 and summary["siblings_after_rerun"] == 0, doc
+    assert summary["torn (looked complete, failed to verify or unknown)"] == 0, doc

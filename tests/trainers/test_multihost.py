@@ -146,3 +146,32 @@ def test_cut_link_fails_every_process_then_resume_finishes(needs_cluster, parts4
         assert resumed.wait(JOB_LIMIT_S) == [0, 0], resumed.output()[-5000:]
     assert [r["epoch"] for r in _metrics(run)] == [1, 2, 3]
     assert "resumed from" in resumed.output(0)
+
+
+def test_link_slowed_to_1mbit_mid_run_completes_slower_and_is_never_called_dead(needs_cluster, tmp_path):
+    """Host 1's link drops from 1 Gbit/s to 1 Mbit/s after epoch 1: the job finishes (exit 0, every
+    epoch recorded), its later epochs take longer, and nothing reports a dead or stopped peer."""
+    from graphdist.data import load_graph
+    from partition.api import partition
+
+    parts = partition(load_graph("synthetic-3000"), WORLD, method="metis", out=tmp_path / "parts", seed=0)
+    run = tmp_path / "run"
+    args = [*TRAIN, "--partitions", str(parts), "--epochs", "3", "--batch-size", "256", "--hidden", "16",
+            "--fanouts", "5,5", "--log-interval", "1000", "--timeout", "60", "--run-dir", str(run)]
+    slowed: list[float] = []
+    with EmulatedCluster(hosts=HOSTS, rate="1gbit", tcp_retries2=5) as c:
+        def on_line(host: int, line: str) -> None:
+            if host == 0 and "epoch 1 done" in line and not slowed:
+                c.set_rate(1, "1mbit")
+                slowed.append(time.monotonic())
+
+        job = TorchrunJob(c, PER_HOST, args, cwd=str(REPO), on_line=on_line)
+        rcs = job.wait(JOB_LIMIT_S)
+        out = job.output()
+    assert slowed, "epoch 1 never finished:\n" + out[-5000:]
+    assert rcs == [0, 0], out[-5000:]
+    for symptom in ("stopped beating", "Unreachable peer", "never joined", "error:"):
+        assert symptom not in out, out[-5000:]
+    times = [r["epoch_time_s"] for r in _metrics(run)]
+    assert len(times) == 3 and min(times[1:]) > 2 * times[0], f"epoch times {times}: the slow link did not show"
+    print(f"\nepoch times at 1 Gbit/s then 1 Mbit/s: {', '.join(f'{t:.2f}' for t in times)} s")
