@@ -12,6 +12,10 @@ Three parts (each runs the real ``graphdist-train`` CLI in a subprocess and read
   1 worker pinned to one core (``taskset -c 0``) against 2 workers with ``--sync dwbp``,
   ``ddp`` and ``blocking``; seeds/s of the second (warm) epoch of ``--steps`` steps, and
   DWBP's hidden fraction. Target: 2 workers >= 1.8x 1 worker.
+- ``--high-degree``: GCN with fan-outs 10,10 against full neighbourhoods (``-1,-1``) on a generated
+  graph of mean degree 32, best- and last-epoch test accuracy over paired seeds. Target: within
+  1 point of full-neighbour GCN at both. With ``--baseline DIR`` the baseline checkout's sampled
+  GCN runs too (before the ``d/k`` rescale: the biased form, beside the fixed one).
 - ``--peers``: DGL 2.1 (own venv, ``bench/peers/env.py``) trains the same workload on the same
   graph in the same run (one thread, pinned like the 1-worker run); prints the ratio.
   Target: graphdist 1 worker >= 1.5x DGL.
@@ -24,6 +28,7 @@ Run book:
     python bench/bench_train.py --speed --baseline /tmp/base --pairs 5 --nodes 300000 --steps 20
     python bench/bench_train.py --accuracy --datasets cora --workers 1 --seeds 1 --epochs 3  # seconds
     python bench/bench_train.py --speed --nodes 3000 --steps 2 --syncs dwbp                  # seconds
+    python bench/bench_train.py --high-degree --seeds 5 --epochs 30 --baseline /tmp/base     # ~20 min
 Results: bench/results/train.json (git-ignored).
 """
 
@@ -118,6 +123,66 @@ def print_accuracy(res: dict[str, Any]) -> None:
                 note = "  within 1 pt: %s" % ("ok" if abs(mean - base) <= 1.0 else "MISSED")
             print(f"{dataset:<9}{w:>8}{mean:>8.2f}{std:>7.2f}{diff:>11}  "
                   + " ".join(f"{a:.1f}" for a in accs) + note)
+
+
+# --------------------------------------------------------- high-degree GCN
+# Sampled GCN on a graph of mean degree 32 (fan-outs 10,10 sample about a third of each
+# neighbourhood) against full-neighbour GCN, same recipe, paired seeds. Features carry little
+# signal, so the aggregation (where sampling bias would show) decides the accuracy.
+HIGH_DEGREE_GRAPH = {"num_nodes": 6000, "avg_degree": 32.0, "feature_signal": 0.6, "homophily": 0.6, "seed": 11}
+HIGH_DEGREE_ARGS = ["--model", "gcn", "--hidden", "64", "--batch-size", "256", "--lr", "0.01",
+                    "--weight-decay", "0.0005", "--dropout", "0.5", "--log-interval", "100000"]
+
+
+def high_degree_graph(num_nodes: int) -> Path:
+    """The mean-degree-32 generated graph as .npz in the cache (made once)."""
+    import numpy as np
+
+    from graphdist.data.synthetic import synthetic
+
+    spec = {**HIGH_DEGREE_GRAPH, "num_nodes": num_nodes}
+    key = "-".join(f"{k}{v}" for k, v in spec.items())
+    path = cache_dir() / "bench" / f"high-degree-{key}.npz"
+    if not path.exists():
+        g = synthetic(**spec, name="high-degree")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, edge_index=g.edge_index().numpy(), x=g.x.numpy(), y=g.y.numpy(),
+                 **{m: getattr(g, m).numpy() for m in ("train_mask", "val_mask", "test_mask")})
+        os.replace(tmp, path)
+    return path
+
+
+def bench_high_degree(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Best- and last-epoch test accuracy of sampled (10,10) and full-neighbour GCN; with ``--baseline``
+    also the baseline checkout's sampled GCN (before the d/k rescale: the biased form)."""
+    graph = high_degree_graph(args.high_degree_nodes)
+    configs = [("sampled 10,10", "10,10", REPO), ("full -1,-1", "-1,-1", REPO)]
+    if args.baseline:
+        configs.insert(1, ("sampled 10,10, baseline", "10,10", Path(args.baseline)))
+    out: dict[str, Any] = {"graph": {**HIGH_DEGREE_GRAPH, "num_nodes": args.high_degree_nodes}, "recipe": HIGH_DEGREE_ARGS, "epochs": args.epochs, "runs": {}}
+    for seed in range(args.seeds):  # seeds outermost: the configs alternate in time
+        for i, (name, fanouts, repo) in enumerate(configs):
+            run = tmp / f"high-degree-seed{seed}-config{i}"
+            hist = run_cli(["--dataset", str(graph), "--num-workers", "1", "--seed", str(seed), "--fanouts", fanouts,
+                            "--epochs", str(args.epochs), *HIGH_DEGREE_ARGS], run, repo=repo)
+            row = {"best": best_test(hist), "last": 100.0 * hist[-1]["test_acc"]}
+            out["runs"].setdefault(name, []).append(row)
+            print(f"  {name:<26} seed {seed}: best-epoch {row['best']:.2f}%  last-epoch {row['last']:.2f}%", flush=True)
+    return out
+
+
+def print_high_degree(res: dict[str, Any]) -> None:
+    full = res["runs"]["full -1,-1"]
+    print(f"\nGCN on a mean-degree-{res['graph']['avg_degree']:.0f} graph, test accuracy (%), "
+          f"{len(full)} paired seeds, {res['epochs']} epochs")
+    print(f"{'':<28}{'best epoch':>11}{'vs full':>9}{'last epoch':>12}{'vs full':>9}")
+    for name, rows in res["runs"].items():
+        diffs = {k: statistics.mean(r[k] - f[k] for r, f in zip(rows, full)) for k in ("best", "last")}
+        ok = "" if name.startswith("full") else ("  within 1 pt: " + ("ok" if all(abs(d) <= 1.0 for d in diffs.values())
+                                                                        else "MISSED"))
+        print(f"{name:<28}{statistics.mean(r['best'] for r in rows):>11.2f}{diffs['best']:>+9.2f}"
+              f"{statistics.mean(r['last'] for r in rows):>12.2f}{diffs['last']:>+9.2f}{ok}")
 
 
 # -------------------------------------------------------------------- speed
@@ -233,6 +298,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--accuracy", action="store_true", help="accuracy vs worker count on cora and pubmed")
     p.add_argument("--speed", action="store_true", help="throughput: 1 worker vs 2 workers x 3 sync modes")
+    p.add_argument("--high-degree", action="store_true",
+                   help="sampled vs full-neighbour GCN on a mean-degree-32 graph (with --baseline: its sampled GCN too)")
+    p.add_argument("--high-degree-nodes", type=int, default=HIGH_DEGREE_GRAPH["num_nodes"],
+                   help=f"nodes of the --high-degree graph (default {HIGH_DEGREE_GRAPH['num_nodes']})")
     p.add_argument("--peers", action="store_true", help="also train the same workload with DGL 2.1")
     p.add_argument("--datasets", nargs="+", default=["cora", "pubmed"])
     p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat"], help="model of the accuracy runs")
@@ -248,7 +317,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline (default 5)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "train.json"))
     args = p.parse_args(argv)
-    if not (args.accuracy or args.speed or args.peers):
+    if not (args.accuracy or args.speed or args.peers or args.high_degree):
         args.accuracy = args.speed = True
     result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="graphdist-bench-train-") as tmp_name:
@@ -256,6 +325,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.accuracy:
             result["accuracy"] = bench_accuracy(args, tmp)
             print_accuracy(result["accuracy"])
+        if args.high_degree:
+            result["high_degree"] = bench_high_degree(args, tmp)
+            print_high_degree(result["high_degree"])
         if args.speed or args.peers:
             peer = bench_peer(args) if args.peers else None
             if peer:

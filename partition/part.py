@@ -103,9 +103,11 @@ class Partition:
         return counts_to_indptr(torch.bincount(rows[keep], minlength=self.num_inner)), indices[keep]
 
     def in_degrees(self) -> torch.Tensor:
-        """Global in-degree of each inner node: its CSR row holds every in-neighbour."""
-        indptr = self.indptr[: self.num_inner + 1]
-        return indptr[1:] - indptr[:-1]
+        """Global in-degree of each inner node, self loops not counted: its CSR row holds every
+        in-neighbour (GCN normalises by ``d + 1`` with exactly one self loop, as PyG's ``GCNConv``)."""
+        from graphdist.data.graph import loop_free_degrees
+
+        return loop_free_degrees(self.indptr[: self.num_inner + 1], self.indices)
 
 
 __all__ = ["Partition"]

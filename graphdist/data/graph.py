@@ -85,6 +85,21 @@ def check_finite_features(x: torch.Tensor, name: str = "x") -> None:
             raise ValueError(f"{name}: features must be finite (got NaN or inf in row {row})")
 
 
+def loop_free_degrees(indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Row lengths of a CSR whose row ``v`` is node ``v``, not counting entries ``v`` (self loops).
+
+    Rows may be fewer than the ids ``indices`` holds (a partition's inner rows over local ids).
+
+    Example:
+        >>> loop_free_degrees(torch.tensor([0, 2, 3]), torch.tensor([0, 1, 0])).tolist()
+        [1, 1]
+    """
+    counts = indptr[1:] - indptr[:-1]
+    edges = indices[: int(indptr[-1])].to(torch.int64)
+    rows = torch.repeat_interleave(torch.arange(counts.numel(), dtype=torch.int64), counts, output_size=edges.numel())
+    return counts - torch.bincount(rows[edges == rows], minlength=counts.numel())
+
+
 @dataclass(eq=False)
 class Graph:
     """A directed graph in CSR form (rows = destinations) with optional node data.
@@ -277,9 +292,17 @@ class Graph:
     def num_classes(self) -> int:
         return 0 if self.y is None or self.y.numel() == 0 else int(self.y.max()) + 1
 
-    def degrees(self) -> torch.Tensor:
-        """In-degree of every node (the row lengths), int64."""
-        return self.indptr[1:] - self.indptr[:-1]
+    def degrees(self, self_loops: bool = True) -> torch.Tensor:
+        """In-degree of every node (the row lengths), int64; ``self_loops=False`` leaves out self-loop edges.
+
+        Example:
+            >>> g = Graph(indptr=torch.tensor([0, 2, 3]), indices=torch.tensor([0, 1, 0]))
+            >>> g.degrees().tolist(), g.degrees(self_loops=False).tolist()
+            ([2, 1], [1, 1])
+        """
+        if self_loops:
+            return self.indptr[1:] - self.indptr[:-1]
+        return loop_free_degrees(self.indptr, self.indices)
 
     def in_neighbors(self, node: int) -> torch.Tensor:
         return self.indices[int(self.indptr[node]) : int(self.indptr[node + 1])]

@@ -44,14 +44,17 @@ from graphdist.models.ops import aggregate, block_indptr, in_degree
 def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
     """A copy of ``block`` with self loops and symmetric GCN edge weights from global degrees.
 
-    Assumes the graph has no self loops of its own (a self-loop edge already in the block
-    would be counted twice).
+    Each destination row gets one self loop of weight ``1/(d_v+1)``; a self-loop edge of the
+    graph sampled into the block is dropped (the row's own loop stands for it, as PyG's
+    ``add_remaining_self_loops``). A row whose ``k`` sampled neighbours are ``k`` of its ``d``
+    has their weights scaled by ``d/k``: the sampled aggregation is then unbiased, and with full
+    neighbourhoods (``k = d``) this is exactly ``GCNConv``.
 
     Args:
         block: a block (duck-typed; a dataclass is copied with ``dataclasses.replace``).
-        src_degree: global in-degree of each of the block's ``num_src`` source nodes
-            (destination nodes are the first ``num_dst`` sources, so their degrees are
-            ``src_degree[:num_dst]``).
+        src_degree: global in-degree, self loops not counted, of each of the block's
+            ``num_src`` source nodes (destination nodes are the first ``num_dst`` sources, so
+            their degrees are ``src_degree[:num_dst]``; ``Partition.in_degrees()``).
 
     Returns:
         A block of the same type with ``num_dst`` more edges (self loop first in each row),
@@ -68,15 +71,22 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
         >>> normed = gcn_norm_block(block, deg)
         >>> normed.src.tolist(), normed.indptr.tolist()  # the self loop comes first in its row
         ([0, 1, 2], [0, 3])
-        >>> normed.edge_weight  # 1/sqrt((d_u+1)(d_v+1)) with d_v = 3
-        tensor([0.2500, 0.3536, 0.2500])
+        >>> normed.edge_weight  # self loop 1/(d_v+1); neighbours 1/sqrt((d_u+1)(d_v+1)) x d_v/k_v = 3/2
+        tensor([0.2500, 0.5303, 0.3750])
     """
     num_src, num_dst = int(block.num_src), int(block.num_dst)
     if src_degree.numel() != num_src:
         raise ValueError(f"Expected src_degree with num_src={num_src} entries (got {src_degree.numel()})")
     indptr = block_indptr(block)
-    counts = indptr.diff()
     rows = torch.arange(num_dst, dtype=torch.int64, device=indptr.device)
+    edge_row = torch.repeat_interleave(rows, indptr.diff(), output_size=int(block.src.numel()))
+    not_loop = block.src != edge_row  # dst row v is source v: a sampled self loop is the row's own loop
+    if not bool(not_loop.all()):
+        block = _replace(block, src=block.src[not_loop], dst=edge_row[not_loop],
+                         indptr=torch.cat([indptr[:1], indptr[:1] + torch.cumsum(
+                             torch.bincount(edge_row[not_loop], minlength=num_dst), 0)]))
+        indptr, edge_row = block.indptr, edge_row[not_loop]
+    counts = indptr.diff()
     new_indptr = indptr + torch.arange(num_dst + 1, dtype=torch.int64, device=indptr.device)
     total = int(new_indptr[-1])
     src = torch.empty(total, dtype=torch.int64, device=indptr.device)
@@ -86,9 +96,15 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
     is_edge[loop_pos] = False
     src[loop_pos], dst[loop_pos] = rows, rows
     src[is_edge] = block.src
-    dst[is_edge] = torch.repeat_interleave(rows, counts, output_size=int(block.src.numel()))
-    inv_sqrt = (src_degree.to(torch.float32) + 1.0).rsqrt()
+    dst[is_edge] = edge_row
+    degree = src_degree.to(torch.float32)
+    inv_sqrt = (degree + 1.0).rsqrt()
     weight = inv_sqrt[src] * inv_sqrt[dst]
+    # k of a row's d neighbours were sampled: each stands for d/k of them, so the sampled sum is
+    # unbiased (its expectation is the full sum). Without it training sees aggregations k/d too
+    # small while evaluation (all neighbours, d/k = 1) sees the full ones.
+    scale = degree[:num_dst] / counts.clamp(min=1).to(torch.float32)
+    weight[is_edge] *= scale[edge_row]
     return _replace(block, src=src, dst=dst, indptr=new_indptr, edge_weight=weight)
 
 

@@ -94,6 +94,30 @@ def test_stopped_peer_is_named_and_the_job_ends_within_timeout_plus_5s():
     assert took < 2 * (timeout + 5) + 5, f"the job took {took:.1f} s to end"  # start-up, then tests allow 2x
 
 
+def _busy_peer_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+
+    comm.all_reduce(torch.ones(1))
+    if rank == 0:
+        # Local work with no collective for longer than the timeout, holding the GIL as Python
+        # compute does (aggregation between averages): its heartbeat thread must still beat.
+        end = time.monotonic() + 8.0
+        while time.monotonic() < end:
+            sum(range(1000))
+        return
+    comm.all_reduce(torch.ones(1))
+
+
+def test_a_busy_peer_is_not_reported_as_stopped():
+    from graphdist.testing.launch import launch as launch_with_timeout
+
+    with pytest.raises(WorkerFailed) as failed:
+        launch_with_timeout(_busy_peer_body, 2, timeout=60, collective_timeout=4.0)
+    message = str(failed.value)
+    assert "worker rank 1" in message and "timed out" in message.lower(), message
+    assert "stopped beating" not in message, message
+
+
 def test_backend_error_names_ranks_behind_peer_address(monkeypatch):
     import graphdist.comm.group as group
     from graphdist.comm.collectives import _culprits

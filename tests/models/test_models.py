@@ -161,6 +161,64 @@ def test_gcn_with_global_degree_weights_equals_gcnconv(graph):
     torch.testing.assert_close(z, out)
 
 
+def test_sampled_gcn_aggregation_is_unbiased_by_exact_enumeration():
+    """Over every k-subset of each row's neighbours (what a fan-out k draws, each equally likely),
+    the mean sampled aggregation equals the full one; without the d/k rescale it is k/d of it."""
+    import itertools
+
+    from graphdist.models.ops import aggregate
+
+    torch.manual_seed(1)
+    neighbours = [[1, 2, 3, 4], [0, 2, 4]]  # dst 0 and 1 (sources 0..4; dst i is source i)
+    deg = torch.tensor([4, 3, 6, 2, 5])  # global degrees; sources 2-4 have neighbours outside this block
+    x = torch.randn(5, 3)
+
+    def agg(rows):
+        src = torch.tensor([u for r in rows for u in r])
+        dst = torch.tensor([v for v, r in enumerate(rows) for _ in r])
+        indptr = torch.tensor([0] + list(itertools.accumulate(len(r) for r in rows)))
+        block = gcn_norm_block(Block(src=src, dst=dst, num_src=5, num_dst=2, indptr=indptr), deg)
+        return aggregate(x, block, "weighted")
+
+    full = agg(neighbours)
+    for k in (1, 2, 3):
+        subsets = list(itertools.product(*(itertools.combinations(r, min(k, len(r))) for r in neighbours)))
+        mean = torch.stack([agg([list(c) for c in choice]) for choice in subsets]).mean(0)
+        torch.testing.assert_close(mean, full, rtol=1e-5, atol=1e-6)
+    # the rescale is what makes it so: one sampled neighbour out of d carries d times its weight
+    one = agg([[1], [0]])
+    inv = (deg.float() + 1).rsqrt()
+    torch.testing.assert_close(one[0], x[0] / 5 + 4 * inv[0] * inv[1] * x[1])
+
+
+def test_gcn_on_a_graph_with_self_loops_equals_gcnconv():
+    """An existing self loop counts once (PyG adds remaining self loops only), in the degree too."""
+    from torch_geometric.nn import GCNConv
+
+    from graphdist.data.graph import Graph
+
+    torch.manual_seed(2)
+    n = 12
+    edge_index = _graph(n)
+    loops = torch.tensor([[0, 3, 7], [0, 3, 7]])  # nodes 0, 3 and 7 have a self loop of their own
+    edge_index = torch.cat([edge_index, loops], dim=1)
+    x = torch.randn(n, 6)
+    model = GCN(6, 4, 3, num_layers=1, dropout=0.0).eval()
+    conv = GCNConv(6, 3)
+    with torch.no_grad():
+        conv.lin.weight.copy_(model.layers[0].weight)
+        conv.bias.copy_(model.layers[0].bias)
+    seeds = torch.arange(n)
+    input_nodes, blocks = _full_blocks(edge_index, n, seeds, 1)
+    order = edge_index[1].argsort(stable=True)
+    g = Graph(indptr=torch.cat([torch.zeros(1, dtype=torch.int64), torch.bincount(edge_index[1], minlength=n).cumsum(0)]),
+              indices=edge_index[0][order])
+    deg = g.degrees(self_loops=False)
+    assert (g.degrees() - deg).tolist() == [1 if v in (0, 3, 7) else 0 for v in range(n)]
+    out = model(x[input_nodes], [gcn_norm_block(blocks[0], deg[input_nodes])])
+    torch.testing.assert_close(out, conv(x, edge_index)[seeds], rtol=1e-5, atol=1e-5)
+
+
 def test_gcn_without_edge_weight_normalises_by_block_degree():
     b = Block(src=torch.tensor([1, 2, 0]), dst=torch.tensor([0, 0, 1]), num_src=3, num_dst=2,
               indptr=torch.tensor([0, 2, 3]))

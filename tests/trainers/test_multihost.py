@@ -1,4 +1,4 @@
-"""Multi-host training over emulated hosts: torchrun 2 hosts x 2 workers, shaped links, a cut link.
+"""Multi-host training over emulated hosts: torchrun 2 hosts x 2 workers, shaped and slowed links, a cut link.
 
 Each test starts an :class:`~graphdist.testing.netns.EmulatedCluster` (root + iproute2; skipped
 elsewhere, failed when ``CI=true``) and runs the real CLI under torchrun in both hosts with the
@@ -113,7 +113,7 @@ def test_cut_link_fails_every_process_then_resume_finishes(needs_cluster, parts4
     Here that is ~15-20 s after the cut; the test allows 120 s.
     """
     run = tmp_path / "run"
-    base = [*TRAIN, "--partitions", str(parts4("cora")), "--epochs", "3", "--batch-size", "8",
+    base = [*TRAIN, "--partitions", str(parts4("cora")), "--epochs", "2", "--batch-size", "8",
             "--timeout", "20", "--run-dir", str(run), *FAST]
     cut_at: list[float] = []
     with EmulatedCluster(hosts=HOSTS, rate="1gbit", tcp_retries2=5) as c:
@@ -144,7 +144,7 @@ def test_cut_link_fails_every_process_then_resume_finishes(needs_cluster, parts4
         # The run directory holds the resolved config: --resume alone continues the same run.
         resumed = TorchrunJob(c, PER_HOST, [*TRAIN, "--resume", str(run)], port=29401, cwd=str(REPO))
         assert resumed.wait(JOB_LIMIT_S) == [0, 0], resumed.output()[-5000:]
-    assert [r["epoch"] for r in _metrics(run)] == [1, 2, 3]
+    assert [r["epoch"] for r in _metrics(run)] == [1, 2]
     assert "resumed from" in resumed.output(0)
 
 
@@ -156,8 +156,9 @@ def test_link_slowed_to_1mbit_mid_run_completes_slower_and_is_never_called_dead(
 
     parts = partition(load_graph("synthetic-3000"), WORLD, method="metis", out=tmp_path / "parts", seed=0)
     run = tmp_path / "run"
-    args = [*TRAIN, "--partitions", str(parts), "--epochs", "3", "--batch-size", "256", "--hidden", "16",
-            "--fanouts", "5,5", "--log-interval", "1000", "--timeout", "60", "--run-dir", str(run)]
+    # no evaluation: what is measured is training over the slowed link (and the test stays short)
+    args = [*TRAIN, "--partitions", str(parts), "--epochs", "2", "--batch-size", "256", "--hidden", "16",
+            "--fanouts", "5,5", "--log-interval", "1000", "--timeout", "60", "--eval-every", "0", "--run-dir", str(run)]
     slowed: list[float] = []
     with EmulatedCluster(hosts=HOSTS, rate="1gbit", tcp_retries2=5) as c:
         def on_line(host: int, line: str) -> None:
@@ -173,5 +174,5 @@ def test_link_slowed_to_1mbit_mid_run_completes_slower_and_is_never_called_dead(
     for symptom in ("stopped beating", "Unreachable peer", "never joined", "error:"):
         assert symptom not in out, out[-5000:]
     times = [r["epoch_time_s"] for r in _metrics(run)]
-    assert len(times) == 3 and min(times[1:]) > 2 * times[0], f"epoch times {times}: the slow link did not show"
+    assert len(times) == 2 and times[1] > 2 * times[0], f"epoch times {times}: the slow link did not show"
     print(f"\nepoch times at 1 Gbit/s then 1 Mbit/s: {', '.join(f'{t:.2f}' for t in times)} s")

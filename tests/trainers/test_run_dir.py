@@ -79,6 +79,19 @@ def test_resume_compares_partitions_by_content_not_path(tmp_path, parts, capsys)
     assert main(["--resume", str(run), "--partitions", str(moved), "--epochs", "2"]) == 0
 
 
+def test_one_worker_resume_is_bit_identical(tmp_path, parts):
+    """One in-process worker (no process group): 1 epoch + --resume to 2 equals 2 epochs straight.
+    (Two workers: ``test_train_e2e.py``; every strategy under kills: ``bench/bench_faults.py``.)"""
+    import torch
+
+    straight = _train(tmp_path / "a", parts["a"], epochs=2)
+    resumed = _train(tmp_path / "b", parts["a"], epochs=1)
+    assert main(["--resume", str(resumed), "--epochs", "2"]) == 0
+    a = torch.load(straight / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(resumed / "checkpoint.pt", weights_only=True)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_resume_of_a_complete_run_says_so_without_starting(tmp_path, parts, capsys):
     run = _train(tmp_path, parts["a"])
     assert main(["--resume", str(run)]) == 2
