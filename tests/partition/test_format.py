@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import partition.format as fmt
+import partition.staging as staging
 from graphdist.data.graph import Graph
 from graphdist.testing import random_graph, tiny_graph
 from partition.api import PartitionFormatError, default_output, load_partition, partition, read_meta, PartitionConfig
@@ -247,7 +248,7 @@ def test_a_writer_killed_mid_replace_gets_the_previous_directory_back(tmp_path, 
     assert not out.exists()  # killed between moving the old one aside and renaming the new one in
     left = sorted(tmp_path.iterdir())
     assert [p.name.split("-")[0] for p in left] == [".p.old", ".p.tmp"]
-    assert fmt.clean_stale_siblings(out) == [left[1]]  # the unfinished new one goes
+    assert staging.clean_stale_siblings(out) == [left[1]]  # the unfinished new one goes
     assert read_meta(out)["num_parts"] == 3  # the previous directory, restored
     assert [p.name for p in tmp_path.iterdir()] == ["p"]
 
@@ -255,7 +256,7 @@ def test_a_writer_killed_mid_replace_gets_the_previous_directory_back(tmp_path, 
 def test_a_live_writers_temporary_directory_is_left_alone(tmp_path, graph):
     out = tmp_path / "p"
     live = tmp_path / ".p.tmp-1-live"
-    with fmt._held_directory(tmp_path / ".p.new-1-live", live):  # as another process writing now
+    with staging._held_directory(tmp_path / ".p.new-1-live", live):  # as another process writing now
         (tmp_path / ".p.tmp-2-dead").mkdir()
         partition(graph, 2, method="random", out=out)
         assert sorted(p.name for p in tmp_path.iterdir()) == [".p.tmp-1-live", "p"]
