@@ -13,8 +13,9 @@ Distributed use: the loader itself never communicates, but a distributed sampler
 source called from the prefetch thread does. Those collectives must run on a process group of
 their own, never the one gradient sync uses: within one group every rank must issue
 collectives in the same order, which two threads sharing a group cannot promise (it deadlocks
-or mismatches silently). ``num_batches`` makes every worker run the same number of steps: short
-workers pad with extra batches of random seeds of their own, long ones stop early. The prefetch
+or mismatches silently). ``num_batches`` makes every worker run the same number of steps: a short
+worker's last steps get empty batches (never repeated seeds: a seed trains once per epoch, and
+seed-weighted gradient averaging makes an empty step contribute nothing), long ones stop early. The prefetch
 thread starts batch k only once the caller has asked for batch k - ``prefetch_depth``, so ranks
 that leave an epoch early at the same batch have issued the same collectives.
 
@@ -98,7 +99,7 @@ class NodeLoader:
         prefetch: sample and gather the next batch in a background thread. Default True.
         labels: label per seed id: a tensor indexed by node id or a function ``ids -> labels``;
             default ``graph.y`` for a ``Graph``. None with a ``FeatureSource``: no ``y``.
-        seed: seeds the loader's shuffle/padding generator (the sampler has its own); None
+        seed: seeds the loader's shuffle generator (the sampler has its own); None
             draws one from torch's global RNG. Default None.
         num_batches: exact batches per epoch, so that every distributed worker runs the same
             number of steps: extra batches take random seeds of this loader's own; fewer drop the
@@ -163,7 +164,6 @@ class NodeLoader:
         self._batches: Optional[list[Tensor]] = None
         self._consumed: list[int] = []
         self._shuffled: Tensor = self.seeds
-        self._pad = True  # short epochs pad with repeated own seeds; not once seeds were handed in
         self._yielded = 0
         self._stop: Optional[threading.Event] = None
         self._thread: Optional[threading.Thread] = None
@@ -183,7 +183,6 @@ class NodeLoader:
         order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
         self._shuffled = self.seeds.index_select(0, order)
         self._batches, self._consumed = [], []
-        self._pad = True
         self._plan_from(0, 0, len(self))
         return self._batches
 
@@ -201,7 +200,7 @@ class NodeLoader:
             start += piece.numel()
         for _ in range(want - k - len(pieces)):
             consumed.append(start)
-            batches.append(self._padding_batch(self._shuffled) if self._pad else self._shuffled[:0])
+            batches.append(self._shuffled[:0])  # no seeds left: an empty step, never a repeated seed
         # In place: the producer thread reads the plan by index, lazily.
         self._batches[k:] = batches
         self._consumed[k:] = consumed
@@ -243,7 +242,7 @@ class NodeLoader:
 
         Batches already planned before ``from_batch`` keep their seeds; the rest are replanned
         from the seeds not used yet, at the new size, and the epoch keeps its number of batches
-        (a larger share runs out sooner and pads; a smaller one leaves seeds unused, as a fixed
+        (a larger share runs out sooner and ends in empty batches; a smaller one leaves seeds unused, as a fixed
         ``num_batches`` does). Between epochs ``from_batch`` may be omitted. Distributed workers
         must pass the same ``from_batch`` on every rank (their collectives follow the batches).
 
@@ -253,9 +252,9 @@ class NodeLoader:
                 :meth:`earliest_batch_size_change`.
             seeds: the fresh seeds of batches ``from_batch`` on, replacing
                 :meth:`remaining_seeds` for the rest of this epoch (seeds migrating between
-                workers when their shares change); batches past them are then empty, not padded
-                with repeats (the caller split the epoch's seeds among workers, each exactly once).
-                Later epochs shuffle the loader's own seeds again.
+                workers when their shares change: the caller split the epoch's seeds among
+                workers, each exactly once); batches past them are empty. Later epochs shuffle
+                the loader's own seeds again.
 
         Raises:
             ValueError: a size below 1, or a batch that may already be sampling.
@@ -271,8 +270,8 @@ class NodeLoader:
             ...     sizes.append(b.seed_nodes.numel())
             ...     if i == 0:
             ...         loader.set_batch_size(4, from_batch=loader.earliest_batch_size_change())
-            >>> sizes  # 5 batches as planned; 8 fresh seeds fill two of 4, then padding
-            [2, 4, 4, 4, 4]
+            >>> sizes  # 5 batches as planned; 8 fresh seeds fill two of 4, then empty steps
+            [2, 4, 4, 0, 0]
         """
         if batch_size < 1:
             raise ValueError(f"batch_size: expected >= 1 (got {batch_size})")
@@ -289,17 +288,7 @@ class NodeLoader:
         if seeds is not None:
             # A new tensor, not an in-place edit: batches already planned are views of the old one.
             self._shuffled = torch.cat([self._shuffled[:start], _resolve_seeds(seeds)])
-            self._pad = False
         self._plan_from(from_batch, start, len(self._batches))
-
-    def _padding_batch(self, shuffled: Tensor) -> Tensor:
-        n = shuffled.numel()
-        if n == 0:
-            return shuffled  # a worker with no seeds still takes part in every step
-        size = min(self.batch_size, n)
-        start = int(torch.randint(0, n - size + 1, (1,), generator=self.generator))
-        # A window of a random permutation: distinct seeds, random, no extra O(n) work.
-        return shuffled[start : start + size]
 
     # ------------------------------------------------------------- one batch
     def _prepared(self, plan: list[Tensor]) -> Iterator[SampledBatch]:

@@ -237,9 +237,12 @@ def train_steps(
             loss = out.sum() * 0.0
         loss.backward()
         t_wait = time.perf_counter()
-        sync.finish()
+        synced = sync.finish()
         t_synced = time.perf_counter()
-        optimizer.step()
+        if synced.total_seeds:
+            # A step no rank had seeds for (a worker training alone past its last seed) has zero
+            # gradients: stepping Adam on them would still move the weights by its momentum.
+            optimizer.step()
         if after_step is not None:
             after_step(step, n)
         t1 = time.perf_counter()

@@ -72,14 +72,14 @@ def test_reused_buffer_outlives_the_next_batch(graph):
         previous = batch
 
 
-def test_num_batches_pads_and_truncates(graph):
+def test_num_batches_ends_in_empty_steps_and_truncates(graph):
     seeds = torch.arange(100)
     loader = _loader(graph, seeds, batch_size=30, num_batches=7)
-    batches = [b.seed_nodes for b in loader]
-    assert len(batches) == 7 == len(loader)
-    assert torch.equal(torch.cat(batches[:4]).sort().values, seeds)  # the real epoch comes first
-    for pad in batches[4:]:
-        assert pad.numel() == 30 and pad.unique().numel() == 30 and bool(torch.isin(pad, seeds).all())
+    for _ in range(2):  # every epoch: each seed exactly once, then empty steps, never a repeated seed
+        batches = [b.seed_nodes for b in loader]
+        assert len(batches) == 7 == len(loader)
+        assert torch.equal(torch.cat(batches).sort().values, seeds)
+        assert [b.numel() for b in batches] == [30, 30, 30, 10, 0, 0, 0]
     assert len([b for b in _loader(graph, seeds, batch_size=30, num_batches=2)]) == 2
 
 
@@ -183,7 +183,8 @@ def test_batch_size_changes_from_a_later_batch_and_seeds_stay_unique(graph, pref
     assert len(sizes) == 10 and sizes[:changed_at] == [10] * changed_at
     assert sizes[changed_at : changed_at + len(refilled)] == refilled
     unpadded = torch.cat(seen[: changed_at + len(refilled)])
-    assert unpadded.unique().numel() == unpadded.numel() == 100  # every seed exactly once before padding
+    assert unpadded.unique().numel() == unpadded.numel() == 100  # every seed exactly once
+    assert all(n == 0 for n in sizes[changed_at + len(refilled):])  # then empty steps, no repeats
     # The new size holds for the next epoch; between epochs no batch index is needed.
     assert [b.seed_nodes.numel() for b in loader][:5] == [20] * 5
     loader.set_batch_size(50)

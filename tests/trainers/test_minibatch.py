@@ -140,3 +140,30 @@ def test_row_normalisation():
     assert normalize_features(x, "none") is x
     with pytest.raises(ValueError, match="--feature-norm must be one of none, row"):
         normalize_features(x, "l2")
+
+
+def test_each_train_seed_trains_exactly_once_per_epoch_over_all_workers(tmp_path):
+    """Parts with uneven train counts: the short worker ends its epoch in empty steps instead of
+    repeating seeds (which the old padding did), and no worker skips one."""
+    import json
+    import math
+
+    from graphdist.cli.train import main
+    from graphdist.data import load_graph
+    from partition.api import partition, read_meta
+
+    parts = partition(load_graph("synthetic-1500"), 2, method="metis", out=tmp_path / "parts", seed=0)
+    counts = [p["num_train"] for p in read_meta(parts)["parts"]]
+    total = sum(counts)
+
+    def pads(batch: int) -> bool:  # some worker has fewer batches of seeds than the steps all run
+        steps = math.ceil(total / batch)
+        return any(math.ceil(n / math.ceil(n / steps)) < steps for n in counts)
+
+    batch = next(b for b in range(8, total) if pads(b))
+    run = tmp_path / "run"
+    assert main(["--partitions", str(parts), "--num-workers", "2", "--epochs", "2", "--batch-size", str(batch),
+                 "--hidden", "8", "--fanouts", "3,3", "--eval-every", "0", "--log-interval", "100000",
+                 "--run-dir", str(run)]) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["seeds"] for r in records] == [total, total], (counts, batch)
