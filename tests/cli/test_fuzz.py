@@ -19,11 +19,15 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is a dev dependency: pip install -e '.[dev]'")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
+
+# hypothesis keeps caches in ./.hypothesis; tests write nowhere but temporary directories.
+set_hypothesis_home_dir(tempfile.mkdtemp(prefix="graphdist-hypothesis-"))
 from hypothesis import strategies as st  # noqa: E402
 
 from graphdist.cli.train import build_parser, main  # noqa: E402
 
-SETTINGS = settings(max_examples=70, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=70, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 # Flags that would start real work or point at runs: kept out of the fuzzed set, tested elsewhere.
 LEFT_OUT = {"--help", "--resume", "--predict", "--run-dir", "--config", "--dataset", "--partitions"}
