@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -316,6 +317,10 @@ def _resume_hint(trainer: Any) -> str:
     run_dir = getattr(getattr(trainer, "config", None), "run_dir", None)
     if not run_dir or not (Path(run_dir) / CHECKPOINT_NAME).exists():
         return ""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0) or 0)
+    if attempt < int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0) or 0):
+        return (f"; the last checkpoint is intact: torchrun restarts the job (--max-restarts), which resumes "
+                f"{run_dir} by itself")
     return f"; the last checkpoint is intact, continue with: graphdist-train --resume {run_dir}"
 
 

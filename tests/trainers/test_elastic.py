@@ -34,6 +34,7 @@ def test_a_killed_worker_restarts_the_job_which_resumes_from_its_checkpoint(tmp_
     out = job.stdout + job.stderr
     assert job.returncode == 0, out[-4000:]
     assert "fault injected: SIGKILL at evaluate" in out, out[-4000:]
+    assert "torchrun restarts the job (--max-restarts), which resumes" in out, out[-4000:]  # not "--resume RUN"
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 1, runs  # both attempts wrote one run directory
     run = runs[0]
