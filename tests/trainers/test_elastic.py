@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 ARGS = ["--hidden", "16", "--fanouts", "5,5", "--batch-size", "128", "--log-interval", "1000", "--timeout", "30",
-        "--epochs", "3", "--seed", "3"]
+        "--epochs", "2", "--seed", "3"]
 
 
 def test_a_killed_worker_restarts_the_job_which_resumes_from_its_checkpoint(tmp_path):
@@ -40,7 +40,7 @@ def test_a_killed_worker_restarts_the_job_which_resumes_from_its_checkpoint(tmp_
     run = runs[0]
     assert "restart 1 of the job: resuming" in out and "after epoch 1" in out, out[-4000:]
     epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert epochs == [1, 2, 3]
+    assert epochs == [1, 2]
 
     # The same run, never interrupted (the local launcher, in this process): the restarted job ends
     # on its parameters.

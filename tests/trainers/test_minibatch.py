@@ -162,8 +162,8 @@ def test_each_train_seed_trains_exactly_once_per_epoch_over_all_workers(tmp_path
 
     batch = next(b for b in range(8, total) if pads(b))
     run = tmp_path / "run"
-    assert main(["--partitions", str(parts), "--num-workers", "2", "--epochs", "2", "--batch-size", str(batch),
+    assert main(["--partitions", str(parts), "--num-workers", "2", "--epochs", "1", "--batch-size", str(batch),
                  "--hidden", "8", "--fanouts", "3,3", "--eval-every", "0", "--log-interval", "100000",
                  "--run-dir", str(run)]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["seeds"] for r in records] == [total, total], (counts, batch)
+    assert [r["seeds"] for r in records] == [total], (counts, batch)
