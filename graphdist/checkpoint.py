@@ -21,7 +21,7 @@ CHECKPOINT_NAME = "checkpoint.pt"
 BEST_NAME = "best.pt"  # the best-validation epoch's model (and optimizer); no per-rank state
 
 
-def atomic_torch_save(obj: Any, path: Path, what: str = "checkpoint") -> None:
+def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to a temp file in the same directory, fsync, then rename.
 
     The object is serialized in memory first and written in one go: torch's own file writer
@@ -53,7 +53,7 @@ def atomic_torch_save(obj: Any, path: Path, what: str = "checkpoint") -> None:
     except BaseException as exc:
         error = None
         if isinstance(exc, OSError):
-            error = write_error(exc, path, what,
+            error = write_error(exc, path, "checkpoint",
                                 f"the previous {path.name} is intact" if path.exists() else "nothing was written")
         if tmp is not None:
             try:

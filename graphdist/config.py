@@ -338,14 +338,29 @@ def resolve(
         >>> resolve({}, environ={"GRAPHDIST_LR": "0.1"}, base={"lr": 0.01, "epochs": 7}).lr
         0.1
     """
-    values, origin = merge(cli, config_file, environ, base)
+    return resolve_with_origin(cli, config_file, environ, base)[0]
+
+
+def resolve_with_origin(
+    cli: Mapping[str, Any],
+    config_file: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    base: Optional[Mapping[str, Any]] = None,
+) -> tuple[TrainConfig, dict[str, str]]:
+    """:func:`resolve`, and where each setting not given as a flag came from (for later messages).
+
+    Example:
+        >>> resolve_with_origin({"epochs": 3}, environ={"GRAPHDIST_LR": "0.1"})[1]
+        {'lr': 'GRAPHDIST_LR'}
+    """
+    values, origin = _merge(cli, config_file, environ, base)
     try:
-        return TrainConfig(**values)
+        return TrainConfig(**values), origin
     except ValueError as exc:
         raise ValueError(with_origin(str(exc), origin)) from None
 
 
-def merge(
+def _merge(
     cli: Mapping[str, Any],
     config_file: Optional[str] = None,
     environ: Optional[Mapping[str, str]] = None,
@@ -354,7 +369,7 @@ def merge(
     """The merged field values, and where each one not given as a flag came from (for messages).
 
     Example:
-        >>> merge({"epochs": 3}, environ={"GRAPHDIST_LR": "0.1"})
+        >>> _merge({"epochs": 3}, environ={"GRAPHDIST_LR": "0.1"})
         ({'lr': 0.1, 'epochs': 3}, {'lr': 'GRAPHDIST_LR'})
     """
     values: dict[str, Any] = {k: _coerce(k, v, source="the saved config") for k, v in (base or {}).items()
@@ -395,5 +410,5 @@ def replace(cfg: TrainConfig, **changes: Any) -> TrainConfig:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["DEFAULT_DATASET", "TrainConfig", "resolve", "merge", "with_origin", "load_config_file", "env_overrides",
-           "replace"]
+__all__ = ["DEFAULT_DATASET", "TrainConfig", "resolve", "resolve_with_origin", "with_origin", "load_config_file",
+           "env_overrides", "replace"]

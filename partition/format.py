@@ -40,9 +40,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -51,12 +50,11 @@ from graphdist.data.graph import MASK_NAMES, Graph
 from partition.csr import graph_arrays
 from partition.halo import PartArrays, Relabel, build_part, edges_by_source_part
 from partition.part import Partition
-from partition.staging import META, clean_stale_siblings, staged_directory  # noqa: F401 - re-exported
+from partition.staging import META, PathLike, clean_stale_siblings, staged_directory  # noqa: F401 - re-exported
 
 FORMAT_VERSION = 1
 _HASH_BLOCK = 1 << 22  # 4 MiB reads when verifying: bounded memory on large files
 
-PathLike = Union[str, os.PathLike]
 
 
 class PartitionFormatError(ValueError):

@@ -102,8 +102,8 @@ class NodeLoader:
         seed: seeds the loader's shuffle generator (the sampler has its own); None
             draws one from torch's global RNG. Default None.
         num_batches: exact batches per epoch, so that every distributed worker runs the same
-            number of steps: extra batches take random seeds of this loader's own; fewer drop the
-            rest of the epoch. Default None (``ceil`` or ``floor`` of ``len(seeds)/batch_size``).
+            number of steps: extra batches are empty (no seed repeats); fewer drop the rest of
+            the epoch. Default None (``ceil`` or ``floor`` of ``len(seeds)/batch_size``).
         device: move each batch there in the prefetch thread (CUDA: via pinned buffers).
         reuse_buffers: gather ``x`` into recycled buffers (valid until batch t+2 is requested).
             Default True.

@@ -199,24 +199,18 @@ def join_negative_values(argv: Sequence[str], flags: tuple[str, ...] = ("--fanou
 def _resolve(argv: Optional[Sequence[str]]):
     """Flags, environment and ``--config`` resolved into a ``TrainConfig``; a resume's saved config is the base
     (everything given now overrides it, and ``graphdist.resume`` refuses what may not change)."""
-    from graphdist.config import resolve
+    return _resolve_with_origin(argv)[0]
+
+
+def _resolve_with_origin(argv: Optional[Sequence[str]]):
+    """``_resolve``, and where each setting not given as a flag came from (``GRAPHDIST_LR``,
+    ``--config FILE: lr``), so that a later refusal can name it."""
+    from graphdist.config import resolve_with_origin
     from graphdist import runlog
 
     ns = build_parser().parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     base = runlog.read_config(ns.resume) if ns.resume else None
-    return resolve(_cli_values(ns), ns.config, base=base)
-
-
-def _origins(argv: Optional[Sequence[str]]) -> dict[str, str]:
-    """Where each setting not given as a flag came from (``GRAPHDIST_LR``, ``--config FILE: lr``), or {}."""
-    from graphdist.config import merge
-    from graphdist import runlog
-
-    try:
-        ns = build_parser().parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
-        return merge(_cli_values(ns), ns.config, base=runlog.read_config(ns.resume) if ns.resume else None)[1]
-    except Exception:  # noqa: BLE001 - only for wording a message that is already on its way
-        return {}
+    return resolve_with_origin(_cli_values(ns), ns.config, base=base)
 
 
 def dry_run(cfg) -> None:
@@ -242,8 +236,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[StdoutHandler()])
     trainer = None
+    origin: dict[str, str] = {}  # a refusal from resolving already names where its values came from
     try:
-        cfg = _resolve(argv)
+        cfg, origin = _resolve_with_origin(argv)
         if cfg.dry_run:
             dry_run(cfg)
             return 0
@@ -266,9 +261,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise  # a bug, not a refusal: keep the traceback
         from graphdist.config import with_origin
 
-        origin = {} if started else _origins(argv)
         for line in error_lines(exc):
-            print(f"graphdist-train: error: {with_origin(line, origin)}", file=sys.stderr)
+            print(f"graphdist-train: error: {line if started else with_origin(line, origin)}", file=sys.stderr)
         hint = _resume_hint(trainer) if started else ""
         if hint:
             print(f"graphdist-train:{hint.lstrip(';')}", file=sys.stderr)

@@ -80,14 +80,12 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
     indptr = block_indptr(block)
     rows = torch.arange(num_dst, dtype=torch.int64, device=indptr.device)
     edge_row = torch.repeat_interleave(rows, indptr.diff(), output_size=int(block.src.numel()))
-    not_loop = block.src != edge_row  # dst row v is source v: a sampled self loop is the row's own loop
+    edge_src = block.src
+    not_loop = edge_src != edge_row  # dst row v is source v: a sampled self loop is the row's own loop
     if not bool(not_loop.all()):
-        block = _replace(block, src=block.src[not_loop], dst=edge_row[not_loop],
-                         indptr=torch.cat([indptr[:1], indptr[:1] + torch.cumsum(
-                             torch.bincount(edge_row[not_loop], minlength=num_dst), 0)]))
-        indptr, edge_row = block.indptr, edge_row[not_loop]
-    counts = indptr.diff()
-    new_indptr = indptr + torch.arange(num_dst + 1, dtype=torch.int64, device=indptr.device)
+        edge_src, edge_row = edge_src[not_loop], edge_row[not_loop]
+    counts = torch.bincount(edge_row, minlength=num_dst)  # k_v: the row's sampled neighbours
+    new_indptr = torch.cat([indptr[:1], indptr[:1] + torch.cumsum(counts + 1, 0)])  # one self loop more per row
     total = int(new_indptr[-1])
     src = torch.empty(total, dtype=torch.int64, device=indptr.device)
     dst = torch.empty(total, dtype=torch.int64, device=indptr.device)
@@ -95,7 +93,7 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
     is_edge = torch.ones(total, dtype=torch.bool, device=indptr.device)
     is_edge[loop_pos] = False
     src[loop_pos], dst[loop_pos] = rows, rows
-    src[is_edge] = block.src
+    src[is_edge] = edge_src
     dst[is_edge] = edge_row
     degree = src_degree.to(torch.float32)
     inv_sqrt = (degree + 1.0).rsqrt()

@@ -115,7 +115,8 @@ class AggregationStrategy(Strategy):
         table = feature_table(part, cfg.feature_norm, with_degrees=False)
         self.local_graph = induced_graph(part, table)
         if self.with_degrees:
-            self.local_graph.x = torch.cat([table, self.local_graph.degrees(self_loops=False).to(table.dtype).view(-1, 1)], dim=1)
+            degrees = self.local_graph.degrees(self_loops=False).to(table.dtype).view(-1, 1)
+            self.local_graph.x = torch.cat([table, degrees], dim=1)
         train = (part.train_mask.to(torch.bool).nonzero().view(-1) if part.train_mask is not None
                  else torch.arange(part.num_inner))
         self.loader = NodeLoader(self.local_graph, train, NeighborSampler(self.local_graph, cfg.fanouts,

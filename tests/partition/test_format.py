@@ -208,7 +208,7 @@ def _killed_while_writing(out, graph, at_call: int, force: bool = False, in_comm
                 if ".old-" in str(dst):  # the existing output is moved aside; the new one not yet in
                     os.kill(os.getpid(), signal.SIGKILL)
 
-            fmt.os.replace = replace
+            staging.os.replace = replace  # the commit's renames (os is the global module)
         else:
             real_save, calls = fmt.save_array, [0]
 
