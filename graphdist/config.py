@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from graphdist.models.registry import MODELS
-from graphdist.sync.modes import SYNC_MODES
+from graphdist.sync.modes import ALLREDUCE_MODES, SYNC_MODES
 from graphdist.trainers.base import STRATEGIES
 from partition.methods import METHODS as PARTITION_METHODS
 
@@ -59,6 +59,9 @@ class TrainConfig:
     # --- Sync
     strategy: str = "minibatch"
     sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
+    # ring on one host or NCCL (nothing to gain); across hosts the fastest of ring, hd and hier,
+    # timed once at start on the largest layer's gradient
+    allreduce: str = "auto"
     # --- Full graph (--strategy fullgraph)
     staleness: int = 0  # 0: exact halo exchange; 1: wait-free, halo embeddings/gradients one step stale
     smoothing: float = 0.0  # PipeGCN's g for stale buffers: h <- g*h_old + (1-g)*h_new (0: none)
@@ -136,6 +139,8 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("strategy", f"must be one of {', '.join(STRATEGIES)}", cfg.strategy)
     if cfg.sync not in SYNC_MODES:
         raise _fail("sync", f"must be one of {', '.join(SYNC_MODES)}", cfg.sync)
+    if cfg.allreduce not in ALLREDUCE_MODES:
+        raise _fail("allreduce", f"must be one of {', '.join(ALLREDUCE_MODES)}", cfg.allreduce)
     if cfg.feature_norm not in FEATURE_NORMS:
         raise _fail("feature-norm", f"must be one of {', '.join(FEATURE_NORMS)}", cfg.feature_norm)
     if cfg.partition_method not in PARTITION_METHODS:

@@ -61,7 +61,8 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from graphdist.cli.args import OneLineParser
-    from graphdist.config import FEATURE_NORMS, MODELS, PARTITION_METHODS, STRATEGIES, SYNC_MODES, TrainConfig
+    from graphdist.config import (ALLREDUCE_MODES, FEATURE_NORMS, MODELS, PARTITION_METHODS, STRATEGIES, SYNC_MODES,
+                                  TrainConfig)
 
     default = TrainConfig.__dataclass_fields__  # the defaults shown in --help come from the config
 
@@ -102,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add(sync, "--sync", choices=list(SYNC_MODES),
          help="gradient sync: " + "; ".join(f"{k}: {v}" for k, v in SYNC_MODES.items())
          + f" (default {d('sync')})")
+    _add(sync, "--allreduce", choices=list(ALLREDUCE_MODES),
+         help="how gradients (and averaged parameters) are summed: "
+              + "; ".join(f"{k}: {v}" for k, v in ALLREDUCE_MODES.items())
+              + f". --sync ddp keeps torch's own allreduce (default {d('allreduce')})")
     full = p.add_argument_group("Full graph (--strategy fullgraph)")
     _add(full, "--staleness", type=int,
          help=f"0: exact halo exchange each layer; 1: wait-free, layers use last step's halo embeddings and "

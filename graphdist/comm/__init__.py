@@ -2,7 +2,9 @@
 
 - ``group``: process-group set-up with a timeout, role helpers (``is_main_process``).
 - ``collectives``: all-to-all, gather, broadcast, handles and futures; errors name the rank.
-- ``algorithms``: allreduce algorithms as callables ``algorithm(tensor, group, tag) -> Handle``.
+- ``algorithms``: allreduce algorithms as callables ``algorithm(tensor, group, tag) -> Handle``
+  (``ring``, ``auto``; ``halving``: halving-doubling and hierarchical; ``rankmap``: their pure rank maps;
+  ``p2p``: their point-to-point steps and thread).
 - ``topology``: which ranks share a host (``Topology``, ``discover_topology``).
 - ``counters``: bytes sent per purpose tag, and the part that crosses hosts.
 - ``ddp``: torch DDP over a graphdist group, with a communication hook.
@@ -16,6 +18,9 @@ Example:
 from graphdist.comm.algorithms import (
     ALLREDUCE_ALGORITHMS,
     AllreduceAlgorithm,
+    Auto,
+    HalvingDoubling,
+    Hierarchical,
     Ring,
     all_reduce,
     all_reduce_async,
@@ -57,9 +62,12 @@ from graphdist.comm.topology import Topology, discover_topology
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "AllreduceAlgorithm",
+    "Auto",
     "COUNTER",
     "CommError",
+    "HalvingDoubling",
     "Handle",
+    "Hierarchical",
     "Ring",
     "Topology",
     "all_gather_object",

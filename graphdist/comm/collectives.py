@@ -34,7 +34,8 @@ import torch
 import torch.distributed as dist
 
 from graphdist.comm.counters import COUNTER, byte_counts  # noqa: F401 - byte_counts: the module example
-from graphdist.comm.group import CommError, cpu_group, get_rank, get_world_size, is_initialized, ranks_at
+from graphdist.comm.group import (CommError, cpu_group, get_rank, get_world_size, group_timeout_s, is_initialized,
+                                  ranks_at)
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
 
@@ -43,6 +44,11 @@ Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the defau
 
 def _backend(group: Group) -> str:
     return str(dist.get_backend(group))
+
+
+def backend_name(group: Group = None) -> str:
+    """``gloo`` or ``nccl``: the default group's backend ('' without a process group)."""
+    return _backend(group) if is_initialized() else ""
 
 
 def _route(group: Group, tensor: Optional[torch.Tensor] = None) -> Group:
@@ -409,8 +415,10 @@ def broadcast(tensor: torch.Tensor, src: int = 0, group: Group = None, tag: str 
     return tensor
 
 
-def new_group(timeout_s: Optional[float] = None) -> Group:
-    """A new group over all ranks (e.g. for a prefetch thread's collectives).
+def new_group(timeout_s: Optional[float] = None, ranks: Optional[Sequence[int]] = None) -> Group:
+    """A new gloo group over all ranks, or over ``ranks`` (e.g. for a prefetch thread's collectives).
+
+    ``timeout_s`` defaults to the default group's timeout (torch's own default is 30 minutes).
 
     Collectives within one group must be issued in the same order on every rank;
     two threads sharing a group cannot promise that, so each thread gets its own.
@@ -420,8 +428,11 @@ def new_group(timeout_s: Optional[float] = None) -> Group:
         return None
     # gloo: what runs on these groups (sampling, feature fetch) moves CPU tensors.
     kwargs: dict[str, Any] = {"backend": "gloo"}
+    timeout_s = timeout_s if timeout_s is not None else group_timeout_s()
     if timeout_s is not None:
         kwargs["timeout"] = datetime.timedelta(seconds=timeout_s)
+    if ranks is not None:
+        kwargs["ranks"] = [int(r) for r in ranks]
     return _run("new_group", None, lambda: dist.new_group(**kwargs))
 
 

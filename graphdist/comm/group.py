@@ -16,6 +16,7 @@ logger = logging.getLogger(__name__)
 # sampler's CPU traffic go through this gloo group over the same ranks instead.
 _CPU_GROUP: Optional[object] = None
 _PEER_ADDRESSES: list[str] = []
+_TIMEOUT_S: Optional[float] = None  # the default group's, for the groups graphdist creates later
 
 
 class CommError(RuntimeError):
@@ -76,7 +77,8 @@ def init_process_group(
             f"[rank {rank}] could not join the process group of {world_size} via {where} within "
             f"{timeout_s:.0f}s{_missing_ranks(store, world_size)}: {exc}"
         ) from exc
-    global _CPU_GROUP, _PEER_ADDRESSES
+    global _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S
+    _TIMEOUT_S = float(timeout_s)
     if backend == "nccl":
         _CPU_GROUP = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
     # Every rank's address, so that a later "[10.0.0.2]:41672 connection timed out" from gloo
@@ -145,13 +147,18 @@ def cpu_group() -> Optional[object]:
     return _CPU_GROUP
 
 
+def group_timeout_s() -> Optional[float]:
+    """Seconds before a collective of the default group fails (None before the group is set up)."""
+    return _TIMEOUT_S
+
+
 def shutdown() -> None:
     """Leaves the process group if one is set up."""
     from graphdist.comm import heartbeat
 
     heartbeat.stop()
-    global _CPU_GROUP, _PEER_ADDRESSES
-    _CPU_GROUP, _PEER_ADDRESSES = None, []
+    global _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S
+    _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S = None, [], None
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -1,10 +1,11 @@
-"""The sync modes: the one declaration (the CLI's ``--sync`` choices and the config's check read it).
+"""The sync modes and allreduce algorithms: the CLI's ``--sync`` and ``--allreduce`` choices.
 
-Importing it needs no torch.
+Importing it needs no torch (the config's check reads it). ``ALLREDUCE_MODES`` names what
+``graphdist.comm.ALLREDUCE_ALGORITHMS`` registers (a test keeps the two equal).
 
 Example:
-    >>> list(SYNC_MODES)
-    ['dwbp', 'blocking', 'ddp']
+    >>> list(SYNC_MODES), list(ALLREDUCE_MODES)
+    (['dwbp', 'blocking', 'ddp'], ['auto', 'ring', 'hd', 'hier'])
 """
 
 # name -> what it does
@@ -14,4 +15,12 @@ SYNC_MODES: dict[str, str] = {
     "ddp": "torch DistributedDataParallel with the same seed-weighting hook",
 }
 
-__all__ = ["SYNC_MODES"]
+# name -> what it sends
+ALLREDUCE_MODES: dict[str, str] = {
+    "auto": "ring on one host or under NCCL; across hosts the fastest of the others, timed once at start",
+    "ring": "the backend's allreduce (a ring): each rank sends 2(P-1)/P of the tensor",
+    "hd": "halving-doubling, host-aware ranks: the big steps stay inside hosts, 2 log2 P steps",
+    "hier": "reduce to each host's first rank, allreduce among those, send back: S per host link for 2 hosts",
+}
+
+__all__ = ["ALLREDUCE_MODES", "SYNC_MODES"]

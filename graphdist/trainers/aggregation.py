@@ -25,7 +25,8 @@ from typing import Any, Optional
 import torch
 
 from graphdist import comm
-from graphdist.trainers.base import EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext
+from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
+                                     gradient_allreduce)
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import (
     DistributedBatches,
@@ -134,7 +135,7 @@ class AggregationStrategy(Strategy):
         self.correction_optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
                                                      weight_decay=cfg.weight_decay)
         self.local_sync = NoSync(self.model)
-        self.algorithm = comm.allreduce_algorithm("ring", ctx.topology)
+        self.algorithm = gradient_allreduce(ctx, self.model)
         self.averager = make_averager(cfg, self.algorithm)
         self.label_tvd = part_label_tvd(part.meta, part.part_id)
         if cfg.avg_seconds is None and cfg.avg_every >= self.steps_per_epoch and comm.is_main_process():

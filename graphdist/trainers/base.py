@@ -156,6 +156,35 @@ class Strategy(abc.ABC):
         """Releases hooks, threads and groups."""
 
 
+def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module") -> Any:
+    """The allreduce algorithm ``--allreduce`` names, built for this job (collective: every rank, same point).
+
+    Under ``--sync ddp`` the backend's ring, whatever ``--allreduce`` says (DDP is the comparison
+    point: torch's own allreduce); a topology-aware choice there warns once. ``auto`` is timed
+    on a probe the size of the model's largest parameter tensor (one layer's gradient, roughly).
+    """
+    import logging
+    import warnings
+
+    from graphdist import comm
+
+    name = ctx.cfg.allreduce
+    if ctx.cfg.sync == "ddp":
+        if name not in ("auto", "ring"):
+            warnings.warn(f"--allreduce {name} is ignored under --sync ddp (torch DDP keeps its own allreduce); "
+                          f"use --sync dwbp to sum gradients with it", stacklevel=2)
+        name = "ring"
+    kwargs: dict[str, Any] = {}
+    if name == "auto":
+        largest = max((p.numel() * p.element_size() for p in model.parameters()), default=4)
+        kwargs["probe_bytes"] = int(min(max(largest, 1 << 16), 16 << 20))
+    algorithm = comm.allreduce_algorithm(name, ctx.topology, **kwargs)
+    if comm.is_main_process():
+        describe = getattr(algorithm, "describe", None)
+        logging.getLogger(__name__).info("allreduce: %s", describe() if describe else repr(algorithm))
+    return algorithm
+
+
 def strategy_class(name: str) -> type[Strategy]:
     """The class registered as ``name`` (imported on first use).
 
@@ -180,4 +209,4 @@ def register_strategy(name: str, target: str) -> None:
 
 
 __all__ = ["EpochStats", "Predictions", "ProgressCallback", "STRATEGIES", "Strategy", "WorkerContext",
-           "register_strategy", "strategy_class"]
+           "gradient_allreduce", "register_strategy", "strategy_class"]

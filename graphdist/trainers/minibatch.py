@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
-from graphdist.trainers.base import EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext
+from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
+                                     gradient_allreduce)
 from graphdist.trainers.evaluate import accuracy, evaluated_nodes, exact_inference, sampled_inference
 from graphdist.trainers.features import GlobalLabels, feature_table, model_inputs
 
@@ -341,7 +342,7 @@ class MinibatchStrategy(Strategy):
     def _build_sync(self) -> Any:
         from graphdist.sync import make_sync
 
-        return make_sync(self.ctx.cfg.sync, self.model, algorithm=comm.allreduce_algorithm("ring", self.ctx.topology))
+        return make_sync(self.ctx.cfg.sync, self.model, algorithm=gradient_allreduce(self.ctx, self.model))
 
     def _log_setup(self) -> None:
         if comm.is_main_process():

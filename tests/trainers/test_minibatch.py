@@ -87,12 +87,12 @@ def _oracle_graph():
     return graph
 
 
-def _oracle_cfg(sync: str, world_size: int) -> TrainConfig:
+def _oracle_cfg(sync: str, world_size: int, allreduce: str = "ring") -> TrainConfig:
     # Full fan-out, one batch of every train node per step, no dropout: the distributed step
     # computes the same loss as one process on the whole graph.
     return TrainConfig(model="sage", hidden=8, layers=2, fanouts=(-1, -1), dropout=0.0, batch_size=10_000,
                        lr=0.05, sync=sync, epochs=STEPS, num_workers=world_size, prefetch=False, seed=3,
-                       timeout=20)
+                       timeout=20, allreduce=allreduce)
 
 
 def _one_process_params(graph, cfg: TrainConfig) -> list[torch.Tensor]:
@@ -109,15 +109,23 @@ def _one_process_params(graph, cfg: TrainConfig) -> list[torch.Tensor]:
 
 
 def _oracle_body(rank: int, world_size: int, part_dir: str, expected: dict[str, list[torch.Tensor]]):
-    for sync, params in expected.items():
-        strategy = _strategy(rank, world_size, _oracle_cfg(sync, world_size), part_dir)
+    import os
+
+    runs = [(sync, "ring") for sync in expected]
+    if world_size == 4:  # two emulated hosts: the topology-aware algorithms have something to do
+        os.environ["GRAPHDIST_TOPOLOGY"] = "2x2"
+        runs += [("dwbp", "hd"), ("dwbp", "hier"), ("blocking", "auto")]
+    for sync, allreduce in runs:
+        params = expected[sync]
+        strategy = _strategy(rank, world_size, _oracle_cfg(sync, world_size, allreduce), part_dir)
         for epoch in range(1, STEPS + 1):
             stats = strategy.train_epoch(epoch)
             assert stats.steps == 1, stats
         model = strategy.model
         for (name, p), q in zip(model.named_parameters(), params):
             torch.testing.assert_close(p.detach(), q, rtol=1e-4, atol=1e-5,
-                                       msg=lambda m: f"{world_size} workers, --sync {sync}, {name}: {m}")
+                                       msg=lambda m: f"{world_size} workers, --sync {sync} --allreduce {allreduce}, "
+                                                     f"{name}: {m}")
         strategy.close()
 
 

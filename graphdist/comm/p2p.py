@@ -1,0 +1,128 @@
+"""Point-to-point steps and the thread that runs multi-step allreduce algorithms.
+
+An algorithm built from several dependent steps (halving-doubling, hierarchical) cannot be one
+backend call, yet a sync hook must get its handle at once. Each such algorithm therefore owns
+an :class:`AlgorithmThread` and a process group of its own: the hook enqueues the whole
+algorithm and returns; the thread runs the queue in order. Every rank enqueues the same
+algorithms in the same order (backward visits layers in the same order everywhere), and only
+that thread uses the group, so the steps match across ranks. The thread waits in the backend
+with the GIL released, so the layers below keep computing (DWBP).
+
+The group's timeout bounds every step: a dead or stopped peer fails the step, the handle's
+``wait()`` raises a ``CommError`` naming this rank, and later work queued on the thread fails
+the same way instead of hanging.
+
+Example:
+    >>> import torch
+    >>> worker = AlgorithmThread("doc")
+    >>> work = worker.submit(lambda: torch.ones(2) * 3)
+    >>> work.wait(), work.is_completed(), work.get_future().wait().tolist()
+    (True, True, [3.0, 3.0])
+"""
+
+from __future__ import annotations
+
+import datetime
+import queue
+import threading
+from concurrent.futures import Future as ConcurrentFuture
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from graphdist.comm.group import group_timeout_s
+
+# Beyond the group's timeout: a step the backend failed to time out still ends the wait.
+_GRACE_S = 5.0
+
+
+class ThreadWork:
+    """Backend-work shape (``wait``, ``is_completed``, ``get_future``) over one queued algorithm run."""
+
+    def __init__(self, done: ConcurrentFuture, timeout_s: Optional[float]) -> None:
+        self._done = done
+        self._timeout_s = timeout_s
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        limit = timeout.total_seconds() if timeout is not None else (
+            None if self._timeout_s is None else self._timeout_s + _GRACE_S)
+        try:
+            self._done.result(limit)
+        except TimeoutError:
+            raise TimeoutError(f"timed out after {limit:.0f}s waiting for the algorithm's thread") from None
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.done()
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+
+        def forward(done: ConcurrentFuture) -> None:
+            exc = done.exception()
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(done.result())
+
+        self._done.add_done_callback(forward)
+        return fut
+
+
+class AlgorithmThread:
+    """A daemon thread that runs submitted functions one at a time, in submission order.
+
+    Daemon, so that a run ending with a step still blocked on a dead peer does not hang the
+    interpreter's exit; the group's timeout ends that step anyway.
+    """
+
+    def __init__(self, name: str, timeout_s: Optional[float] = None) -> None:
+        self.name = name
+        self.timeout_s = timeout_s if timeout_s is not None else group_timeout_s()
+        self._queue: "queue.Queue[tuple[Callable[[], Any], ConcurrentFuture]]" = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name=f"graphdist-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> ThreadWork:
+        done: ConcurrentFuture = ConcurrentFuture()
+        self._queue.put((fn, done))
+        return ThreadWork(done, self.timeout_s)
+
+    def _loop(self) -> None:
+        while True:
+            fn, done = self._queue.get()
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+                done.set_exception(exc)
+
+
+def exchange_many(ops: Sequence[tuple[torch.Tensor, torch.Tensor, int, int]], group: Any) -> None:
+    """Several exchanges at once: each ``(send, recv, peer, tag)`` sends and receives with ``peer``.
+
+    The tags keep two messages to one peer in one batch apart (both sides list them alike).
+    """
+    batch = []
+    for out, into, peer, tag in ops:
+        batch.append(dist.P2POp(dist.isend, out.contiguous(), peer, group, tag))
+        batch.append(dist.P2POp(dist.irecv, into, peer, group, tag))
+    if batch:
+        for work in dist.batch_isend_irecv(batch):
+            work.wait()
+
+
+def send(tensor: torch.Tensor, dst: int, group: Any) -> None:
+    dist.send(tensor.contiguous(), dst, group=group)
+
+
+def recv(tensor: torch.Tensor, src: int, group: Any) -> None:
+    dist.recv(tensor, src, group=group)
+
+
+def start_all_reduce_now(tensor: torch.Tensor, group: Any) -> Any:
+    """Starts the backend's sum over ``group`` (the leaders' step of the hierarchical algorithm); ``.wait()`` it."""
+    return dist.all_reduce(tensor, group=group, async_op=True)
+
+
+__all__ = ["AlgorithmThread", "ThreadWork", "start_all_reduce_now", "exchange_many", "recv", "send"]
