@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from graphdist.models.registry import MODELS
-from graphdist.sync.modes import ALLREDUCE_MODES, SYNC_MODES
+from graphdist.sync.modes import ALLREDUCE_MODES, COMPRESS_MODES, SYNC_MODES
 from graphdist.trainers.base import STRATEGIES
 from partition.methods import METHODS as PARTITION_METHODS
 
@@ -62,6 +62,7 @@ class TrainConfig:
     # ring on one host or NCCL (nothing to gain); across hosts the fastest of ring, hd and hier,
     # timed once at start on the largest layer's gradient
     allreduce: str = "auto"
+    compress: str = "none"  # exact by default; fp16/bf16/int8 trade accuracy for bytes on slow links
     # --- Full graph (--strategy fullgraph)
     staleness: int = 0  # 0: exact halo exchange; 1: wait-free, halo embeddings/gradients one step stale
     smoothing: float = 0.0  # PipeGCN's g for stale buffers: h <- g*h_old + (1-g)*h_new (0: none)
@@ -141,6 +142,11 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("sync", f"must be one of {', '.join(SYNC_MODES)}", cfg.sync)
     if cfg.allreduce not in ALLREDUCE_MODES:
         raise _fail("allreduce", f"must be one of {', '.join(ALLREDUCE_MODES)}", cfg.allreduce)
+    if cfg.compress not in COMPRESS_MODES:
+        raise _fail("compress", f"must be one of {', '.join(COMPRESS_MODES)}", cfg.compress)
+    if cfg.compress == "int8" and cfg.sync == "ddp":
+        raise _fail("compress", "int8 needs --sync dwbp or blocking (torch DDP has fp16 and bf16 hooks only)",
+                    cfg.compress)
     if cfg.feature_norm not in FEATURE_NORMS:
         raise _fail("feature-norm", f"must be one of {', '.join(FEATURE_NORMS)}", cfg.feature_norm)
     if cfg.partition_method not in PARTITION_METHODS:

@@ -61,8 +61,8 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from graphdist.cli.args import OneLineParser
-    from graphdist.config import (ALLREDUCE_MODES, FEATURE_NORMS, MODELS, PARTITION_METHODS, STRATEGIES, SYNC_MODES,
-                                  TrainConfig)
+    from graphdist.config import (ALLREDUCE_MODES, COMPRESS_MODES, FEATURE_NORMS, MODELS, PARTITION_METHODS,
+                                  STRATEGIES, SYNC_MODES, TrainConfig)
 
     default = TrainConfig.__dataclass_fields__  # the defaults shown in --help come from the config
 
@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
          help="how gradients (and averaged parameters) are summed: "
               + "; ".join(f"{k}: {v}" for k, v in ALLREDUCE_MODES.items())
               + f". --sync ddp keeps torch's own allreduce (default {d('allreduce')})")
+    _add(sync, "--compress", choices=list(COMPRESS_MODES),
+         help="gradient payloads: " + "; ".join(f"{k}: {v}" for k, v in COMPRESS_MODES.items())
+              + f" (default {d('compress')})")
     full = p.add_argument_group("Full graph (--strategy fullgraph)")
     _add(full, "--staleness", type=int,
          help=f"0: exact halo exchange each layer; 1: wait-free, layers use last step's halo embeddings and "

@@ -46,7 +46,8 @@ from graphdist.comm.counters import (
     reset_byte_counts,
     time_counts,
 )
-from graphdist.comm.ddp import ddp_wrap
+from graphdist.comm.ddp import ddp_wrap, torch_compress_wrapper
+from graphdist.comm.p2p import AlgorithmThread
 from graphdist.comm.group import (
     CommError,
     barrier,
@@ -61,6 +62,7 @@ from graphdist.comm.topology import Topology, discover_topology
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
+    "AlgorithmThread",
     "AllreduceAlgorithm",
     "Auto",
     "COUNTER",
@@ -95,5 +97,6 @@ __all__ = [
     "shutdown",
     "start_all_reduce",
     "time_counts",
+    "torch_compress_wrapper",
     "wait_future",
 ]

@@ -76,4 +76,19 @@ def ddp_wrap(
     return ddp
 
 
-__all__ = ["ddp_wrap"]
+def torch_compress_wrapper(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's own ``fp16_compress_wrapper`` or ``bf16_compress_wrapper`` (``name``: fp16, bf16) around ``hook``.
+
+    Example:
+        >>> torch_compress_wrapper("fp16", lambda state, bucket: None).__name__
+        'fp16_compress_wrapper_hook'
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    wrappers = {"fp16": default_hooks.fp16_compress_wrapper, "bf16": default_hooks.bf16_compress_wrapper}
+    if name not in wrappers:
+        raise ValueError(f"Expected fp16 or bf16 (got {name!r})")
+    return wrappers[name](hook)
+
+
+__all__ = ["ddp_wrap", "torch_compress_wrapper"]

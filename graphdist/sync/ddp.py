@@ -40,7 +40,13 @@ class DdpSync(GradientSync):
         algorithm: the allreduce algorithm of the hook (default: ring).
         tag: byte-counter tag (default ``"grad"``).
         seed_weighted: weight gradients by seed share (default) or sum them (``SeedWeights``).
+        compress: ``none``, or ``fp16`` / ``bf16``: torch's own ``fp16_compress_wrapper`` /
+            ``bf16_compress_wrapper`` around the hook (DDP with its own compression: the
+            comparison point for ``--compress``). DDP has no int8 hook.
         **ddp_kwargs: passed to ``DistributedDataParallel`` (e.g. ``bucket_cap_mb``).
+
+    Raises:
+        ValueError: ``compress`` other than none, fp16, bf16.
     """
 
     mode = "ddp"
@@ -53,17 +59,23 @@ class DdpSync(GradientSync):
         algorithm: Optional[comm.AllreduceAlgorithm] = None,
         tag: str = "grad",
         seed_weighted: bool = True,
+        compress: str = "none",
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__()
+        if compress not in ("none", "fp16", "bf16"):
+            raise ValueError(f"--compress {compress} needs --sync dwbp or blocking: torch DDP has fp16 and bf16 "
+                             f"compression hooks only")
         self.hook_state = AllreduceState.create(algorithm, group, tag, seed_weighted)
+        hook = seed_weighted_allreduce if compress == "none" else comm.torch_compress_wrapper(compress,
+                                                                                               seed_weighted_allreduce)
         self._step = 0
         self._t_begin = 0.0
         self._active = False
         self._num_seeds = 0
         if comm.is_initialized():
             self._model = comm.ddp_wrap(model, group=group, find_unused_parameters=find_unused_parameters,
-                                        comm_hook=seed_weighted_allreduce, hook_state=self.hook_state, **ddp_kwargs)
+                                        comm_hook=hook, hook_state=self.hook_state, **ddp_kwargs)
         else:
             warnings.warn("DdpSync without a process group: nothing to synchronise; the model runs unwrapped",
                           stacklevel=2)

@@ -20,6 +20,7 @@ def make_sync(
     algorithm: Optional[Any] = None,
     find_unused_parameters: bool = False,
     seed_weighted: bool = True,
+    compress: str = "none",
     **kwargs: Any,
 ) -> GradientSync:
     """The gradient sync for ``--sync mode`` over ``model``.
@@ -32,6 +33,8 @@ def make_sync(
         find_unused_parameters: ``ddp`` only (dwbp and blocking flush unused layers anyway).
         seed_weighted: each rank's loss is a mean over its own seeds (True: gradients weighted by
             seed share) or its part of one global mean (False: gradients summed).
+        compress: ``--compress``: none, fp16, bf16 (a cast around the allreduce; under ``ddp`` torch's
+            own wrappers) or int8 (``graphdist.sync.compress``; not under ``ddp``).
         **kwargs: passed to the sync class (``layers=``, ``hook=`` for layer-wise modes).
 
     Raises:
@@ -51,10 +54,18 @@ def make_sync(
             warnings.warn("`layers` is ignored in ddp mode: DDP forms its own buckets", stacklevel=2)
         kwargs.pop("layers", None)
         return DdpSync(model, group=group, find_unused_parameters=find_unused_parameters, algorithm=algorithm,
-                       seed_weighted=seed_weighted, **kwargs)
+                       seed_weighted=seed_weighted, compress=compress, **kwargs)
     if find_unused_parameters:
         warnings.warn("find_unused_parameters only matters in ddp mode; dwbp/blocking flush unused layers anyway",
                       stacklevel=2)
+    if compress != "none":
+        if "hook" in kwargs:
+            raise ValueError("Expected either compress= or hook= (a hook of your own can wrap "
+                             "graphdist.sync.compress.cast_compress_wrapper itself)")
+        from graphdist.sync.compress import compressed_hook
+
+        kwargs["hook"], kwargs["hook_state"] = compressed_hook(compress, algorithm, group,
+                                                               seed_weighted=seed_weighted)
     return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, seed_weighted=seed_weighted, **kwargs)
 
 

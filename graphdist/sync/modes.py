@@ -23,4 +23,14 @@ ALLREDUCE_MODES: dict[str, str] = {
     "hier": "reduce to each host's first rank, allreduce among those, send back: S per host link for 2 hosts",
 }
 
-__all__ = ["ALLREDUCE_MODES", "SYNC_MODES"]
+# name -> what a gradient bucket becomes on the wire (``graphdist.sync.compress.COMPRESSIONS``)
+COMPRESS_MODES: dict[str, str] = {
+    "none": "fp32 as computed",
+    "fp16": "cast to float16 around the allreduce (half the bytes; under --sync ddp torch's fp16_compress_wrapper)",
+    "bf16": "cast to bfloat16 around the allreduce (half the bytes, fp32's range; under ddp torch's wrapper)",
+    "int8": "block-quantised int8 with one scale per 512 values and error feedback, ZeRO++ style: an "
+            "all-to-all, a local fp32 sum, an all-gather (about a quarter of the bytes; bypasses --allreduce; "
+            "not under ddp)",
+}
+
+__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SYNC_MODES"]

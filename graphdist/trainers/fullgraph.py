@@ -182,7 +182,7 @@ class FullGraphStrategy(Strategy):
         from graphdist.sync import make_sync
 
         self.sync = make_sync(cfg.sync, self.net, seed_weighted=False,
-                              algorithm=gradient_allreduce(ctx, self.net))
+                              algorithm=gradient_allreduce(ctx, self.net), compress=cfg.compress)
         if comm.is_main_process():
             logger.info("part %d: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
                         "staleness %d", part.part_id, f"{part.num_inner:,}", f"{part.num_halo:,}",

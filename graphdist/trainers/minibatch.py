@@ -342,7 +342,8 @@ class MinibatchStrategy(Strategy):
     def _build_sync(self) -> Any:
         from graphdist.sync import make_sync
 
-        return make_sync(self.ctx.cfg.sync, self.model, algorithm=gradient_allreduce(self.ctx, self.model))
+        return make_sync(self.ctx.cfg.sync, self.model, algorithm=gradient_allreduce(self.ctx, self.model),
+                         compress=self.ctx.cfg.compress)
 
     def _log_setup(self) -> None:
         if comm.is_main_process():

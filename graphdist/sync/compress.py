@@ -1,0 +1,214 @@
+"""Compressed gradient payloads (``--compress fp16|bf16|int8``), as hooks that wrap or replace the allreduce.
+
+- ``fp16`` / ``bf16``: :func:`cast_compress_wrapper` wraps any hook (torch's
+  ``fp16_compress_wrapper`` shape): the bucket is cast down, the inner hook sums it through
+  whatever ``--allreduce`` chose, the sum is cast back. Half the bytes; sums in 16 bits.
+- ``int8``: :func:`int8_allreduce`. Values quantised with per-rank scales cannot be summed in
+  flight, so it follows ZeRO++'s shape instead of an allreduce (and bypasses ``--allreduce``):
+  each rank quantises its gradient in blocks of ``block`` values (one fp32 scale per block,
+  ``max|x| / 127``), sends chunk ``r`` to rank ``r`` (an all-to-all), dequantises and sums the
+  P copies of its own chunk in fp32, quantises the sum and all-gathers it (an all-to-all of the
+  same chunk to everyone). About a quarter of fp32's bytes.
+  Error feedback: what quantisation dropped on this rank (its gradient minus what it sent, and,
+  for the chunk it owns, the sum minus what it gathered) is added to its next step's gradient,
+  so the error does not accumulate over steps.
+
+Bytes are counted by the collectives from the tensors they are handed (payload and scales).
+
+Example:
+    >>> import torch
+    >>> x = torch.tensor([0.5, -1.0, 0.25, 2.0])
+    >>> q, scales = quantize_blocks(x, block=2)
+    >>> q.tolist(), [round(127 * s, 3) for s in scales.tolist()]  # each block's max maps to 127
+    ([[64, -127], [16, 127]], [1.0, 2.0])
+    >>> error = (x - dequantize_blocks(q, scales, block=2)).abs().view(2, 2)
+    >>> bool((error <= scales.unsqueeze(1) / 2).all())  # at most half a step of its block
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from graphdist import comm
+from graphdist.sync.hooks import CommHook, SeedWeights, seed_weighted_allreduce
+
+CAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DEFAULT_BLOCK = 512  # ZeRO++ uses 256-2048 values per scale: 0.8% of the payload for the scales
+
+
+def cast_compress_wrapper(hook: CommHook, dtype: torch.dtype) -> CommHook:
+    """``hook`` run on the bucket cast to ``dtype``; the future's value is cast back into the bucket.
+
+    Example:
+        >>> wrapped = cast_compress_wrapper(seed_weighted_allreduce, torch.float16)
+        >>> wrapped.__name__
+        'seed_weighted_allreduce_float16'
+    """
+
+    def wrapped(state, bucket):  # noqa: ANN001, ANN202 - see CommHook
+        full = bucket.buffer()
+        bucket.set_buffer(full.to(dtype))
+
+        def decompress(fut: torch.futures.Future) -> torch.Tensor:
+            full.copy_(fut.value())
+            return full
+
+        return hook(state, bucket).then(decompress)
+
+    wrapped.__name__ = f"{getattr(hook, '__name__', 'hook')}_{str(dtype).replace('torch.', '')}"
+    return wrapped
+
+
+# ------------------------------------------------------------------------- int8
+
+
+def quantize_blocks(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (numel a multiple of ``block``) as int8 ``[blocks, block]`` and one fp32 scale per block.
+
+    Round to nearest: each value is off by at most half its block's step (``scale / 2``).
+    """
+    rows = x.detach().float().view(-1, block)
+    scales = rows.abs().amax(dim=1) / 127.0
+    safe = torch.where(scales > 0, scales, torch.ones_like(scales))
+    q = torch.round(rows / safe.unsqueeze(1)).clamp_(-127, 127).to(torch.int8)
+    return q, scales
+
+
+def dequantize_blocks(q: torch.Tensor, scales: torch.Tensor, block: int) -> torch.Tensor:
+    """The fp32 values ``q * scale``, flat."""
+    return (q.view(-1, block).float() * scales.unsqueeze(1)).view(-1)
+
+
+def _pack(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """int8 values and fp32 scales as one byte tensor (one message per peer)."""
+    return torch.cat([q.reshape(-1).view(torch.uint8), scales.contiguous().view(torch.uint8)])
+
+
+def _unpack(payload: torch.Tensor, numel: int, block: int) -> torch.Tensor:
+    q = payload[:numel].view(torch.int8)
+    scales = payload[numel:].view(torch.float32)
+    return dequantize_blocks(q, scales, block)
+
+
+@dataclass
+class Int8State:
+    """State of :func:`int8_allreduce`, grouped by how often it is changed.
+
+    Attributes:
+        block: values per scale.
+        error_feedback: add each step's quantisation residual to the next step's gradient.
+        tag: byte-counter tag.
+        weights: this step's seed counts (set each step by the sync).
+        residuals: per bucket position, what quantisation dropped last time (error feedback).
+
+    Construction is collective when a process group exists (its own group and thread).
+    """
+
+    # tuned often
+    block: int = DEFAULT_BLOCK
+    error_feedback: bool = True
+    # tuned seldom
+    tag: str = "grad"
+    seed_weighted: bool = True
+    # internal
+    weights: SeedWeights = field(default=None)  # type: ignore[assignment]
+    residuals: dict[int, torch.Tensor] = field(default_factory=dict)
+    _group: Any = None
+    _thread: Optional[Any] = None
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.block <= 65536:
+            raise ValueError(f"Expected an int8 block of 16..65536 values (got {self.block})")
+        if self.weights is None:
+            self.weights = SeedWeights(None, self.tag, normalize=self.seed_weighted)
+        if comm.is_initialized() and comm.get_world_size() > 1:
+            self._group = comm.new_group()
+            self._thread = comm.AlgorithmThread("int8")
+
+    def __repr__(self) -> str:
+        return f"Int8State(block={self.block}, error_feedback={self.error_feedback})"
+
+
+def int8_allreduce(state: Int8State, bucket):  # noqa: ANN001, ANN201 - see CommHook
+    """The seed-weighted sum of the bucket over ranks, moved as block-quantised int8 (ZeRO++ shape).
+
+    Returns at once; the two all-to-alls run on the state's thread.
+    """
+    buf = bucket.buffer()
+    scale = state.weights.scale()
+    if scale == 0.0:
+        buf.zero_()
+    elif scale != 1.0:
+        buf.mul_(scale)
+    if state._thread is None:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+    key = bucket.index()
+
+    def run() -> torch.Tensor:
+        buf.copy_(_int8_sum(state, key, buf))
+        return buf
+
+    return comm.Handle("int8 allreduce", state._thread.submit(run), state._group, result=buf).future()
+
+
+def _int8_sum(state: Int8State, key: int, buf: torch.Tensor) -> torch.Tensor:
+    size, me, block = comm.get_world_size(), comm.get_rank(), state.block
+    n = buf.numel()
+    chunk = -(-n // (size * block)) * block  # every chunk whole blocks, P chunks cover n
+    grad = torch.zeros(size * chunk, dtype=torch.float32)
+    grad[:n] = buf.detach().reshape(-1).float().cpu()
+    residual = state.residuals.get(key)
+    if state.error_feedback and residual is not None and residual.numel() == grad.numel():
+        grad += residual
+    q, scales = quantize_blocks(grad, block)
+    per_rank = q.view(size, -1)
+    blocks = chunk // block
+    sent = [_pack(per_rank[r], scales[r * blocks : (r + 1) * blocks]) for r in range(size)]
+    received = comm.all_to_all_v(sent, group=state._group, tag=state.tag, recv_rows=[sent[0].numel()] * size)
+    mine = torch.stack([_unpack(p, chunk, block) for p in received]).sum(dim=0)
+    q2, s2 = quantize_blocks(mine, block)
+    packed = _pack(q2, s2)
+    gathered = comm.all_to_all_v([packed] * size, group=state._group, tag=state.tag,
+                                 recv_rows=[packed.numel()] * size)
+    out = torch.cat([_unpack(p, chunk, block) for p in gathered])
+    if state.error_feedback:
+        kept = grad - dequantize_blocks(q, scales, block)
+        kept[me * chunk : (me + 1) * chunk] += mine - dequantize_blocks(q2, s2, block)
+        state.residuals[key] = kept
+    return out[:n].view_as(buf).to(buf.dtype)
+
+
+COMPRESSIONS = ("none", "fp16", "bf16", "int8")
+
+
+def compressed_hook(name: str, algorithm: Any = None, group: Any = None, tag: str = "grad",
+                    seed_weighted: bool = True, block: int = DEFAULT_BLOCK) -> tuple[CommHook, Any]:
+    """``(hook, state)`` for ``--compress name`` (``none``: the plain seed-weighted allreduce).
+
+    Collective for ``int8`` (a group of its own). Example:
+        >>> hook, state = compressed_hook("bf16")
+        >>> hook.__name__, type(state).__name__
+        ('seed_weighted_allreduce_bfloat16', 'AllreduceState')
+    """
+    from graphdist.sync.hooks import AllreduceState
+
+    if name not in COMPRESSIONS:
+        raise ValueError(f"Expected --compress one of {', '.join(COMPRESSIONS)} (got {name!r})")
+    if name == "int8":
+        if group is not None:
+            raise ValueError("int8 compression runs over all ranks on its own group (got a group)")
+        return int8_allreduce, Int8State(block=block, tag=tag, seed_weighted=seed_weighted)
+    state = AllreduceState.create(algorithm, group, tag, seed_weighted)
+    if name == "none":
+        return seed_weighted_allreduce, state
+    return cast_compress_wrapper(seed_weighted_allreduce, CAST_DTYPES[name]), state
+
+
+__all__ = ["COMPRESSIONS", "CAST_DTYPES", "Int8State", "cast_compress_wrapper", "compressed_hook",
+           "dequantize_blocks", "int8_allreduce", "quantize_blocks"]
