@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from graphdist.models.registry import MODELS
-from graphdist.sync.modes import ALLREDUCE_MODES, COMPRESS_MODES, SYNC_MODES
+from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, SACP_MODES, SYNC_MODES,  # noqa: F401 - the CLI
+                                  parse_sacp_overrides)
 from graphdist.trainers.base import STRATEGIES
 from partition.methods import METHODS as PARTITION_METHODS
 
@@ -63,6 +64,8 @@ class TrainConfig:
     # timed once at start on the largest layer's gradient
     allreduce: str = "auto"
     compress: str = "none"  # exact by default; fp16/bf16/int8 trade accuracy for bytes on slow links
+    sacp: str = "auto"  # exact either way; sufficient factors only where they send fewer bytes
+    sacp_override: Optional[str] = None  # "LAYER=dense|sfb,...": force a scheme per layer (debugging)
     # --- Full graph (--strategy fullgraph)
     staleness: int = 0  # 0: exact halo exchange; 1: wait-free, halo embeddings/gradients one step stale
     smoothing: float = 0.0  # PipeGCN's g for stale buffers: h <- g*h_old + (1-g)*h_new (0: none)
@@ -144,6 +147,10 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("allreduce", f"must be one of {', '.join(ALLREDUCE_MODES)}", cfg.allreduce)
     if cfg.compress not in COMPRESS_MODES:
         raise _fail("compress", f"must be one of {', '.join(COMPRESS_MODES)}", cfg.compress)
+    if cfg.sacp not in SACP_MODES:
+        raise _fail("sacp", f"must be one of {', '.join(SACP_MODES)}", cfg.sacp)
+    if cfg.sacp_override:
+        parse_sacp_overrides(cfg.sacp_override)
     if cfg.compress == "int8" and cfg.sync == "ddp":
         raise _fail("compress", "int8 needs --sync dwbp or blocking (torch DDP has fp16 and bf16 hooks only)",
                     cfg.compress)

@@ -62,7 +62,7 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from graphdist.cli.args import OneLineParser
     from graphdist.config import (ALLREDUCE_MODES, COMPRESS_MODES, FEATURE_NORMS, MODELS, PARTITION_METHODS,
-                                  STRATEGIES, SYNC_MODES, TrainConfig)
+                                  SACP_MODES, STRATEGIES, SYNC_MODES, TrainConfig)
 
     default = TrainConfig.__dataclass_fields__  # the defaults shown in --help come from the config
 
@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add(sync, "--compress", choices=list(COMPRESS_MODES),
          help="gradient payloads: " + "; ".join(f"{k}: {v}" for k, v in COMPRESS_MODES.items())
               + f" (default {d('compress')})")
+    _add(sync, "--sacp", choices=list(SACP_MODES),
+         help="structure-aware sync: " + "; ".join(f"{k}: {v}" for k, v in SACP_MODES.items())
+              + f". Exact either way (default {d('sacp')})")
+    _add(sync, "--sacp-override", metavar="LAYER=SCHEME,..",
+         help="force dense or sfb for named layers, e.g. layers.1.lin=sfb (debugging; names as in the log)")
     full = p.add_argument_group("Full graph (--strategy fullgraph)")
     _add(full, "--staleness", type=int,
          help=f"0: exact halo exchange each layer; 1: wait-free, layers use last step's halo embeddings and "

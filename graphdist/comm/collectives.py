@@ -82,7 +82,7 @@ def _silent_peers(message: str) -> str:
 def _culprits(message: str) -> str:
     """Names the ranks behind the peer addresses a backend error mentions (gloo: ``[10.0.0.2]:4167``)."""
     found = []
-    for address in dict.fromkeys(re.findall(r"\[([0-9A-Fa-f.:]+)\]:\d+", message)):
+    for address in dict.fromkeys(re.findall(r"\[([0-9A-Fa-f.:]+)\](?::\d+)?", message)):
         ranks = ranks_at(address)
         if ranks:
             found.append(f"{address} = rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}")

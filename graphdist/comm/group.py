@@ -142,6 +142,11 @@ def ranks_at(address: str) -> list[int]:
     return [r for r, a in enumerate(_PEER_ADDRESSES) if a == address]
 
 
+def peer_addresses() -> list[str]:
+    """Every rank's address, by rank (empty before the group is set up)."""
+    return list(_PEER_ADDRESSES)
+
+
 def cpu_group() -> Optional[object]:
     """The gloo group for CPU tensors when the default group is NCCL (None: the default group works)."""
     return _CPU_GROUP

@@ -22,16 +22,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import queue
 import threading
 from concurrent.futures import Future as ConcurrentFuture
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from graphdist.comm.group import group_timeout_s
+from graphdist.comm.group import group_timeout_s, peer_addresses
 
 # Beyond the group's timeout: a step the backend failed to time out still ends the wait.
 _GRACE_S = 5.0
@@ -108,16 +109,32 @@ def exchange_many(ops: Sequence[tuple[torch.Tensor, torch.Tensor, int, int]], gr
         batch.append(dist.P2POp(dist.isend, out.contiguous(), peer, group, tag))
         batch.append(dist.P2POp(dist.irecv, into, peer, group, tag))
     if batch:
-        for work in dist.batch_isend_irecv(batch):
-            work.wait()
+        peers = sorted({peer for _, _, peer, _ in ops})
+        with _naming("exchange with", peers):
+            for work in dist.batch_isend_irecv(batch):
+                work.wait()
 
 
 def send(tensor: torch.Tensor, dst: int, group: Any) -> None:
-    dist.send(tensor.contiguous(), dst, group=group)
+    with _naming("send to", [dst]):
+        dist.send(tensor.contiguous(), dst, group=group)
 
 
 def recv(tensor: torch.Tensor, src: int, group: Any) -> None:
-    dist.recv(tensor, src, group=group)
+    with _naming("receive from", [src]):
+        dist.recv(tensor, src, group=group)
+
+
+@contextlib.contextmanager
+def _naming(what: str, peers: Sequence[int]) -> Iterator[None]:
+    """Re-raises a backend error with the peers and their addresses (``[10.0.0.2]``), which the
+    rank-naming error of ``collectives`` turns into "10.0.0.2 = ranks 2, 3"."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - a step of an algorithm: say with whom
+        addresses = peer_addresses()
+        who = ", ".join(f"rank {p}" + (f" at [{addresses[p]}]" if p < len(addresses) else "") for p in peers)
+        raise RuntimeError(f"{what} {who} failed: {exc}") from exc
 
 
 def start_all_reduce_now(tensor: torch.Tensor, group: Any) -> Any:

@@ -40,6 +40,20 @@ def check_blocks(blocks: Sequence[Any], num_layers: int) -> None:
         )
 
 
+def rename_legacy_keys(state_dict: dict, prefix: str, renames: dict[str, str]) -> None:
+    """Renames ``prefix + old`` keys to ``prefix + new`` in place (checkpoints written before a layer
+    moved its weight into a ``Linear`` submodule still load).
+
+    Example:
+        >>> sd = {"layers.0.weight": 1}
+        >>> rename_legacy_keys(sd, "layers.0.", {"weight": "lin.weight"}); sd
+        {'layers.0.lin.weight': 1}
+    """
+    for old, new in renames.items():
+        if prefix + old in state_dict and prefix + new not in state_dict:
+            state_dict[prefix + new] = state_dict.pop(prefix + old)
+
+
 class LayerwiseGNN(nn.Module):
     """A GNN of per-block layers: ``forward`` runs ``layer_forward`` over the blocks in order.
 

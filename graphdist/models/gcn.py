@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphdist.models.base import ReLUDropoutGNN, check_dims
+from graphdist.models.base import ReLUDropoutGNN, check_dims, rename_legacy_keys
 from graphdist.models.ops import aggregate, block_indptr, in_degree
 
 
@@ -134,26 +134,36 @@ class GCNLayer(nn.Module):
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim
-        self.weight = nn.Parameter(torch.empty(out_dim, in_dim))
+        # The weight is a bias-free Linear (sufficient factors can carry its gradient: see
+        # graphdist.sync.sacp); the bias stays outside, added after propagation.
+        self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim))
         self.reset_parameters()
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.lin.weight
 
     def reset_parameters(self) -> None:
         # Glorot, as GCNConv.
         bound = math.sqrt(6.0 / (self.in_dim + self.out_dim))
-        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.lin.weight, -bound, bound)
         nn.init.zeros_(self.bias)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        rename_legacy_keys(state_dict, prefix, {"weight": "lin.weight"})
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self, x: torch.Tensor, block: Any) -> torch.Tensor:
         # Transform first when that shrinks the rows the sparse product moves.
         if self.out_dim < self.in_dim:
-            return _propagate(x @ self.weight.t(), block) + self.bias
-        return torch.addmm(self.bias, _propagate(x, block), self.weight.t())
+            return _propagate(self.lin(x), block) + self.bias
+        return self.lin(_propagate(x, block)) + self.bias
 
     @torch.no_grad()
     def load_gcnconv(self, conv: nn.Module) -> None:
         """Copies a PyG ``GCNConv``'s weights into this layer."""
-        self.weight.copy_(conv.lin.weight)
+        self.lin.weight.copy_(conv.lin.weight)
         self.bias.copy_(conv.bias)
 
 

@@ -23,17 +23,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphdist.models.base import ReLUDropoutGNN, check_dims
+from graphdist.models.base import ReLUDropoutGNN, check_dims, rename_legacy_keys
 from graphdist.models.ops import MEAN, SUM, aggregate, self_and_mean
 
 AGGREGATORS = (MEAN, SUM, "max")
 
 
 class SAGELayer(nn.Module):
-    """One GraphSAGE layer: ``[x_dst | agg(x_src)] @ weight^T + bias``.
+    """One GraphSAGE layer: ``lin([x_dst | agg(x_src)])``, one ``nn.Linear(2*in_dim, out_dim)``.
 
-    ``weight`` is ``out_dim x 2*in_dim``: the first ``in_dim`` columns act on the node
-    itself, the rest on the aggregated neighbours.
+    ``weight`` (``lin.weight``) is ``out_dim x 2*in_dim``: the first ``in_dim`` columns act on
+    the node itself, the rest on the aggregated neighbours. The product is a ``Linear`` so that
+    structure-aware sync (``graphdist.sync.sacp``) can send its gradient as sufficient factors.
 
     Args:
         in_dim: input feature size.
@@ -51,15 +52,26 @@ class SAGELayer(nn.Module):
         if aggr not in AGGREGATORS:
             raise ValueError(f"Expected aggr in {AGGREGATORS} (got {aggr!r})")
         self.in_dim, self.out_dim, self.aggr = in_dim, out_dim, aggr
-        self.weight = nn.Parameter(torch.empty(out_dim, 2 * in_dim))
-        self.bias = nn.Parameter(torch.empty(out_dim))
+        self.lin = nn.Linear(2 * in_dim, out_dim)
         self.reset_parameters()
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.lin.weight
+
+    @property
+    def bias(self) -> nn.Parameter:
+        return self.lin.bias
 
     def reset_parameters(self) -> None:
         # As two separate nn.Linear(in_dim, out_dim) would be initialised (PyG's SAGEConv).
         bound = 1.0 / math.sqrt(self.in_dim) if self.in_dim > 0 else 0.0
-        nn.init.uniform_(self.weight, -bound, bound)
-        nn.init.uniform_(self.bias, -bound, bound)
+        nn.init.uniform_(self.lin.weight, -bound, bound)
+        nn.init.uniform_(self.lin.bias, -bound, bound)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        rename_legacy_keys(state_dict, prefix, {"weight": "lin.weight", "bias": "lin.bias"})
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self, x: torch.Tensor, block: Any) -> torch.Tensor:
         """Pre-activation output for the block's ``num_dst`` destination rows."""
@@ -67,7 +79,7 @@ class SAGELayer(nn.Module):
             z = torch.cat([x[: int(block.num_dst)], _max_aggregate(x, block)], dim=1)
         else:
             z = self_and_mean(x, block, self.aggr)
-        return torch.addmm(self.bias, z, self.weight.t())
+        return self.lin(z)
 
     @torch.no_grad()
     def load_sageconv(self, conv: nn.Module) -> None:

@@ -21,6 +21,8 @@ def make_sync(
     find_unused_parameters: bool = False,
     seed_weighted: bool = True,
     compress: str = "none",
+    sacp: bool = False,
+    sacp_overrides: Optional[dict[str, str]] = None,
     **kwargs: Any,
 ) -> GradientSync:
     """The gradient sync for ``--sync mode`` over ``model``.
@@ -35,6 +37,9 @@ def make_sync(
             seed share) or its part of one global mean (False: gradients summed).
         compress: ``--compress``: none, fp16, bf16 (a cast around the allreduce; under ``ddp`` torch's
             own wrappers) or int8 (``graphdist.sync.compress``; not under ``ddp``).
+        sacp: send each Linear's gradient dense or as sufficient factors, whichever is smaller
+            (``graphdist.sync.sacp``; layer-wise modes only: ``ddp`` warns and ignores it).
+        sacp_overrides: layer name -> ``dense`` or ``sfb`` (debugging).
         **kwargs: passed to the sync class (``layers=``, ``hook=`` for layer-wise modes).
 
     Raises:
@@ -50,6 +55,9 @@ def make_sync(
     if mode not in SYNC_MODES:
         raise ValueError(f"Expected a sync mode in {tuple(SYNC_MODES)} (got {mode!r}); e.g. --sync dwbp")
     if mode == "ddp":
+        if sacp:
+            warnings.warn("sacp is ignored under --sync ddp (DDP sends its own buckets); use --sync dwbp",
+                          stacklevel=2)
         if kwargs.get("layers") is not None:
             warnings.warn("`layers` is ignored in ddp mode: DDP forms its own buckets", stacklevel=2)
         kwargs.pop("layers", None)
@@ -58,14 +66,21 @@ def make_sync(
     if find_unused_parameters:
         warnings.warn("find_unused_parameters only matters in ddp mode; dwbp/blocking flush unused layers anyway",
                       stacklevel=2)
-    if compress != "none":
+    if compress != "none" or sacp:
         if "hook" in kwargs:
-            raise ValueError("Expected either compress= or hook= (a hook of your own can wrap "
+            raise ValueError("Expected either compress=/sacp= or hook= (a hook of your own can wrap "
                              "graphdist.sync.compress.cast_compress_wrapper itself)")
-        from graphdist.sync.compress import compressed_hook
+        from graphdist.sync.compress import CAST_DTYPES, compressed_hook
 
-        kwargs["hook"], kwargs["hook_state"] = compressed_hook(compress, algorithm, group,
-                                                               seed_weighted=seed_weighted)
+        hook, state = compressed_hook(compress, algorithm, group, seed_weighted=seed_weighted)
+        if sacp:
+            import torch
+
+            from graphdist.sync.sacp import make_sacp
+
+            hook, state = make_sacp(model, hook, state, seed_weighted, sacp_overrides,
+                                    factor_dtype=CAST_DTYPES.get(compress, torch.float32))
+        kwargs["hook"], kwargs["hook_state"] = hook, state
     return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, seed_weighted=seed_weighted, **kwargs)
 
 

@@ -272,6 +272,9 @@ class LayerwiseSync(GradientSync):
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()
+        close_state = getattr(self.hook_state, "close", None)
+        if close_state is not None:  # e.g. SACP's capture hooks on the model
+            close_state()
 
     # ------------------------------------------------------------ hooks
 

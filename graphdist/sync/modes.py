@@ -33,4 +33,31 @@ COMPRESS_MODES: dict[str, str] = {
             "not under ddp)",
 }
 
-__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SYNC_MODES"]
+# --sacp: per Linear, dense allreduce or sufficient factors, whichever sends less
+SACP_MODES: dict[str, str] = {
+    "auto": "on under dwbp and blocking, off under ddp (DDP sends its own buckets)",
+    "on": "each Linear's gradient dense or as sufficient factors (u, v rows), by Poseidon's rule",
+    "off": "every layer dense",
+}
+
+
+def parse_sacp_overrides(text: str) -> dict[str, str]:
+    """``"layers.1.lin=sfb,layers.0.lin=dense"`` as a dict (``--sacp-override``).
+
+    Raises:
+        ValueError: an entry that is not ``NAME=dense`` or ``NAME=sfb``.
+
+    Example:
+        >>> parse_sacp_overrides("layers.1.lin=sfb")
+        {'layers.1.lin': 'sfb'}
+    """
+    out = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, _, scheme = entry.partition("=")
+        if not name or scheme not in ("dense", "sfb"):
+            raise ValueError(f"--sacp-override: expected LAYER=dense or LAYER=sfb, e.g. layers.1.lin=sfb (got {entry!r})")
+        out[name.strip()] = scheme
+    return out
+
+
+__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SACP_MODES", "SYNC_MODES", "parse_sacp_overrides"]

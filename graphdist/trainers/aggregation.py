@@ -26,7 +26,7 @@ import torch
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
-                                     gradient_allreduce)
+                                     gradient_allreduce, sync_options)
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import (
     DistributedBatches,
@@ -176,7 +176,7 @@ class AggregationStrategy(Strategy):
         from graphdist.sync import make_sync
 
         # A sync for these steps only: local steps must not meet its gradient hooks.
-        sync = make_sync(self.ctx.cfg.sync, self.model, algorithm=self.algorithm, compress=self.ctx.cfg.compress)
+        sync = make_sync(self.ctx.cfg.sync, self.model, algorithm=self.algorithm, **sync_options(self.ctx.cfg))
         try:
             self._correction_stats = train_steps(self.batches.loader, sync, self.correction_optimizer, self.device,
                                                  self.with_degrees, stats=self._correction_stats)

@@ -185,6 +185,20 @@ def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module") -> Any:
     return algorithm
 
 
+def sync_options(cfg: "TrainConfig") -> dict[str, Any]:
+    """The ``make_sync`` keywords ``--compress``, ``--sacp`` and ``--sacp-override`` give.
+
+    Example:
+        >>> from graphdist.config import TrainConfig
+        >>> sync_options(TrainConfig(sync="dwbp"))
+        {'compress': 'none', 'sacp': True, 'sacp_overrides': {}}
+    """
+    from graphdist.sync.modes import parse_sacp_overrides
+
+    sacp = cfg.sacp == "on" or (cfg.sacp == "auto" and cfg.sync != "ddp")
+    return {"compress": cfg.compress, "sacp": sacp, "sacp_overrides": parse_sacp_overrides(cfg.sacp_override or "")}
+
+
 def strategy_class(name: str) -> type[Strategy]:
     """The class registered as ``name`` (imported on first use).
 
@@ -209,4 +223,4 @@ def register_strategy(name: str, target: str) -> None:
 
 
 __all__ = ["EpochStats", "Predictions", "ProgressCallback", "STRATEGIES", "Strategy", "WorkerContext",
-           "gradient_allreduce", "register_strategy", "strategy_class"]
+           "gradient_allreduce", "register_strategy", "strategy_class", "sync_options"]

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
-                                     gradient_allreduce)
+                                     gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import accuracy, exact_inference, full_block
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import broadcast_parameters, build_model, resolve_device
@@ -182,7 +182,7 @@ class FullGraphStrategy(Strategy):
         from graphdist.sync import make_sync
 
         self.sync = make_sync(cfg.sync, self.net, seed_weighted=False,
-                              algorithm=gradient_allreduce(ctx, self.net), compress=cfg.compress)
+                              algorithm=gradient_allreduce(ctx, self.net), **sync_options(cfg))
         if comm.is_main_process():
             logger.info("part %d: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
                         "staleness %d", part.part_id, f"{part.num_inner:,}", f"{part.num_halo:,}",

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
-                                     gradient_allreduce)
+                                     gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import accuracy, evaluated_nodes, exact_inference, sampled_inference
 from graphdist.trainers.features import GlobalLabels, feature_table, model_inputs
 
@@ -343,7 +343,7 @@ class MinibatchStrategy(Strategy):
         from graphdist.sync import make_sync
 
         return make_sync(self.ctx.cfg.sync, self.model, algorithm=gradient_allreduce(self.ctx, self.model),
-                         compress=self.ctx.cfg.compress)
+                         **sync_options(self.ctx.cfg))
 
     def _log_setup(self) -> None:
         if comm.is_main_process():

@@ -77,9 +77,11 @@ def _dead_peer_body(rank: int, world_size: int) -> None:
         os._exit(0)  # dies between two steps; exits 0 so that the launcher waits for the others
     for name, algorithm in algorithms.items():
         start = time.monotonic()
-        with pytest.raises(comm.CommError, match=rf"^\[rank {rank}\] .*allreduce failed"):
+        with pytest.raises(comm.CommError, match=rf"^\[rank {rank}\] .*allreduce failed") as failed:
             algorithm(torch.ones(1 << 16)).wait()
         assert time.monotonic() - start < 3.0 + 5.0, name
+        if rank == 0:  # its first step is with rank 1 in both algorithms: the error says with whom
+            assert "rank 1 at [127.0.0.1] failed" in str(failed.value), str(failed.value)
 
 
 def test_dead_peer_fails_each_algorithm_within_timeout_naming_the_rank():

@@ -1,0 +1,342 @@
+"""Structure-aware communication (Poseidon's SACP): each Linear's gradient goes dense or as sufficient factors.
+
+A Linear ``y = x W^T + b`` (``W`` is ``M x N``) that saw K input rows this step has the gradient
+``dW = sum_k u_k v_k^T`` (``u_k`` a row of ``dL/dy``, ``v_k`` the matching row of ``x``) and
+``db = sum_k u_k``. Instead of summing ``dW`` over ranks (a ring sends ``2 (P-1)/P * M N`` floats
+per rank), each rank can send its ``K_r`` rows of ``[u | v]`` to every other rank, ``(P-1) K_r (M+N)``
+floats, and every rank rebuilds ``sum_r U_r^T V_r`` exactly. Poseidon's rule, per layer and step:
+sufficient factors iff ``K_max (M+N) <= 2 M N / P``. That pays for wide layers fed few rows (the
+upper layers of a wide GraphSAGE with small per-worker batches); full-graph layers stay dense.
+
+How it fits the sync (``LayerwiseSync`` decides *when*, this hook *what*):
+- :class:`LinearCapture` hooks every ``torch.nn.Linear`` and ``torch_geometric.nn.Linear`` (not a
+  subclass of torch's) of the model: in forward it keeps the input rows, and on the output a
+  tensor hook keeps ``dL/dy``. No change to the user's model.
+- Every rank must pick the same scheme (or they issue different collectives and deadlock): the
+  seed-count exchange becomes one all-reduce of every rank's seed count and rows per Linear
+  (:class:`RowCounts`), started when the model's forward returns; every rank then knows every
+  ``K_r``, decides alike, and the factor exchange needs no padding.
+- A guard checks one row of the rebuilt local gradient against autograd's (cheap: K x N); a model
+  whose Linear weight gets gradient from elsewhere too (tied weights) fails with a clear error
+  instead of training on a wrong gradient.
+
+Bytes: the factors are counted from the tensors handed to the backend (``all_to_all_v``); dense
+layers by their algorithm. ``state.scheme_bytes`` splits them per layer and scheme.
+
+Example (no process group: nothing is sent, the choice is still made):
+    >>> import torch
+    >>> sacp_choice(k_rows=[16, 20], out_features=2048, in_features=2048)
+    'sfb'
+    >>> sacp_choice(k_rows=[1500, 1200], out_features=2048, in_features=2048)
+    'dense'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from graphdist import comm
+from graphdist.sync.hooks import CommHook, SeedWeights, seed_weighted_allreduce
+
+logger = logging.getLogger(__name__)
+
+SCHEMES = ("dense", "sfb")
+
+
+def is_linear(module: nn.Module) -> bool:
+    """A ``torch.nn.Linear`` or PyG's ``torch_geometric.nn.Linear`` (``y = x W^T + b``)."""
+    if isinstance(module, nn.Linear):
+        return True
+    cls = type(module)
+    return cls.__name__ == "Linear" and cls.__module__.startswith("torch_geometric")
+
+
+def sacp_choice(k_rows: list[int], out_features: int, in_features: int, world_size: Optional[int] = None) -> str:
+    """``"sfb"`` iff ``max_r K_r (M + N) <= 2 M N / P`` (Poseidon's rule), else ``"dense"``."""
+    size = len(k_rows) if world_size is None else world_size
+    m, n = out_features, in_features
+    return "sfb" if max(k_rows, default=0) * (m + n) <= 2 * m * n / max(1, size) else "dense"
+
+
+class LinearCapture:
+    """This step's input rows and output gradients of every Linear in ``model``, kept by hooks.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+        >>> cap = LinearCapture(net)
+        >>> net(torch.ones(5, 3)).sum().backward()
+        >>> cap.rows(net[0]), cap.factors(net[0])[0].shape, cap.factors(net[0])[1].shape
+        (5, torch.Size([5, 2]), torch.Size([5, 3]))
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.linears = [m for m in model.modules() if is_linear(m)]
+        self._inputs: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self._grads: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self._handles = [m.register_forward_hook(self._on_forward) for m in self.linears]
+
+    def _on_forward(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if not (torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad):
+            return
+        key = id(module)
+        self._inputs[key].append(inputs[0].detach().reshape(-1, inputs[0].shape[-1]))
+        grads = self._grads[key]
+        output.register_hook(lambda g: grads.append(g.detach().reshape(-1, g.shape[-1])))
+
+    def reset(self) -> None:
+        self._inputs.clear()
+        self._grads.clear()
+
+    def rows(self, module: nn.Module) -> int:
+        """K: input rows this Linear saw this step (0 if it did not run)."""
+        return sum(int(x.shape[0]) for x in self._inputs.get(id(module), []))
+
+    def factors(self, module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(U, V)``: ``K x M`` output gradients and ``K x N`` inputs, so that ``dW = U^T V``.
+
+        Raises:
+            RuntimeError: the Linear ran more times than it got output gradients for.
+        """
+        xs, gs = self._inputs.get(id(module), []), self._grads.get(id(module), [])
+        if len(xs) != len(gs):
+            raise RuntimeError(f"SACP: a Linear ran {len(xs)} times this step but {len(gs)} output gradients "
+                               f"arrived; its output did not all reach the loss; use --sacp off")
+        weight = module.weight
+        if not xs:
+            return weight.new_zeros(0, weight.shape[0]), weight.new_zeros(0, weight.shape[1])
+        # Gradients arrive in reverse order of the calls; pair them back up.
+        return torch.cat(gs[::-1]), torch.cat(xs)
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+class RowCounts(SeedWeights):
+    """Seed counts plus every Linear's input rows, every rank's, in one all-reduce per step.
+
+    Rank r writes ``[n_r, K_r,1 .. K_r,L]`` into its slot of a zero vector; the sum gives every
+    rank all slots. Started by :meth:`issue` when the model's forward returns (the rows are known
+    then), or when first needed.
+    """
+
+    def __init__(self, capture: LinearCapture, group: Any = None, tag: str = "grad",
+                 normalize: bool = True) -> None:
+        super().__init__(group, tag, normalize)
+        self.capture = capture
+        self._issued_rows: Optional[list[int]] = None
+        self._table: Optional[torch.Tensor] = None
+        self.active = False  # no step begun yet: an evaluation's forward issues nothing
+
+    def begin_step(self, num_seeds: int) -> None:
+        if num_seeds < 0:
+            raise ValueError(f"Expected num_seeds >= 0 (got {num_seeds})")
+        self.num_seeds = self._total = int(num_seeds)
+        self._handle, self._issued_rows, self._table = None, None, None
+        self.capture.reset()
+        self.active = True
+
+    def issue(self) -> None:
+        """Starts the exchange of this step's seed count and rows (once per step)."""
+        if self._issued_rows is not None or not self.active:
+            return
+        rows = [self.capture.rows(m) for m in self.capture.linears]
+        self._issued_rows = rows
+        size, me = _world(), _rank()
+        width = 1 + len(rows)
+        self._count = torch.zeros(size * width, dtype=torch.float64)
+        self._count[me * width : (me + 1) * width] = torch.tensor([float(self.num_seeds), *map(float, rows)],
+                                                                  dtype=torch.float64)
+        if size > 1:
+            self._handle = comm.all_reduce_async(self._count, group=self.group, tag=self.tag)
+        else:
+            self._table = self._count.view(1, width)
+
+    def _wait(self) -> torch.Tensor:
+        self.issue()
+        if self._table is None:
+            self._handle.wait()
+            self._table = self._count.view(_world(), -1)
+            self._total = int(round(float(self._table[:, 0].sum())))
+            self._handle = None
+        return self._table
+
+    def total(self) -> int:
+        if not self.active:
+            return self._total
+        self._wait()
+        return self._total
+
+    def rows_of(self, module: nn.Module) -> list[int]:
+        """Every rank's K for ``module`` this step (as issued)."""
+        index = self.capture.linears.index(module)
+        return [int(round(float(v))) for v in self._wait()[:, 1 + index]]
+
+    def issued_rows(self, module: nn.Module) -> int:
+        return self._issued_rows[self.capture.linears.index(module)] if self._issued_rows is not None else -1
+
+
+def _world() -> int:
+    return comm.get_world_size() if comm.is_initialized() else 1
+
+
+def _rank() -> int:
+    return comm.get_rank() if comm.is_initialized() else 0
+
+
+@dataclass
+class SacpState:
+    """State of :func:`sacp_allreduce`, grouped by how often it is changed.
+
+    Attributes:
+        overrides: layer name -> ``dense`` or ``sfb``, for debugging (``--sacp-override``).
+        factor_dtype: dtype the factors travel in (fp32; fp16/bf16 under ``--compress``; int8 compression
+            applies to dense layers only).
+        dense_hook, dense_state: what a dense layer sends (the plain or compressed allreduce); its
+            state shares this state's ``weights``.
+        weights: this step's seed counts and rows (:class:`RowCounts`).
+        scheme_bytes: bytes this rank sent, per ``(layer, scheme)``.
+        choices: the last step's scheme per layer.
+
+    Construction is collective when a process group exists (a group and thread of its own).
+    """
+
+    # tuned often
+    overrides: dict[str, str] = field(default_factory=dict)
+    factor_dtype: torch.dtype = torch.float32
+    # tuned seldom
+    dense_hook: CommHook = seed_weighted_allreduce
+    dense_state: Any = None
+    tag: str = "grad"
+    # internal
+    weights: Any = None
+    scheme_bytes: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    choices: dict[str, str] = field(default_factory=dict)
+    _group: Any = None
+    _thread: Any = None
+    _model_hook: Any = None
+
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.overrides.items() if v not in SCHEMES}
+        if bad:
+            raise ValueError(f"Expected each SACP override to be one of {SCHEMES} (got {bad})")
+        if _world() > 1:
+            self._group = comm.new_group()
+            self._thread = comm.AlgorithmThread("sacp")
+
+    @property
+    def algorithm(self) -> Any:
+        return getattr(self.dense_state, "algorithm", None)
+
+    def close(self) -> None:
+        if self._model_hook is not None:
+            self._model_hook.remove()
+            self._model_hook = None
+        if self.weights is not None:
+            self.weights.capture.close()
+
+    def __repr__(self) -> str:
+        return f"SacpState(dense={getattr(self.dense_hook, '__name__', self.dense_hook)}, overrides={self.overrides})"
+
+
+def make_sacp(model: nn.Module, dense_hook: CommHook, dense_state: Any, seed_weighted: bool = True,
+              overrides: Optional[dict[str, str]] = None, factor_dtype: torch.dtype = torch.float32,
+              tag: str = "grad") -> tuple[CommHook, SacpState]:
+    """``(sacp_allreduce, state)`` over ``model``'s Linears, dense layers sent by ``dense_hook``.
+
+    Collective when a process group exists. Example:
+        >>> hook, state = make_sacp(torch.nn.Linear(4, 4), seed_weighted_allreduce, None)
+        >>> hook.__name__, len(state.weights.capture.linears)
+        ('sacp_allreduce', 1)
+    """
+    from graphdist.sync.hooks import AllreduceState
+
+    capture = LinearCapture(model)
+    weights = RowCounts(capture, None, tag, normalize=seed_weighted)
+    if dense_state is None:
+        dense_state = AllreduceState(None, None, tag, weights)
+    dense_state.weights = weights
+    state = SacpState(dict(overrides or {}), factor_dtype, dense_hook, dense_state, tag, weights)
+    state._model_hook = model.register_forward_hook(lambda *_: weights.issue())
+    return sacp_allreduce, state
+
+
+def _linear_of(bucket: Any) -> Optional[nn.Module]:
+    """The bucket's Linear, when the bucket holds exactly its parameters (weight, then bias if any)."""
+    modules = getattr(bucket, "modules", ())
+    if len(modules) != 1 or not is_linear(modules[0]):
+        return None
+    lin = modules[0]
+    own = [lin.weight] + ([lin.bias] if getattr(lin, "bias", None) is not None else [])
+    params = bucket.parameters()
+    return lin if len(params) == len(own) and all(p is q for p, q in zip(params, own)) else None
+
+
+def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see CommHook
+    """A layer's gradient, summed over ranks densely or rebuilt from every rank's sufficient factors."""
+    lin = _linear_of(bucket)
+    if lin is None:
+        return _dense(state, bucket, "dense")
+    rows = state.weights.rows_of(lin)
+    m, n = lin.weight.shape
+    scheme = state.overrides.get(bucket.name) or sacp_choice(rows, m, n)
+    state.choices[bucket.name] = scheme
+    if scheme == "dense" or state._thread is None:
+        return _dense(state, bucket, scheme if state._thread is not None else "dense")
+    u, v = state.weights.capture.factors(lin)
+    me = _rank()
+    if u.shape[0] != rows[me] or v.shape[0] != rows[me]:
+        raise RuntimeError(f"SACP: layer {bucket.name} saw {u.shape[0]} rows by backward but {rows[me]} when "
+                           f"forward returned (a second forward in one step?); use --sacp off")
+    _check_local(bucket, lin, u, v)
+    scale = state.weights.scale()
+    payload = torch.cat([u * scale, v], dim=1).to(state.factor_dtype).cpu().contiguous()
+    flat = bucket.buffer()
+    size = _world()
+    state.scheme_bytes[(bucket.name, "sfb")] += payload.numel() * payload.element_size() * (size - 1)
+
+    def run() -> torch.Tensor:
+        got = comm.all_to_all_v([payload] * size, group=state._group, tag=state.tag, recv_rows=rows)
+        every = torch.cat(got).float()
+        all_u, all_v = every[:, :m], every[:, m:]
+        grad_w = all_u.t() @ all_v
+        flat[: m * n].copy_(grad_w.reshape(-1))
+        if flat.numel() > m * n:
+            flat[m * n :].copy_(all_u.sum(0))
+        return flat
+
+    return comm.Handle("sufficient-factor exchange", state._thread.submit(run), state._group, result=flat).future()
+
+
+def _dense(state: SacpState, bucket: Any, scheme: str):  # noqa: ANN202
+    buf = bucket.buffer()
+    algorithm = state.algorithm
+    nbytes = buf.numel() * buf.element_size()
+    if algorithm is not None and _world() > 1:
+        state.scheme_bytes[(bucket.name, scheme)] += algorithm.bytes_sent(nbytes, _rank(), _world())[0]
+    return state.dense_hook(state.dense_state, bucket)
+
+
+def _check_local(bucket: Any, lin: nn.Module, u: torch.Tensor, v: torch.Tensor) -> None:
+    """One row of ``U^T V`` against autograd's local gradient: the factors must be the whole gradient."""
+    m, n = lin.weight.shape
+    if m == 0 or u.shape[0] == 0:
+        return
+    row = (bucket.index() * 7919) % m  # a different row per layer; any row would do
+    rebuilt = u[:, row].float() @ v.float()
+    local = bucket.buffer()[row * n : (row + 1) * n].float()
+    tolerance = 1e-3 * (float(local.abs().max()) + float(rebuilt.abs().max())) + 1e-6
+    if float((rebuilt - local).abs().max()) > tolerance:
+        raise RuntimeError(f"SACP: layer {bucket.name}'s weight gradient is not only its Linear's (u v^T rows): "
+                           f"a tied or reused weight? Train with --sacp off")
+
+
+__all__ = ["LinearCapture", "RowCounts", "SCHEMES", "SacpState", "is_linear", "make_sacp", "sacp_allreduce",
+           "sacp_choice"]

@@ -1,0 +1,100 @@
+"""SACP: captured factors rebuild the gradient; sufficient factors equal dense over ranks of different K."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from graphdist.sync.sacp import LinearCapture, sacp_choice
+from graphdist.testing import launch
+
+
+def test_factors_rebuild_the_weight_and_bias_gradient_of_torch_and_pyg_linears():
+    from torch_geometric.nn import Linear as PygLinear
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), PygLinear(5, 4))
+    cap = LinearCapture(net)
+    assert len(cap.linears) == 2  # PyG's Linear is not a torch Linear subclass, and is found anyway
+    x = torch.randn(7, 6)
+    (net(x).pow(2).sum() + net(x[:3]).sum()).backward()  # two calls per step: rows concatenate
+    for lin in cap.linears:
+        u, v = cap.factors(lin)
+        assert cap.rows(lin) == 10 and u.shape[0] == v.shape[0] == 10
+        torch.testing.assert_close(u.t() @ v, lin.weight.grad)
+        torch.testing.assert_close(u.sum(0), lin.bias.grad)
+    with torch.no_grad():
+        cap.reset()
+        net(x)
+    assert cap.rows(cap.linears[0]) == 0  # evaluation captures nothing
+
+
+def test_poseidon_rule_at_its_boundary():
+    m = n = 1024
+    threshold = 2 * m * n / 2 / (m + n)  # K (M+N) <= 2MN/P, P = 2: K <= 512
+    assert sacp_choice([int(threshold), 3], m, n) == "sfb"
+    assert sacp_choice([int(threshold) + 1, 3], m, n) == "dense"
+
+
+class _Wide(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 256)  # fed many rows: dense
+        self.out = nn.Linear(256, 256)  # fed few rows: sufficient factors
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.inp(x))
+        return self.out(h[: max(0, h.shape[0] // 8)])
+
+
+def _body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+    from graphdist.sync import make_sync
+
+    warnings.simplefilter("ignore")
+    rows = [160, 48, 0][rank]  # different K on every rank, and a rank with no seeds
+    x = torch.randn(rows, 8, generator=torch.Generator().manual_seed(rank))
+    grads, sent = {}, {}
+    for sacp in (False, True):
+        torch.manual_seed(0)
+        net = _Wide()
+        sync = make_sync("dwbp", net, sacp=sacp)
+        for _ in range(2):  # the second step runs in the learned launch order
+            net.zero_grad()
+            comm.reset_byte_counts()
+            sync.begin_step(rows // 8)
+            out = sync.model(x)
+            (out.pow(2).mean() if out.numel() else out.sum() + 0 * sum(p.sum() for p in net.parameters())).backward()
+            sync.finish()
+        grads[sacp] = [p.grad.clone() for p in net.parameters()]
+        sent[sacp] = comm.byte_counts()["grad"]
+        if sacp:
+            state = sync.hook_state
+            assert state.choices == {"out": "sfb", "inp": "dense"}, state.choices
+            # what this rank handed the backend for the factors: its K rows of [u | v] to each of P-1 peers
+            k = rows // 8
+            assert state.scheme_bytes[("out", "sfb")] == 2 * (world_size - 1) * k * (256 + 256) * 4
+        sync.close()
+    for dense, factored in zip(grads[False], grads[True]):
+        torch.testing.assert_close(factored, dense, rtol=1e-4, atol=1e-6)
+    assert sent[True] < sent[False]
+
+
+def test_sufficient_factors_equal_dense_over_ranks_of_different_k():
+    launch(_body, 3, timeout=90)
+
+
+def test_a_tied_weight_is_refused_not_trained_wrong():
+    from graphdist.sync.hooks import Bucket
+    from graphdist.sync.sacp import make_sacp, sacp_allreduce
+
+    lin = nn.Linear(4, 4)
+    hook, state = make_sacp(lin, None, None)
+    state._thread = object()  # as if peers existed: the factor path runs up to its guard
+    state.weights.begin_step(1)
+    x = torch.randn(3, 4)
+    (lin(x).sum() + lin.weight.pow(2).sum()).backward()  # the weight gets gradient outside the Linear too
+    flat = torch.cat([lin.weight.grad.view(-1), lin.bias.grad])
+    with pytest.raises(RuntimeError, match=r"not only its Linear's.*--sacp off"):
+        sacp_allreduce(state, Bucket(0, "lin", [lin.weight, lin.bias], flat, (lin,)))
