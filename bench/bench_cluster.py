@@ -35,10 +35,27 @@ RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 # Per dataset: global batch (both workers) and fan-outs. Pubmed has 60 train nodes: a small batch
-# gives several steps; the generated graph gets a realistic batch.
+# gives several steps; the generated graph gets a realistic batch. "pubmed-wide" is pubmed with a
+# wide model (hidden 2048) and 32 seeds per worker: where sufficient factors apply.
 PRESETS = {
     "pubmed": {"batch_size": 16, "fanouts": "10,10,10"},
+    "pubmed-wide": {"batch_size": 64, "fanouts": "10,10,10", "hidden": 2048, "dataset": "pubmed"},
     "default": {"batch_size": 256, "fanouts": "5,5,5"},
+}
+
+# --syncs names -> TrainConfig fields. "ddp" is torch DDP with its own allreduce; "ddp-fp16" with
+# torch's fp16_compress_wrapper; "dwbp" graphdist's layer-wise sync with every layer dense over the
+# ring (main before SACP); "sacp" adds sufficient factors; "auto" adds the topology-aware allreduce
+# choice; the last two compress too.
+VARIANTS = {
+    "ddp": {"sync": "ddp", "allreduce": "ring", "sacp": "off"},
+    "ddp-fp16": {"sync": "ddp", "allreduce": "ring", "sacp": "off", "compress": "fp16"},
+    "dwbp": {"sync": "dwbp", "allreduce": "ring", "sacp": "off"},
+    "blocking": {"sync": "blocking", "allreduce": "ring", "sacp": "off"},
+    "sacp": {"sync": "dwbp", "allreduce": "ring", "sacp": "on"},
+    "auto": {"sync": "dwbp", "allreduce": "auto", "sacp": "on"},
+    "auto-fp16": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "fp16"},
+    "auto-int8": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "int8"},
 }
 
 
@@ -63,10 +80,12 @@ def worker(a: argparse.Namespace) -> None:
     comm.init_process_group(a.rank, a.world, f"tcp://{a.master}", timeout_s=a.timeout)
     out = []
     try:
-        for mode in a.syncs.split(","):
+        modes = a.syncs.split(",")
+        for round_, mode in ((r, m) for r in range(a.rounds) for m in (modes if r % 2 == 0 else modes[::-1])):
             cfg = TrainConfig(partitions=a.partitions, hidden=a.hidden, layers=len(a.fanouts.split(",")),
                               fanouts=tuple(int(f) for f in a.fanouts.split(",")), batch_size=a.batch_size,
-                              sync=mode, timeout=a.timeout, num_workers=a.world, threads=1, seed=0, dropout=0.0)
+                              timeout=a.timeout, num_workers=a.world, threads=1, seed=0, dropout=0.0,
+                              **VARIANTS[mode])
             seed_everything(worker_seed(cfg.seed, a.rank))
             strategy = build_strategy(a.rank, a.world, cfg, a.partitions)
             natural = strategy.steps_per_epoch
@@ -89,7 +108,9 @@ def worker(a: argparse.Namespace) -> None:
             stats = strategy.train_epoch(1)
             comm.barrier()
             tx = _tx_bytes(iface) - tx0
-            rec = {"rank": a.rank, "sync": mode, "steps": stats.steps, "natural_steps": natural,
+            choices = dict(getattr(strategy.sync.hook_state, "choices", {}))
+            rec = {"rank": a.rank, "sync": mode, "round": round_, "sacp_choices": choices, "steps": stats.steps,
+                   "natural_steps": natural,
                    "seeds": stats.seeds, "time_s": stats.time_s, "bytes": comm.byte_counts(), "tx_bytes": tx,
                    "comm_exposed_s": stats.comm_exposed_s, "compute_s": stats.compute_s,
                    "sample_wait_s": stats.sample_wait_s, **_hidden(stats.sync, steps)}
@@ -121,31 +142,35 @@ def _hidden(summary_sums: list[float], steps: list[Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- driver (parent)
 
 
-def ensure_partitions(dataset: str, cache: Path) -> Path:
+def ensure_partitions(dataset: str, cache: Path, parts: int = 2) -> Path:
     from graphdist.data import load_graph
     from partition.api import partition
 
-    out = cache / f"{dataset}-metis-2"
+    dataset = PRESETS.get(dataset, {}).get("dataset", dataset)
+    out = cache / f"{dataset}-metis-{parts}"
     if not (out / "meta.json").exists():
         t0 = time.perf_counter()
-        partition(load_graph(dataset), 2, method="metis", out=out, seed=0, force=True)
+        partition(load_graph(dataset), parts, method="metis", out=out, seed=0, force=True)
         print(f"partitioned {dataset} into 2 parts in {time.perf_counter() - t0:.0f} s", flush=True)
     return out
 
 
 def run_config(c: Any, a: argparse.Namespace, dataset: str, parts: Path, port: int) -> list[dict[str, Any]]:
-    """One launch of 2 workers (one per host) at the cluster's current rate; the per-mode records."""
+    """One launch of ``2 x workers_per_host`` workers at the cluster's current rate; the per-mode records."""
     preset = PRESETS.get(dataset, PRESETS["default"])
+    world = 2 * a.workers_per_host
     with tempfile.TemporaryDirectory(prefix="gd-bench-") as tmp:
         result = Path(tmp) / "result.json"
         procs = []
-        for h in range(2):
-            argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(h), "--world", "2",
-                    "--master", f"{c.addr(0)}:{port}", "--partitions", str(parts), "--syncs", a.syncs,
-                    "--hidden", str(a.hidden), "--fanouts", preset["fanouts"],
+        for rank in range(world):
+            h = rank // a.workers_per_host
+            argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(rank),
+                    "--world", str(world), "--master", f"{c.addr(0)}:{port}", "--partitions", str(parts),
+                    "--syncs", a.syncs, "--rounds", str(a.rounds), "--hidden", str(preset.get("hidden", a.hidden)),
+                    "--fanouts", preset["fanouts"],
                     "--batch-size", str(preset["batch_size"]), "--steps", str(a.steps), "--warmup", str(a.warmup),
                     "--timeout", str(a.timeout), "--result", str(result)]
-            log = open(Path(tmp) / f"h{h}.log", "w")
+            log = open(Path(tmp) / f"r{rank}.log", "w")
             procs.append((c.run(h, argv, env={"GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"},
                                 stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log))
         for p, log in procs:
@@ -154,12 +179,33 @@ def run_config(c: Any, a: argparse.Namespace, dataset: str, parts: Path, port: i
             finally:
                 log.close()
         if any(p.returncode != 0 for p, _ in procs) or not result.exists():
-            logs = "\n".join((Path(tmp) / f"h{h}.log").read_text()[-3000:] for h in range(2))
+            logs = "\n".join((Path(tmp) / f"r{r}.log").read_text()[-3000:] for r in range(world))
             raise RuntimeError(f"bench workers failed ({[p.returncode for p, _ in procs]}):\n{logs}")
         return json.loads(result.read_text())
 
 
 def summarize(dataset: str, rate: str, per_mode: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per variant: medians over rounds of step time and rates; speed-ups against DDP."""
+    import statistics
+
+    per_round = _per_round(dataset, rate, per_mode)
+    rows = []
+    for sync in dict.fromkeys(r["sync"] for r in per_round):
+        runs = [r for r in per_round if r["sync"] == sync]
+        row = dict(runs[len(runs) // 2])
+        for key in ("step_s", "epoch_s_est", "seeds_per_s", "exposed_comm_share"):
+            row[key] = statistics.median(r[key] for r in runs)
+        row["rounds"] = len(runs)
+        row["step_s_by_round"] = [r["step_s"] for r in runs]
+        rows.append(row)
+    by = {r["sync"]: r for r in rows}
+    for r in rows:
+        r["speedup_vs_ddp"] = by["ddp"]["step_s"] / r["step_s"] if "ddp" in by else None
+        r["speedup_vs_ddp_fp16"] = by["ddp-fp16"]["step_s"] / r["step_s"] if "ddp-fp16" in by else None
+    return rows
+
+
+def _per_round(dataset: str, rate: str, per_mode: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     rows = []
     for ranks in per_mode:
         r0 = ranks[0]
@@ -185,7 +231,7 @@ def summarize(dataset: str, rate: str, per_mode: list[list[dict[str, Any]]]) -> 
             "exposed_comm_share": sum(r["comm_exposed_s"] for r in ranks) / max(1e-9, sum(r["time_s"] for r in ranks)),
             "hidden_measured": _mean([r["hidden_measured"] for r in ranks]),
             "hidden_predicted": _mean([r["hidden_predicted"] for r in ranks]),
-            "layers": r0.get("layers", []),
+            "layers": r0.get("layers", []), "sacp_choices": r0.get("sacp_choices", {}),
         })
     return rows
 
@@ -196,16 +242,19 @@ def _mean(xs: list[Optional[float]]) -> Optional[float]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    head = (f"{'dataset':<14}{'link':>9}{'sync':>10}{'ms/step':>9}{'epoch s':>9}{'seeds/s':>9}"
-            f"{'grad MB/ep':>11}{'remote MB/ep':>13}{'exposed':>8}{'hid meas':>9}{'hid pred':>9}{'tx/count':>9}")
+    head = (f"{'dataset':<14}{'link':>9}{'sync':>10}{'ms/step':>9}{'vs ddp':>7}{'vs ddp16':>9}{'seeds/s':>9}"
+            f"{'grad MB/st':>11}{'remote MB/st':>13}{'exposed':>8}{'hid meas':>9}{'tx/count':>9}  sfb layers")
     print(head)
     print("-" * len(head))
     pct = lambda v: f"{100 * v:.0f}%" if v is not None else "-"  # noqa: E731
     for r in rows:
-        print(f"{r['dataset']:<14}{r['rate']:>9}{r['sync']:>10}{1000 * r['step_s']:>9.0f}{r['epoch_s_est']:>9.1f}"
-              f"{r['seeds_per_s']:>9,.0f}{r['grad_bytes_per_epoch'] / 1e6:>11.1f}{r['remote_bytes_per_epoch'] / 1e6:>13.1f}"
-              f"{pct(r['exposed_comm_share']):>8}{pct(r['hidden_measured']):>9}{pct(r['hidden_predicted']):>9}"
-              f"{r['tx_over_counted'] or 0:>9.2f}")
+        ratio = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
+        sfb = ",".join(k for k, v in r.get("sacp_choices", {}).items() if v == "sfb") or "-"
+        print(f"{r['dataset']:<14}{r['rate']:>9}{r['sync']:>10}{1000 * r['step_s']:>9.0f}"
+              f"{ratio(r.get('speedup_vs_ddp')):>7}{ratio(r.get('speedup_vs_ddp_fp16')):>9}"
+              f"{r['seeds_per_s']:>9,.0f}{r['grad_bytes_per_step'] / 1e6:>11.2f}{r['remote_bytes_per_step'] / 1e6:>13.2f}"
+              f"{pct(r['exposed_comm_share']):>8}{pct(r['hidden_measured']):>9}"
+              f"{r['tx_over_counted'] or 0:>9.2f}  {sfb}")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -247,9 +296,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default="pubmed,synthetic-1m", help="comma-separated (default pubmed,synthetic-1m)")
     p.add_argument("--rates", default="1gbit,300mbit,100mbit", help="link rates, each direction")
-    p.add_argument("--syncs", default="dwbp,ddp,blocking")
-    p.add_argument("--hidden", type=int, default=1024, help="wide, so gradient traffic matters (default 1024)")
+    p.add_argument("--syncs", default="ddp,dwbp,sacp,auto,ddp-fp16,auto-fp16,auto-int8",
+                   help=f"variants, of {', '.join(VARIANTS)} (default: all but blocking)")
+    p.add_argument("--hidden", type=int, default=1024, help="wide, so gradient traffic matters (default 1024; "
+                   "pubmed-wide: 2048)")
+    p.add_argument("--workers-per-host", type=int, default=1,
+                   help="workers on each of the 2 hosts (default 1: the link, not CPU contention, is what changes)")
     p.add_argument("--steps", type=int, default=8, help="measured steps per sync mode (default 8)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="passes over the variants, alternating their order; medians reported (default 3)")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured steps first (default 2)")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, s")
     p.add_argument("--limit", type=float, default=900.0, help="seconds before one launch is killed")
@@ -279,7 +334,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     started = time.perf_counter()
     port = 29600
     for ds in a.datasets.split(","):
-        parts = ensure_partitions(ds, cache)
+        parts = ensure_partitions(ds, cache, 2 * a.workers_per_host)
         with EmulatedCluster(hosts=2, rate=rates[0], tcp_retries2=5) as c:
             for rate in rates:
                 for h in range(2):
@@ -291,7 +346,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"{ds} @ {rate}: {len(new)} sync modes in {time.perf_counter() - t0:.0f} s", flush=True)
     print_table(rows)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    doc = {"config": {k: v for k, v in vars(a).items() if k in ("datasets", "rates", "syncs", "hidden", "steps",
+    doc = {"config": {k: v for k, v in vars(a).items() if k in ("datasets", "rates", "syncs", "hidden", "steps", "rounds",
+                                                                 "workers_per_host",
                                                                  "warmup")},
            "presets": PRESETS,
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},

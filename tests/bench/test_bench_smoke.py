@@ -25,7 +25,7 @@ BENCH = REPO / "bench"
 TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
-SMOKED = ("bench_cluster.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py", "bench_models.py",
+SMOKED = ("bench_cluster.py", "bench_comm.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py", "bench_models.py",
           "bench_partition.py", "bench_partition_faults.py", "bench_placement.py", "bench_sampler.py",
           "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
@@ -165,20 +165,37 @@ def test_bench_train_accuracy(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_comm(tmp_path):
+    from graphdist.testing.netns import unavailable_reason
+
+    reason = unavailable_reason()
+    require(reason is None, f"bench_comm: {reason}")
+    out = tmp_path / "comm.json"
+    res = _bench("bench_comm.py", "--rates", "1gbit", "--sizes-mb", "0.25", "--repeats", 1, "--timeout", 30,
+                 "--limit", 90, "--out", out)
+    _ok(res)
+    assert "tx ring/alg" in res.stdout
+    doc = _read(out, "config", "machine", "total_s", "results")
+    assert [r["algorithm"] for r in doc["results"]] == ["ring", "hd", "hier"]
+    for r in doc["results"]:
+        assert r["tx_bytes"] > 0 and r["counted_inter_bytes"] > 0, r  # the sums crossed the emulated link
+
+
 def test_bench_cluster(tmp_path):
     from graphdist.testing.netns import unavailable_reason
 
     reason = unavailable_reason()
     require(reason is None, f"bench_cluster: {reason}")
     out, png = tmp_path / "cluster.json", tmp_path / "cluster.png"
-    res = _bench("bench_cluster.py", "--datasets", "synthetic-3000", "--rates", "1gbit", "--syncs", "dwbp,ddp",
-                 "--hidden", 16, "--steps", 2, "--warmup", 1, "--timeout", 30, "--limit", 90, "--out", out,
-                 "--png", png)
+    res = _bench("bench_cluster.py", "--datasets", "synthetic-3000", "--rates", "1gbit", "--syncs", "dwbp,ddp,sacp",
+                 "--hidden", 16, "--steps", 2, "--warmup", 1, "--rounds", 1, "--timeout", 30, "--limit", 90,
+                 "--out", out, "--png", png)
     _ok(res)
-    assert "hid meas" in res.stdout and "tx/count" in res.stdout
+    assert "hid meas" in res.stdout and "tx/count" in res.stdout and "vs ddp" in res.stdout
     doc = _read(out, "config", "presets", "machine", "total_s", "results")
     assert [(r["dataset"], r["rate"], r["sync"]) for r in doc["results"]] == [
-        ("synthetic-3000", "1gbit", "dwbp"), ("synthetic-3000", "1gbit", "ddp")]
+        ("synthetic-3000", "1gbit", "dwbp"), ("synthetic-3000", "1gbit", "ddp"), ("synthetic-3000", "1gbit", "sacp")]
+    assert doc["results"][1]["speedup_vs_ddp"] == 1.0
     for r in doc["results"]:
         assert r["steps"] == 2 and r["bytes_by_tag"].get("grad", 0) > 0, r
         assert r["veth_tx_bytes"] > 0, r  # the traffic really crossed the emulated link
