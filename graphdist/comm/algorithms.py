@@ -86,7 +86,8 @@ class Ring:
 class Auto:
     """The fastest of ``ring``, ``hd`` and ``hier`` for this cluster, chosen once at construction.
 
-    On one host, for one rank, or under NCCL: ``ring`` without a measurement. Otherwise every
+    On one host, for one rank, for one rank per host on 2 hosts (nothing else differs), or under
+    NCCL: ``ring`` without a measurement. Otherwise every
     candidate sums a probe tensor ``repeats`` times; the median time of the slowest rank decides.
     Construction is collective (every rank, same point).
 
@@ -104,15 +105,20 @@ class Auto:
 
     def __init__(self, topology: Optional[Topology] = None, probe_bytes: int = 1 << 20, repeats: int = 3) -> None:
         self.topology = topology
+        self.probe_bytes = int(probe_bytes)
         self.timings: dict[str, float] = {}
         self.chosen = "ring"
         self._algorithm: Any = Ring(topology)
         size = get_world_size() if is_initialized() else 1
         if size <= 1 or topology is None or topology.num_hosts <= 1 or backend_name() == "nccl":
             return
-        candidates = {"ring": self._algorithm, "hd": HalvingDoubling(topology)}
+        candidates: dict[str, Any] = {"ring": self._algorithm}
+        if size > 2:  # for 2 ranks halving-doubling is the ring's exchange in more steps
+            candidates["hd"] = HalvingDoubling(topology)
         if any(len(h) > 1 for h in topology.hosts):
             candidates["hier"] = Hierarchical(topology)
+        if len(candidates) == 1:
+            return
         probe = torch.zeros(max(1, probe_bytes // 4))
         for name, algorithm in candidates.items():
             self.timings[name] = _slowest_median(algorithm, probe, repeats)
@@ -128,9 +134,9 @@ class Auto:
     def describe(self) -> str:
         """``auto: hier (ring 0.412 s, hd 0.301 s, hier 0.287 s for a 4.0 MB probe)``, for the log."""
         if not self.timings:
-            return f"auto: {self.chosen} (no measurement: one host, one rank or NCCL)"
+            return f"auto: {self.chosen} (no measurement: one host, two ranks on two hosts, or NCCL)"
         times = ", ".join(f"{k} {v:.3f} s" for k, v in self.timings.items())
-        return f"auto: {self.chosen} ({times})"
+        return f"auto: {self.chosen} ({times} for a {self.probe_bytes / 2**20:.1f} MB probe)"
 
     def __repr__(self) -> str:
         return f"Auto({self.chosen})"

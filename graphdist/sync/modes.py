@@ -36,16 +36,17 @@ COMPRESS_MODES: dict[str, str] = {
 # --sacp: per Linear, dense allreduce or sufficient factors, whichever sends less
 SACP_MODES: dict[str, str] = {
     "auto": "on under dwbp and blocking, off under ddp (DDP sends its own buckets)",
-    "on": "each Linear's gradient dense or as sufficient factors (u, v rows), by Poseidon's rule",
+    "on": "each Linear's gradient dense or as sufficient factors (u, v rows), by Poseidon's rule; each "
+          "embedding table's dense or as the rows it looked up",
     "off": "every layer dense",
 }
 
 
 def parse_sacp_overrides(text: str) -> dict[str, str]:
-    """``"layers.1.lin=sfb,layers.0.lin=dense"`` as a dict (``--sacp-override``).
+    """``"layers.1.lin=sfb,layers.0.lin=dense"`` as a dict (``--sacp-override``; ``sparse`` for tables).
 
     Raises:
-        ValueError: an entry that is not ``NAME=dense`` or ``NAME=sfb``.
+        ValueError: an entry that is not ``NAME=dense``, ``NAME=sfb`` or ``NAME=sparse``.
 
     Example:
         >>> parse_sacp_overrides("layers.1.lin=sfb")
@@ -54,8 +55,9 @@ def parse_sacp_overrides(text: str) -> dict[str, str]:
     out = {}
     for entry in filter(None, (e.strip() for e in text.split(","))):
         name, _, scheme = entry.partition("=")
-        if not name or scheme not in ("dense", "sfb"):
-            raise ValueError(f"--sacp-override: expected LAYER=dense or LAYER=sfb, e.g. layers.1.lin=sfb (got {entry!r})")
+        if not name or scheme not in ("dense", "sfb", "sparse"):
+            raise ValueError(f"--sacp-override: expected LAYER=dense, LAYER=sfb or LAYER=sparse, e.g. "
+                             f"layers.1.lin=sfb (got {entry!r})")
         out[name.strip()] = scheme
     return out
 

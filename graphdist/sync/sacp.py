@@ -7,6 +7,9 @@ per rank), each rank can send its ``K_r`` rows of ``[u | v]`` to every other ran
 floats, and every rank rebuilds ``sum_r U_r^T V_r`` exactly. Poseidon's rule, per layer and step:
 sufficient factors iff ``K_max (M+N) <= 2 M N / P``. That pays for wide layers fed few rows (the
 upper layers of a wide GraphSAGE with small per-worker batches); full-graph layers stay dense.
+A learnable embedding table (``nn.Embedding``, ``V x D``, dense gradients) goes as the ``K_r`` rows
+this rank looked up and their indices, ``(P-1) K_r (D+2)`` floats' worth, iff
+``K_max (D+2) <= 2 V D / P``: its bytes scale with the rows touched, not the table.
 
 How it fits the sync (``LayerwiseSync`` decides *when*, this hook *what*):
 - :class:`LinearCapture` hooks every ``torch.nn.Linear`` and ``torch_geometric.nn.Linear`` (not a
@@ -46,7 +49,7 @@ from graphdist.sync.hooks import CommHook, SeedWeights, seed_weighted_allreduce
 
 logger = logging.getLogger(__name__)
 
-SCHEMES = ("dense", "sfb")
+SCHEMES = ("dense", "sfb", "sparse")
 
 
 def is_linear(module: nn.Module) -> bool:
@@ -57,6 +60,23 @@ def is_linear(module: nn.Module) -> bool:
     return cls.__name__ == "Linear" and cls.__module__.startswith("torch_geometric")
 
 
+def sparse_rows_choice(k_rows: list[int], num_rows: int, dim: int, world_size: Optional[int] = None) -> str:
+    """``"sparse"`` iff sending the touched rows (and their int64 index, 2 floats' worth) to every peer,
+    ``max_r K_r (D + 2)`` per peer, beats the ring's ``2 V D / P``; else ``"dense"``.
+
+    Example:
+        >>> sparse_rows_choice([40, 10], num_rows=100_000, dim=64)
+        'sparse'
+    """
+    size = len(k_rows) if world_size is None else world_size
+    return "sparse" if max(k_rows, default=0) * (dim + 2) <= 2 * num_rows * dim / max(1, size) else "dense"
+
+
+def is_dense_embedding(module: nn.Module) -> bool:
+    """An ``nn.Embedding`` with dense gradients (``sparse=True`` tables are not in the layer-wise sync)."""
+    return isinstance(module, nn.Embedding) and not module.sparse
+
+
 def sacp_choice(k_rows: list[int], out_features: int, in_features: int, world_size: Optional[int] = None) -> str:
     """``"sfb"`` iff ``max_r K_r (M + N) <= 2 M N / P`` (Poseidon's rule), else ``"dense"``."""
     size = len(k_rows) if world_size is None else world_size
@@ -65,7 +85,8 @@ def sacp_choice(k_rows: list[int], out_features: int, in_features: int, world_si
 
 
 class LinearCapture:
-    """This step's input rows and output gradients of every Linear in ``model``, kept by hooks.
+    """This step's input rows and output gradients of every Linear in ``model``, and the rows of
+    every embedding table it looked up, kept by hooks.
 
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Linear(3, 2))
@@ -77,9 +98,27 @@ class LinearCapture:
 
     def __init__(self, model: nn.Module) -> None:
         self.linears = [m for m in model.modules() if is_linear(m)]
+        self.embeddings = [m for m in model.modules() if is_dense_embedding(m)]
+        self.modules = self.linears + self.embeddings  # the order of RowCounts' columns
         self._inputs: dict[int, list[torch.Tensor]] = defaultdict(list)
         self._grads: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self._touched: dict[int, torch.Tensor] = {}
         self._handles = [m.register_forward_hook(self._on_forward) for m in self.linears]
+        self._handles += [m.register_forward_hook(self._on_lookup) for m in self.embeddings]
+
+    def _on_lookup(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad:
+            self._inputs[id(module)].append(inputs[0].detach().reshape(-1))
+            self._touched.pop(id(module), None)
+
+    def touched(self, module: nn.Module) -> torch.Tensor:
+        """The distinct rows of an embedding table looked up this step, ascending (int64)."""
+        key = id(module)
+        if key not in self._touched:
+            looked = self._inputs.get(key, [])
+            flat = torch.cat(looked).to(torch.int64) if looked else torch.zeros(0, dtype=torch.int64)
+            self._touched[key] = torch.unique(flat)
+        return self._touched[key]
 
     def _on_forward(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         if not (torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad):
@@ -92,9 +131,12 @@ class LinearCapture:
     def reset(self) -> None:
         self._inputs.clear()
         self._grads.clear()
+        self._touched.clear()
 
     def rows(self, module: nn.Module) -> int:
-        """K: input rows this Linear saw this step (0 if it did not run)."""
+        """K: input rows a Linear saw this step, or distinct rows an embedding table gave (0 if unused)."""
+        if is_dense_embedding(module):
+            return int(self.touched(module).numel())
         return sum(int(x.shape[0]) for x in self._inputs.get(id(module), []))
 
     def factors(self, module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +189,7 @@ class RowCounts(SeedWeights):
         """Starts the exchange of this step's seed count and rows (once per step)."""
         if self._issued_rows is not None or not self.active:
             return
-        rows = [self.capture.rows(m) for m in self.capture.linears]
+        rows = [self.capture.rows(m) for m in self.capture.modules]
         self._issued_rows = rows
         size, me = _world(), _rank()
         width = 1 + len(rows)
@@ -176,11 +218,11 @@ class RowCounts(SeedWeights):
 
     def rows_of(self, module: nn.Module) -> list[int]:
         """Every rank's K for ``module`` this step (as issued)."""
-        index = self.capture.linears.index(module)
+        index = self.capture.modules.index(module)
         return [int(round(float(v))) for v in self._wait()[:, 1 + index]]
 
     def issued_rows(self, module: nn.Module) -> int:
-        return self._issued_rows[self.capture.linears.index(module)] if self._issued_rows is not None else -1
+        return self._issued_rows[self.capture.modules.index(module)] if self._issued_rows is not None else -1
 
 
 def _world() -> int:
@@ -280,7 +322,11 @@ def _linear_of(bucket: Any) -> Optional[nn.Module]:
 
 
 def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see CommHook
-    """A layer's gradient, summed over ranks densely or rebuilt from every rank's sufficient factors."""
+    """A layer's gradient, summed over ranks densely or rebuilt from every rank's sufficient factors
+    (a Linear) or touched rows (an embedding table)."""
+    table = _embedding_of(bucket)
+    if table is not None:
+        return _sparse_rows(state, bucket, table)
     lin = _linear_of(bucket)
     if lin is None:
         return _dense(state, bucket, "dense")
@@ -315,6 +361,51 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     return comm.Handle("sufficient-factor exchange", state._thread.submit(run), state._group, result=flat).future()
 
 
+def _embedding_of(bucket: Any) -> Optional[nn.Module]:
+    modules = getattr(bucket, "modules", ())
+    if len(modules) != 1 or not is_dense_embedding(modules[0]):
+        return None
+    params = bucket.parameters()
+    return modules[0] if len(params) == 1 and params[0] is modules[0].weight else None
+
+
+def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN202
+    """Each rank sends its touched rows (int64 index and fp32 values, as bytes) to every peer; each
+    rank adds every rank's rows into a zero gradient."""
+    rows = state.weights.rows_of(table)
+    num_rows, dim = table.weight.shape
+    scheme = state.overrides.get(bucket.name) or sparse_rows_choice(rows, num_rows, dim)
+    scheme = "dense" if scheme == "sfb" else scheme
+    state.choices[bucket.name] = scheme
+    if scheme == "dense" or state._thread is None:
+        return _dense(state, bucket, scheme if state._thread is not None else "dense")
+    flat = bucket.buffer()
+    grad = flat.view(num_rows, dim)
+    index = state.weights.capture.touched(table).to(grad.device)
+    if index.numel() != rows[_rank()]:
+        raise RuntimeError(f"SACP: table {bucket.name} was looked up again after forward returned; use --sacp off")
+    values = grad.index_select(0, index)
+    outside = float(grad.abs().sum()) - float(values.abs().sum())
+    if outside > 1e-5 * (float(values.abs().sum()) + 1.0):
+        raise RuntimeError(f"SACP: table {bucket.name} has gradient in rows it did not look up (a tied or "
+                           f"reused weight?); train with --sacp off")
+    scale = state.weights.scale()
+    packed = torch.cat([index.cpu().view(-1, 1).view(torch.uint8).view(-1, 8),
+                        (values * scale).float().cpu().contiguous().view(torch.uint8).view(-1, 4 * dim)], dim=1)
+    size = _world()
+    state.scheme_bytes[(bucket.name, "sparse")] += packed.numel() * (size - 1)
+
+    def run() -> torch.Tensor:
+        got = torch.cat(comm.all_to_all_v([packed] * size, group=state._group, tag=state.tag, recv_rows=rows))
+        every_index = got[:, :8].contiguous().view(torch.int64).view(-1)
+        every_value = got[:, 8:].contiguous().view(torch.float32).view(-1, dim)
+        summed = torch.zeros(num_rows, dim, dtype=torch.float32).index_add_(0, every_index, every_value)
+        flat.copy_(summed.view(-1))
+        return flat
+
+    return comm.Handle("sparse-row exchange", state._thread.submit(run), state._group, result=flat).future()
+
+
 def _dense(state: SacpState, bucket: Any, scheme: str):  # noqa: ANN202
     buf = bucket.buffer()
     algorithm = state.algorithm
@@ -338,5 +429,5 @@ def _check_local(bucket: Any, lin: nn.Module, u: torch.Tensor, v: torch.Tensor) 
                            f"a tied or reused weight? Train with --sacp off")
 
 
-__all__ = ["LinearCapture", "RowCounts", "SCHEMES", "SacpState", "is_linear", "make_sacp", "sacp_allreduce",
-           "sacp_choice"]
+__all__ = ["LinearCapture", "RowCounts", "SCHEMES", "SacpState", "is_dense_embedding", "is_linear", "make_sacp",
+           "sacp_allreduce", "sacp_choice", "sparse_rows_choice"]

@@ -74,7 +74,8 @@ class EpochStats:
         sync: the gradient sync's totals (``SyncSummary.as_list()`` order), summed over ranks.
         extras: strategy-specific numbers for the metrics record, averaged over ranks (e.g. a
             cache hit rate).
-        per_rank: numbers recorded as one list entry per rank (batch share, busy and idle time).
+        per_rank: values recorded as one list entry per rank (batch share, busy and idle time, SACP bytes
+            per layer and scheme).
     """
 
     loss_sum: float = 0.0
@@ -87,7 +88,7 @@ class EpochStats:
     comm_exposed_s: float = 0.0
     sync: list[float] = field(default_factory=list)
     extras: dict[str, float] = field(default_factory=dict)
-    per_rank: dict[str, float] = field(default_factory=dict)
+    per_rank: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

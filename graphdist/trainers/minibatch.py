@@ -402,6 +402,10 @@ class MinibatchStrategy(Strategy):
                           "sync_wait_s": stats.comm_exposed_s, "sample_wait_s": stats.sample_wait_s}
         if rebalancer is not None:
             stats.per_rank["seeds_received"] = float(rebalancer.migrated)
+        by_scheme = getattr(self.sync.hook_state, "scheme_bytes", None)
+        if by_scheme:  # SACP: this epoch's gradient bytes per layer and scheme, one dict per rank
+            stats.per_rank["grad_bytes_by_layer"] = {f"{layer}:{scheme}": n for (layer, scheme), n in by_scheme.items()}
+            by_scheme.clear()
         return stats
 
     def _progress(self, epoch: int, step: int, stats: EpochStats, seeds: int, seconds: float) -> str:

@@ -312,3 +312,15 @@ def test_build_model_rejects_unknown_names():
         build_model("mlp", 4, 4, 2)
     with pytest.raises(ValueError, match="one block per layer"):
         GraphSAGE(4, 4, 2, num_layers=2)(torch.zeros(1, 4), [])
+
+
+def test_checkpoints_from_before_the_linear_submodules_still_load():
+    from graphdist.models.gcn import GCN
+    from graphdist.models.sage import GraphSAGE
+
+    for model in (GraphSAGE(6, 8, 3, num_layers=2), GCN(6, 8, 3, num_layers=2)):
+        old = {k.replace("lin.", ""): v + 1.0 for k, v in model.state_dict().items()}  # the keys as they were
+        assert not any(".lin." in k for k in old)
+        model.load_state_dict(old)
+        for key, value in model.state_dict().items():
+            assert torch.equal(value, old[key.replace("lin.", "")]), key

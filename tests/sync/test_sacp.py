@@ -98,3 +98,45 @@ def test_a_tied_weight_is_refused_not_trained_wrong():
     flat = torch.cat([lin.weight.grad.view(-1), lin.bias.grad])
     with pytest.raises(RuntimeError, match=r"not only its Linear's.*--sacp off"):
         sacp_allreduce(state, Bucket(0, "lin", [lin.weight, lin.bias], flat, (lin,)))
+
+
+class _Embedded(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Embedding(2000, 16)  # learnable node embeddings
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.table(ids))
+
+
+def _embedding_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+    from graphdist.sync import make_sync
+
+    warnings.simplefilter("ignore")
+    bytes_by_touched = {}
+    for touched in (10, 40):
+        ids = torch.randint(0, 2000, (touched,), generator=torch.Generator().manual_seed(rank + touched)).unique()
+        grads = {}
+        for sacp in (False, True):
+            torch.manual_seed(0)
+            net = _Embedded()
+            sync = make_sync("dwbp", net, sacp=sacp)
+            for _ in range(2):
+                net.zero_grad()
+                sync.begin_step(len(ids))
+                sync.model(torch.cat([ids, ids[:3]])).pow(2).mean().backward()  # a repeated row counts once
+                sync.finish()
+            grads[sacp] = net.table.weight.grad.clone()
+            if sacp:
+                assert sync.hook_state.choices["table"] == "sparse", sync.hook_state.choices
+                bytes_by_touched[touched] = sync.hook_state.scheme_bytes[("table", "sparse")] / 2
+                assert bytes_by_touched[touched] == (world_size - 1) * len(ids) * (8 + 4 * 16)
+            sync.close()
+        torch.testing.assert_close(grads[True], grads[False], rtol=1e-5, atol=1e-7)
+    assert bytes_by_touched[40] > 3 * bytes_by_touched[10]  # the bytes follow the rows touched
+
+
+def test_embedding_rows_equal_dense_and_bytes_scale_with_rows_touched():
+    launch(_embedding_body, 2, timeout=90)

@@ -53,6 +53,9 @@ def test_cli_two_workers_writes_run_dir(tmp_path, cora_parts):
     for key in ("loss", "val_acc", "test_acc", "epoch_time_s", "seeds_per_s", "bytes_sent", "hidden_fraction"):
         assert key in records[-1], key
     assert records[-1]["bytes_sent"].get("grad", 0) > 0
+    # SACP (on by default under dwbp): this epoch's gradient bytes per layer and scheme, per rank
+    by_layer = records[-1]["grad_bytes_by_layer"]
+    assert len(by_layer) == 2 and all(k.rsplit(":", 1)[1] in ("dense", "sfb") for k in by_layer[0]), by_layer
     assert (run / "checkpoint.pt").exists() and (run / "config.yaml").exists()
     assert (run / "loss_acc.png").stat().st_size > 0 and (run / "time_breakdown.png").stat().st_size > 0
     torch.load(run / "checkpoint.pt", weights_only=True)  # loadable without pickle
