@@ -62,16 +62,13 @@ VARIANTS = {
 # --------------------------------------------------------------------------- worker (in a host)
 
 
-def _tx_bytes(iface: str) -> int:
-    # Inside `ip netns exec`, /sys is this namespace's: the host's own interface.
-    return int(Path(f"/sys/class/net/{iface}/statistics/tx_bytes").read_text())
-
 
 def worker(a: argparse.Namespace) -> None:
     """One rank: trains every sync mode in turn, rank 0 writes the gathered records to ``a.result``."""
     import torch
 
     from graphdist import comm
+    from graphdist.testing.netns import own_tx_bytes
     from graphdist.config import TrainConfig
     from graphdist.trainers.run import build_strategy, seed_everything, worker_seed
 
@@ -104,10 +101,10 @@ def worker(a: argparse.Namespace) -> None:
             strategy.loader.num_batches = min(a.steps, natural)
             comm.barrier()
             comm.reset_byte_counts()
-            tx0 = _tx_bytes(iface)
+            tx0 = own_tx_bytes(iface)
             stats = strategy.train_epoch(1)
             comm.barrier()
-            tx = _tx_bytes(iface) - tx0
+            tx = own_tx_bytes(iface) - tx0
             choices = dict(getattr(strategy.sync.hook_state, "choices", {}))
             rec = {"rank": a.rank, "sync": mode, "round": round_, "sacp_choices": choices, "steps": stats.steps,
                    "natural_steps": natural,
@@ -333,6 +330,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     port = 29600
+    config = {k: v for k, v in vars(a).items()
+              if k in ("datasets", "rates", "syncs", "hidden", "steps", "rounds", "workers_per_host", "warmup")}
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     for ds in a.datasets.split(","):
         parts = ensure_partitions(ds, cache, 2 * a.workers_per_host)
         with EmulatedCluster(hosts=2, rate=rates[0], tcp_retries2=5) as c:
@@ -344,15 +345,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                 new = summarize(ds, rate, run_config(c, a, ds, parts, port))
                 rows += new
                 print(f"{ds} @ {rate}: {len(new)} sync modes in {time.perf_counter() - t0:.0f} s", flush=True)
+                print_table(new)
+                # After every launch: a later launch that fails or runs out of time loses only itself.
+                doc = {"config": config, "presets": PRESETS, "variants": VARIANTS, "machine": machine,
+                       "total_s": time.perf_counter() - started, "results": rows}
+                Path(a.out).write_text(json.dumps(doc, indent=1))
+    print()
     print_table(rows)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    doc = {"config": {k: v for k, v in vars(a).items() if k in ("datasets", "rates", "syncs", "hidden", "steps", "rounds",
-                                                                 "workers_per_host",
-                                                                 "warmup")},
-           "presets": PRESETS,
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-           "total_s": time.perf_counter() - started, "results": rows}
-    Path(a.out).write_text(json.dumps(doc, indent=1))
     plot(rows, Path(a.png))
     print(f"wrote {a.out} and {a.png}")
     return 0

@@ -44,15 +44,13 @@ ALGORITHMS = ("ring", "hd", "hier")
 # --------------------------------------------------------------------------- worker (in a host)
 
 
-def _tx_bytes(iface: str) -> int:
-    return int(Path(f"/sys/class/net/{iface}/statistics/tx_bytes").read_text())
-
 
 def worker(a: argparse.Namespace) -> None:
     """One rank: every size, every round, every algorithm; rank 0 writes the records to ``a.result``."""
     import torch
 
     from graphdist import comm
+    from graphdist.testing.netns import own_tx_bytes
 
     torch.set_num_threads(1)
     iface = os.environ["GLOO_SOCKET_IFNAME"]
@@ -74,12 +72,12 @@ def worker(a: argparse.Namespace) -> None:
                     t = torch.full((numel,), float(a.rank + 1))
                     comm.barrier()
                     comm.reset_byte_counts()
-                    tx0 = _tx_bytes(iface) if reads_tx else 0
+                    tx0 = own_tx_bytes(iface) if reads_tx else 0
                     t0 = time.perf_counter()
                     algorithms[name](t, None, "grad").wait()
                     took = time.perf_counter() - t0
                     comm.barrier()
-                    tx = _tx_bytes(iface) - tx0 if reads_tx else 0
+                    tx = own_tx_bytes(iface) - tx0 if reads_tx else 0
                     if not bool((t == expect).all()):
                         raise AssertionError(f"{name}: wrong sum on rank {a.rank}")
                     rec = {"took": took, "tx": tx, "inter": comm.inter_host_byte_counts().get("grad", 0),

@@ -16,6 +16,10 @@ Three parts (each runs the real ``graphdist-train`` CLI in a subprocess and read
   graph of mean degree 32, best- and last-epoch test accuracy over paired seeds. Target: within
   1 point of full-neighbour GCN at both. With ``--baseline DIR`` the baseline checkout's sampled
   GCN runs too (before the ``d/k`` rescale: the biased form, beside the fixed one).
+- ``--compression``: ``--compress none|fp16|bf16|int8`` on pubmed (the GCN recipe above, 2 workers)
+  and synthetic-100k (GraphSAGE defaults, 2 workers), paired seeds; the paired difference to
+  ``none`` and twice its standard error. Target: int8 within max(0.5, 2 SE) points, fp16 and bf16
+  within max(0.2, 2 SE).
 - ``--peers``: DGL 2.1 (own venv, ``bench/peers/env.py``) trains the same workload on the same
   graph in the same run (one thread, pinned like the 1-worker run); prints the ratio.
   Target: graphdist 1 worker >= 1.5x DGL.
@@ -29,6 +33,7 @@ Run book:
     python bench/bench_train.py --accuracy --datasets cora --workers 1 --seeds 1 --epochs 3  # seconds
     python bench/bench_train.py --speed --nodes 3000 --steps 2 --syncs dwbp                  # seconds
     python bench/bench_train.py --high-degree --seeds 5 --epochs 30 --baseline /tmp/base     # ~20 min
+    python bench/bench_train.py --compression --seeds 5                                     # ~30 min
 Results: bench/results/train.json (git-ignored).
 """
 
@@ -123,6 +128,52 @@ def print_accuracy(res: dict[str, Any]) -> None:
                 note = "  within 1 pt: %s" % ("ok" if abs(mean - base) <= 1.0 else "MISSED")
             print(f"{dataset:<9}{w:>8}{mean:>8.2f}{std:>7.2f}{diff:>11}  "
                   + " ".join(f"{a:.1f}" for a in accs) + note)
+
+
+# ------------------------------------------------------------- compression
+# What each dataset trains with: Planetoid graphs the GCN recipe; a generated graph GraphSAGE's
+# defaults (its epochs are long: 3 of them).
+COMPRESSION_RECIPES = {"pubmed": [*ACCURACY_ARGS, "--model", "gcn"],
+                       "synthetic-100k": ["--epochs", "3", "--log-interval", "100000"]}
+COMPRESSION_TOLERANCE = {"fp16": 0.2, "bf16": 0.2, "int8": 0.5}
+
+
+def bench_compression(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"variants": args.compress.split(","), "runs": {}}
+    for dataset in args.datasets:
+        planetoid = dataset in ("cora", "citeseer", "pubmed")
+        recipe = COMPRESSION_RECIPES["pubmed" if planetoid else "synthetic-100k"]
+        if planetoid:
+            recipe = [*recipe, "--epochs", str(args.epochs)]
+        runs: dict[str, list[float]] = {}
+        for seed in range(args.seeds):  # seeds outermost: the variants of one seed run back to back
+            for variant in out["variants"]:
+                run = tmp / f"{dataset}-{variant}-{seed}"
+                hist = run_cli(["--dataset", dataset, "--num-workers", "2", "--seed", str(seed),
+                                "--compress", variant, *recipe], run)
+                runs.setdefault(variant, []).append(best_test(hist))
+                print(f"  {dataset} --compress {variant} seed={seed}: test {runs[variant][-1]:.2f}%", flush=True)
+        out["runs"][dataset] = runs
+    return out
+
+
+def print_compression(res: dict[str, Any]) -> None:
+    print("\nTest accuracy at the best-validation epoch (%), 2 workers, paired seeds")
+    print(f"{'dataset':<16}{'compress':>9}{'mean':>8}{'diff':>8}{'2 SE':>7}  verdict / per seed")
+    for dataset, runs in res["runs"].items():
+        base = runs.get("none")
+        for variant, accs in runs.items():
+            mean = statistics.mean(accs)
+            if base is None or variant == "none":
+                print(f"{dataset:<16}{variant:>9}{mean:>8.2f}{'':>8}{'':>7}  " + " ".join(f"{a:.1f}" for a in accs))
+                continue
+            diffs = [a - b for a, b in zip(accs, base)]
+            diff = statistics.mean(diffs)
+            se2 = 2 * statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+            allowed = max(COMPRESSION_TOLERANCE.get(variant, 0.5), se2 if se2 == se2 else 0.0)
+            verdict = "ok" if abs(diff) <= allowed else "MISSED"
+            print(f"{dataset:<16}{variant:>9}{mean:>8.2f}{diff:>+8.2f}{se2:>7.2f}  within {allowed:.2f}: {verdict}; "
+                  + " ".join(f"{a:.1f}" for a in accs))
 
 
 # --------------------------------------------------------- high-degree GCN
@@ -303,7 +354,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--high-degree-nodes", type=int, default=HIGH_DEGREE_GRAPH["num_nodes"],
                    help=f"nodes of the --high-degree graph (default {HIGH_DEGREE_GRAPH['num_nodes']})")
     p.add_argument("--peers", action="store_true", help="also train the same workload with DGL 2.1")
-    p.add_argument("--datasets", nargs="+", default=["cora", "pubmed"])
+    p.add_argument("--compression", action="store_true",
+                   help="accuracy of --compress variants against none (datasets default pubmed, synthetic-100k)")
+    p.add_argument("--compress", default="none,fp16,bf16,int8", help="variants of --compression")
+    p.add_argument("--datasets", nargs="+", default=None, help="default cora pubmed (--compression: pubmed "
+                   "synthetic-100k)")
     p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat"], help="model of the accuracy runs")
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4])
     p.add_argument("--seeds", type=int, default=10)
@@ -317,7 +372,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline (default 5)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "train.json"))
     args = p.parse_args(argv)
-    if not (args.accuracy or args.speed or args.peers or args.high_degree):
+    if args.datasets is None:
+        args.datasets = ["pubmed", "synthetic-100k"] if args.compression else ["cora", "pubmed"]
+    if not (args.accuracy or args.speed or args.peers or args.high_degree or args.compression):
         args.accuracy = args.speed = True
     result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="graphdist-bench-train-") as tmp_name:
@@ -325,6 +382,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.accuracy:
             result["accuracy"] = bench_accuracy(args, tmp)
             print_accuracy(result["accuracy"])
+        if args.compression:
+            result["compression"] = bench_compression(args, tmp)
+            print_compression(result["compression"])
         if args.high_degree:
             result["high_degree"] = bench_high_degree(args, tmp)
             print_high_degree(result["high_degree"])

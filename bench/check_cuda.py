@@ -5,7 +5,10 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
 
 - ``cuda:0``: one GPU worker (gloo group of one; model, batches and evaluation on the GPU);
 - ``cpu,cuda:0``: a mixed job over gloo (the GPU rank's gradients staged through host memory);
-- ``cuda:0,cuda:1``: NCCL for gradients, gloo for sampling and counters (needs 2 GPUs).
+- ``cuda:0,cuda:1``: NCCL for gradients, gloo for sampling and counters (needs 2 GPUs);
+- ``cpu,cuda:0`` again with ``--compress int8``, and with ``--allreduce hier`` over two emulated
+  hosts (``GRAPHDIST_TOPOLOGY=2x1``): the threaded algorithms and int8 stage CUDA buckets through
+  host memory; SACP (on by default) captures CUDA factors.
 
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
@@ -19,24 +22,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_case(devices: str, workers: int, args: argparse.Namespace, tmp: Path) -> dict:
-    run = tmp / devices.replace(",", "_").replace(":", "")
-    cmd = [sys.executable, "-m", "graphdist.cli.train", "--dataset", f"synthetic-{args.nodes}",
+def run_case(devices: str, workers: int, args: argparse.Namespace, tmp: Path, extra: tuple = (),
+             env: Optional[dict] = None) -> dict:
+    run = tmp / "_".join([devices.replace(",", "_").replace(":", ""), *(str(e).lstrip("-") for e in extra)])
+    cmd = [sys.executable, "-m", "graphdist.cli.train", *map(str, extra), "--dataset", f"synthetic-{args.nodes}",
            "--num-workers", str(workers), "--devices", devices, "--epochs", str(args.epochs),
            "--layers", "3", "--fanouts", "15,10,5", "--hidden", "256", "--batch-size", str(1024 * workers),
            "--run-dir", str(run), "--log-interval", "100000", "--timeout", "120"]
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
-    row = {"devices": devices, "workers": workers, "ok": done.returncode == 0,
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, **(env or {})})
+    row = {"devices": devices, "workers": workers, "extra": list(extra), "ok": done.returncode == 0,
            "wall_s": round(time.perf_counter() - start, 1)}
     if done.returncode != 0:
         row["error"] = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
@@ -59,11 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no CUDA device (torch {torch.__version__}, built with CUDA {torch.version.cuda}): nothing to check")
         return 2
     gpus = torch.cuda.device_count()
-    cases = [("cuda:0", 1), ("cpu,cuda:0", 2)] + ([("cuda:0,cuda:1", 2)] if gpus >= 2 else [])
+    cases = [("cuda:0", 1, (), None), ("cpu,cuda:0", 2, (), None)]
+    cases += [("cuda:0,cuda:1", 2, (), None)] if gpus >= 2 else []
+    cases += [("cpu,cuda:0", 2, ("--compress", "int8"), None),
+              ("cpu,cuda:0", 2, ("--allreduce", "hier"), {"GRAPHDIST_TOPOLOGY": "2x1"})]
     rows = []
     with tempfile.TemporaryDirectory(prefix="graphdist-cuda-") as tmp:
-        for devices, workers in cases:
-            rows.append(run_case(devices, workers, args, Path(tmp)))
+        for devices, workers, extra, env in cases:
+            rows.append(run_case(devices, workers, args, Path(tmp), extra, env))
             print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

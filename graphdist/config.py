@@ -129,35 +129,23 @@ def _fail(flag: str, constraint: str, got: Any, hint: str = "") -> ValueError:
 
 def validate(cfg: TrainConfig) -> None:
     """Raises ``ValueError`` naming the flag, the constraint, the value and what to do."""
-    if cfg.model not in MODELS:
-        raise _fail("model", f"must be one of {', '.join(MODELS)}", cfg.model)
-    if cfg.checkpoint not in CHECKPOINTS:
-        raise _fail("checkpoint", f"must be one of {', '.join(CHECKPOINTS)}", cfg.checkpoint)
-    if cfg.replicate not in REPLICATE:
-        raise _fail("replicate", f"must be one of {', '.join(REPLICATE)}", cfg.replicate)
+    for flag, value, choices in (("model", cfg.model, MODELS), ("checkpoint", cfg.checkpoint, CHECKPOINTS),
+                                 ("replicate", cfg.replicate, REPLICATE), ("strategy", cfg.strategy, STRATEGIES),
+                                 ("sync", cfg.sync, SYNC_MODES), ("allreduce", cfg.allreduce, ALLREDUCE_MODES),
+                                 ("compress", cfg.compress, COMPRESS_MODES), ("sacp", cfg.sacp, SACP_MODES),
+                                 ("feature-norm", cfg.feature_norm, FEATURE_NORMS),
+                                 ("partition-method", cfg.partition_method, PARTITION_METHODS)):
+        if value not in choices:
+            raise _fail(flag, f"must be one of {', '.join(choices)}", value)
     if cfg.replicate != "none" and cfg.strategy != "minibatch":
         raise _fail("replicate", "applies to --strategy minibatch only", cfg.replicate)
     if cfg.cache_rows < -1:
         raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", cfg.cache_rows)
-    if cfg.strategy not in STRATEGIES:
-        raise _fail("strategy", f"must be one of {', '.join(STRATEGIES)}", cfg.strategy)
-    if cfg.sync not in SYNC_MODES:
-        raise _fail("sync", f"must be one of {', '.join(SYNC_MODES)}", cfg.sync)
-    if cfg.allreduce not in ALLREDUCE_MODES:
-        raise _fail("allreduce", f"must be one of {', '.join(ALLREDUCE_MODES)}", cfg.allreduce)
-    if cfg.compress not in COMPRESS_MODES:
-        raise _fail("compress", f"must be one of {', '.join(COMPRESS_MODES)}", cfg.compress)
-    if cfg.sacp not in SACP_MODES:
-        raise _fail("sacp", f"must be one of {', '.join(SACP_MODES)}", cfg.sacp)
     if cfg.sacp_override:
         parse_sacp_overrides(cfg.sacp_override)
     if cfg.compress == "int8" and cfg.sync == "ddp":
         raise _fail("compress", "int8 needs --sync dwbp or blocking (torch DDP has fp16 and bf16 hooks only)",
                     cfg.compress)
-    if cfg.feature_norm not in FEATURE_NORMS:
-        raise _fail("feature-norm", f"must be one of {', '.join(FEATURE_NORMS)}", cfg.feature_norm)
-    if cfg.partition_method not in PARTITION_METHODS:
-        raise _fail("partition-method", f"must be one of {', '.join(PARTITION_METHODS)}", cfg.partition_method)
     for name in ("hidden", "layers", "batch_size", "epochs", "num_workers", "threads", "log_interval"):
         if getattr(cfg, name) < 1:
             raise _fail(name.replace("_", "-"), "must be >= 1", getattr(cfg, name))

@@ -164,6 +164,19 @@ def test_bench_train_accuracy(tmp_path):
     assert sorted(runs) == ["full -1,-1", "sampled 10,10"] and all(len(r) == 1 for r in runs.values())
 
 
+def test_bench_train_compression(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    cora = find_dataset("cora")
+    out = tmp_path / "train.json"
+    res = _bench("bench_train.py", "--compression", "--datasets", "cora", "--compress", "none,int8", "--seeds", 1,
+                 "--epochs", 2, "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)})
+    _ok(res)
+    assert "--compress int8" in res.stdout and "within" in res.stdout
+    runs = _read(out, "started", "compression")["compression"]["runs"]["cora"]
+    assert sorted(runs) == ["int8", "none"] and all(len(r) == 1 for r in runs.values())
+
+
 @pytest.mark.slow
 def test_bench_comm(tmp_path):
     from graphdist.testing.netns import unavailable_reason
@@ -181,6 +194,7 @@ def test_bench_comm(tmp_path):
         assert r["tx_bytes"] > 0 and r["counted_inter_bytes"] > 0, r  # the sums crossed the emulated link
 
 
+@pytest.mark.slow
 def test_bench_cluster(tmp_path):
     from graphdist.testing.netns import unavailable_reason
 

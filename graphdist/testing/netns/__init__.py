@@ -47,7 +47,7 @@ Modules: :mod:`~graphdist.testing.netns.cluster` (:class:`EmulatedCluster`, :cla
 namespace cleanup) and ``_netprobe.py``, the throughput probe run as a script inside the hosts.
 """
 
-from graphdist.testing.netns.cluster import EmulatedCluster, Host, LinkStats
+from graphdist.testing.netns.cluster import EmulatedCluster, Host, LinkStats, own_tx_bytes
 from graphdist.testing.netns.iproute import (
     ClusterError,
     ClusterUnavailable,
@@ -68,6 +68,7 @@ __all__ = [
     "TorchrunJob",
     "list_namespaces",
     "netem_available",
+    "own_tx_bytes",
     "parse_rate",
     "remove_stale",
     "torchrun_argv",

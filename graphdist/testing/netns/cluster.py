@@ -44,6 +44,13 @@ HOST_IFACE = "eth0"  # every host's interface (names are per namespace, so all h
 _SEQ = itertools.count()
 
 
+def own_tx_bytes(iface: str = HOST_IFACE) -> int:
+    """Bytes this host's interface has sent, read from inside the host (a worker's ``/sys`` is its
+    namespace's): what really crossed its link, headers included."""
+    with open(f"/sys/class/net/{iface}/statistics/tx_bytes") as f:
+        return int(f.read())
+
+
 @dataclass(frozen=True)
 class Host:
     """One emulated host.
