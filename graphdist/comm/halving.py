@@ -73,12 +73,16 @@ class _ThreadedAllreduce:
             return Handle(self.op_name, None, None, result=tensor)
         sent, inter = self.bytes_sent(tensor.numel() * tensor.element_size(), self.rank, self.world_size)
         COUNTER.add(tag, sent, inter_host=inter)
-        staged = tensor.detach().cpu() if tensor.is_cuda else tensor.detach()
+        # The steps run over gloo on a flat host buffer: a CUDA or non-contiguous tensor goes through a copy.
+        staged = tensor.detach()
+        if staged.is_cuda or not staged.is_contiguous():
+            staged = staged.cpu().contiguous()
+        copy_back = staged.data_ptr() != tensor.data_ptr()
         flat = staged.view(-1)
 
         def run() -> torch.Tensor:
             self._run(flat)
-            if staged is not tensor:
+            if copy_back:
                 tensor.copy_(staged)
             return tensor
 
@@ -152,10 +156,10 @@ class HalvingDoubling(_ThreadedAllreduce):
                   torch.tensor_split(flat, _pipeline_depth(flat.numel() * flat.element_size()))]
         if len(pieces) == 1:
             _run_steps(pieces[0], 0, group)
-            return self._hand_back(me, extra, flat)
-        running = [self._pool().submit(_run_steps, steps, tag, group) for tag, steps in enumerate(pieces)]
-        for piece in running:
-            piece.result()
+        else:
+            running = [self._pool().submit(_run_steps, steps, tag, group) for tag, steps in enumerate(pieces)]
+            for piece in running:
+                piece.result()
         self._hand_back(me, extra, flat)
 
     def _hand_back(self, me: int, extra: int, flat: torch.Tensor) -> None:

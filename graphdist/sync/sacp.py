@@ -343,19 +343,22 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
                            f"forward returned (a second forward in one step?); use --sacp off")
     _check_local(bucket, lin, u, v)
     scale = state.weights.scale()
-    payload = torch.cat([u * scale, v], dim=1).to(state.factor_dtype).cpu().contiguous()
     flat = bucket.buffer()
+    if scale == 0.0:  # no seeds here: the local "mean" gradient may be nan; contribute nothing
+        u = torch.zeros_like(u)
+        flat.zero_()
+    payload = torch.cat([u * scale, v], dim=1).to(state.factor_dtype).cpu().contiguous()
     size = _world()
     state.scheme_bytes[(bucket.name, "sfb")] += payload.numel() * payload.element_size() * (size - 1)
 
     def run() -> torch.Tensor:
         got = comm.all_to_all_v([payload] * size, group=state._group, tag=state.tag, recv_rows=rows)
-        every = torch.cat(got).float()
-        all_u, all_v = every[:, :m], every[:, m:]
-        grad_w = all_u.t() @ all_v
-        flat[: m * n].copy_(grad_w.reshape(-1))
+        # This rank's share is autograd's own gradient (scaled); only the peers' factors are multiplied.
+        others = torch.cat([g for r, g in enumerate(got) if r != me]).to(flat.device, flat.dtype)
+        flat.mul_(scale)
+        flat[: m * n].view(m, n).addmm_(others[:, :m].t(), others[:, m:])
         if flat.numel() > m * n:
-            flat[m * n :].copy_(all_u.sum(0))
+            flat[m * n :].add_(others[:, :m].sum(0))
         return flat
 
     return comm.Handle("sufficient-factor exchange", state._thread.submit(run), state._group, result=flat).future()
@@ -390,6 +393,8 @@ def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN2
         raise RuntimeError(f"SACP: table {bucket.name} has gradient in rows it did not look up (a tied or "
                            f"reused weight?); train with --sacp off")
     scale = state.weights.scale()
+    if scale == 0.0:
+        values = torch.zeros_like(values)
     packed = torch.cat([index.cpu().view(-1, 1).view(torch.uint8).view(-1, 8),
                         (values * scale).float().cpu().contiguous().view(torch.uint8).view(-1, 4 * dim)], dim=1)
     size = _world()
