@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -158,26 +157,13 @@ def run_config(c: Any, a: argparse.Namespace, dataset: str, parts: Path, port: i
     world = 2 * a.workers_per_host
     with tempfile.TemporaryDirectory(prefix="gd-bench-") as tmp:
         result = Path(tmp) / "result.json"
-        procs = []
-        for rank in range(world):
-            h = rank // a.workers_per_host
-            argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(rank),
-                    "--world", str(world), "--master", f"{c.addr(0)}:{port}", "--partitions", str(parts),
-                    "--syncs", a.syncs, "--rounds", str(a.rounds), "--hidden", str(preset.get("hidden", a.hidden)),
-                    "--fanouts", preset["fanouts"],
-                    "--batch-size", str(preset["batch_size"]), "--steps", str(a.steps), "--warmup", str(a.warmup),
-                    "--timeout", str(a.timeout), "--result", str(result)]
-            log = open(Path(tmp) / f"r{rank}.log", "w")
-            procs.append((c.run(h, argv, env={"GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"},
-                                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log))
-        for p, log in procs:
-            try:
-                p.wait(timeout=a.limit)
-            finally:
-                log.close()
-        if any(p.returncode != 0 for p, _ in procs) or not result.exists():
-            logs = "\n".join((Path(tmp) / f"r{r}.log").read_text()[-3000:] for r in range(world))
-            raise RuntimeError(f"bench workers failed ({[p.returncode for p, _ in procs]}):\n{logs}")
+        argvs = [[sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(rank),
+                  "--world", str(world), "--master", f"{c.addr(0)}:{port}", "--partitions", str(parts),
+                  "--syncs", a.syncs, "--rounds", str(a.rounds), "--hidden", str(preset.get("hidden", a.hidden)),
+                  "--fanouts", preset["fanouts"], "--batch-size", str(preset["batch_size"]), "--steps", str(a.steps),
+                  "--warmup", str(a.warmup), "--timeout", str(a.timeout), "--result", str(result)]
+                 for rank in range(world)]
+        c.run_ranks(argvs, [rank // a.workers_per_host for rank in range(world)], tmp, a.limit, cwd=str(REPO))
         return json.loads(result.read_text())
 
 

@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -103,24 +102,11 @@ def run_rate(c: Any, a: argparse.Namespace, port: int) -> dict[str, Any]:
     world = 2 * a.workers_per_host
     with tempfile.TemporaryDirectory(prefix="gd-bench-comm-") as tmp:
         result = Path(tmp) / "result.json"
-        procs = []
-        for rank in range(world):
-            host = rank // a.workers_per_host
-            argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(rank),
-                    "--world", str(world), "--master", f"{c.addr(0)}:{port}", "--sizes-mb", a.sizes_mb,
-                    "--repeats", str(a.repeats), "--algorithms", a.algorithms, "--timeout", str(a.timeout),
-                    "--result", str(result)]
-            log = open(Path(tmp) / f"r{rank}.log", "w")
-            procs.append((c.run(host, argv, env={"GLOO_SOCKET_IFNAME": c.iface(host), "OMP_NUM_THREADS": "1"},
-                                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)), log))
-        for p, log in procs:
-            try:
-                p.wait(timeout=a.limit)
-            finally:
-                log.close()
-        if any(p.returncode != 0 for p, _ in procs) or not result.exists():
-            logs = "\n".join((Path(tmp) / f"r{r}.log").read_text()[-2000:] for r in range(world))
-            raise RuntimeError(f"bench workers failed ({[p.returncode for p, _ in procs]}):\n{logs}")
+        argvs = [[sys.executable, str(Path(__file__).resolve()), "--worker", "--rank", str(rank),
+                  "--world", str(world), "--master", f"{c.addr(0)}:{port}", "--sizes-mb", a.sizes_mb,
+                  "--repeats", str(a.repeats), "--algorithms", a.algorithms, "--timeout", str(a.timeout),
+                  "--result", str(result)] for rank in range(world)]
+        c.run_ranks(argvs, [rank // a.workers_per_host for rank in range(world)], tmp, a.limit, cwd=str(REPO))
         return json.loads(result.read_text())
 
 

@@ -289,6 +289,32 @@ class EmulatedCluster:
             self._procs.append(proc)
         return proc
 
+    def run_ranks(self, argvs: Sequence[Sequence[str]], hosts: Sequence[int], log_dir: str,
+                  timeout: float, cwd: Optional[str] = None) -> None:
+        """Runs ``argvs[r]`` in host ``hosts[r]`` for every rank r (gloo bound to the host's interface,
+        one thread each) and waits for all; each rank's output goes to ``log_dir/r<rank>.log``.
+
+        Raises:
+            ClusterError: a rank exited non-zero or ran past ``timeout`` (the logs' tails in the message).
+        """
+        procs = []
+        for rank, (argv, host) in enumerate(zip(argvs, hosts)):
+            log = open(os.path.join(log_dir, f"r{rank}.log"), "w")
+            env = {"GLOO_SOCKET_IFNAME": self.iface(host), "OMP_NUM_THREADS": "1"}
+            procs.append((self.run(host, argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd), log))
+        try:
+            for proc, _ in procs:
+                proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            for _, log in procs:
+                log.close()
+        codes = [proc.poll() for proc, _ in procs]
+        if any(code != 0 for code in codes):
+            tails = "\n".join(open(os.path.join(log_dir, f"r{r}.log")).read()[-2000:] for r in range(len(procs)))
+            raise ClusterError(f"ranks exited {codes} (None: still running after {timeout:.0f} s):\n{tails}")
+
     def check_output(self, host: int, argv: Sequence[str], timeout: float = 60.0,
                      env: Optional[Mapping[str, str]] = None) -> str:
         """Runs ``argv`` inside host ``host`` to completion; returns its stdout.
