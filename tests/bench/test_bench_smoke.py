@@ -151,30 +151,21 @@ def test_bench_train_accuracy(tmp_path):
 
     cora = find_dataset("cora")  # the bench takes names: point GRAPHDIST_DATA at the folder it was found in
     out = tmp_path / "train.json"
-    res = _bench("bench_train.py", "--accuracy", "--high-degree", "--high-degree-nodes", 800, "--datasets", "cora",
-                 "--workers", 1, "--seeds", 1, "--epochs", 3, "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)})
+    res = _bench("bench_train.py", "--accuracy", "--high-degree", "--high-degree-nodes", 800, "--compression",
+                 "--compress", "none,int8", "--datasets", "cora", "--workers", 1, "--seeds", 1, "--epochs", 3,
+                 "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)})
     _ok(res)
     assert "Test accuracy at the best-validation epoch" in res.stdout
-    doc = _read(out, "started", "accuracy", "high_degree")
+    doc = _read(out, "started", "accuracy", "high_degree", "compression")
+    assert "--compress int8" in res.stdout and "within" in res.stdout
+    compressed = doc["compression"]["runs"]["cora"]
+    assert sorted(compressed) == ["int8", "none"] and all(len(r) == 1 for r in compressed.values())
     assert doc["accuracy"]["recipe"][-2:] == ["--epochs", "3"]
     [acc] = doc["accuracy"]["runs"]["cora"]["1"]
     assert 100 / 7 < acc <= 100  # better than chance over cora's 7 classes, even after 3 epochs
     assert "mean-degree-32 graph" in res.stdout
     runs = doc["high_degree"]["runs"]
     assert sorted(runs) == ["full -1,-1", "sampled 10,10"] and all(len(r) == 1 for r in runs.values())
-
-
-def test_bench_train_compression(tmp_path):
-    from graphdist.testing.env import find_dataset
-
-    cora = find_dataset("cora")
-    out = tmp_path / "train.json"
-    res = _bench("bench_train.py", "--compression", "--datasets", "cora", "--compress", "none,int8", "--seeds", 1,
-                 "--epochs", 2, "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)})
-    _ok(res)
-    assert "--compress int8" in res.stdout and "within" in res.stdout
-    runs = _read(out, "started", "compression")["compression"]["runs"]["cora"]
-    assert sorted(runs) == ["int8", "none"] and all(len(r) == 1 for r in runs.values())
 
 
 @pytest.mark.slow

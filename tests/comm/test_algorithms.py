@@ -29,7 +29,7 @@ def _equals_backend_body(rank: int, world_size: int) -> None:
     topology = Topology.from_host_keys(HOSTS[world_size])
     algorithms = [comm.allreduce_algorithm(name, topology) for name in ("hd", "hier")]
     # fewer elements than ranks; not divisible by P; big enough for 2 and 4 pieces in hd's pipeline
-    sizes = [1, world_size - 1, 1000, 4097, 300_001, 1_100_003]
+    sizes = [1, world_size - 1, 1000, 4097, 300_001] + ([1_100_003] if world_size < 8 else [])
     for algorithm in algorithms:
         for dtype in (torch.float32, torch.float64):
             tensors = [torch.randn(n, dtype=dtype, generator=torch.Generator().manual_seed(10 * rank + n))

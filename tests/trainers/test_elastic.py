@@ -34,7 +34,12 @@ def test_a_killed_worker_restarts_the_job_which_resumes_from_its_checkpoint(tmp_
     out = job.stdout + job.stderr
     assert job.returncode == 0, out[-4000:]
     assert "fault injected: SIGKILL at evaluate" in out, out[-4000:]
-    assert "torchrun restarts the job (--max-restarts), which resumes" in out, out[-4000:]  # not "--resume RUN"
+    # The survivor prints its error and the hint when its next collective fails, unless torchrun's agent,
+    # which saw rank 1 die, SIGTERMs it first (a race: ~1 run in 5 under load). Whenever it speaks, the
+    # hint is torchrun's own restart, never "continue with --resume".
+    assert "continue with: graphdist-train --resume" not in out, out[-4000:]
+    if "graphdist-train: error: [rank 0]" in out:
+        assert "torchrun restarts the job (--max-restarts), which resumes" in out, out[-4000:]
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 1, runs  # both attempts wrote one run directory
     run = runs[0]
