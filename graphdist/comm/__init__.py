@@ -47,7 +47,7 @@ from graphdist.comm.counters import (
     time_counts,
 )
 from graphdist.comm.ddp import ddp_wrap, torch_compress_wrapper
-from graphdist.comm.p2p import AlgorithmThread
+from graphdist.comm.p2p import AlgorithmThread, channel
 from graphdist.comm.group import (
     CommError,
     barrier,
@@ -82,6 +82,7 @@ __all__ = [
     "barrier",
     "broadcast",
     "broadcast_object",
+    "channel",
     "byte_counts",
     "ddp_wrap",
     "discover_topology",

@@ -160,8 +160,10 @@ def group_timeout_s() -> Optional[float]:
 def shutdown() -> None:
     """Leaves the process group if one is set up."""
     from graphdist.comm import heartbeat
+    from graphdist.comm.p2p import forget_channels
 
     heartbeat.stop()
+    forget_channels()
     global _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S
     _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S = None, [], None
     if dist.is_initialized():

@@ -36,7 +36,7 @@ from graphdist.comm import p2p
 from graphdist.comm.collectives import Group, Handle, new_group
 from graphdist.comm.counters import COUNTER
 from graphdist.comm.group import get_rank, get_world_size, is_initialized
-from graphdist.comm.rankmap import halving_distances, hd_sends, host_positions
+from graphdist.comm.rankmap import halving_distances, hd_shares, host_positions
 from graphdist.comm.topology import Topology
 
 
@@ -125,11 +125,8 @@ class HalvingDoubling(_ThreadedAllreduce):
             return 0, 0
         topo = topology if topology is not None else Topology.single_host(world_size)
         positions = tuple(positions) if positions is not None else host_positions(topo)
-        rank_at = {p: r for r, p in enumerate(positions)}
-        sends = hd_sends(positions[rank], world_size)
-        sent = sum(share for _, share in sends) * nbytes
-        crossing = sum(share for peer, share in sends if not topo.same_host(rank, rank_at[peer])) * nbytes
-        return int(sent), int(crossing)
+        sent, crossing = hd_shares(positions, topo, rank)
+        return int(sent * nbytes), int(crossing * nbytes)
 
     def _run(self, flat: torch.Tensor) -> None:
         size, me, group = self.world_size, self.positions[self.rank], self._group

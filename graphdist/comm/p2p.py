@@ -99,6 +99,29 @@ class AlgorithmThread:
                 done.set_exception(exc)
 
 
+_CHANNELS: dict[str, tuple[Any, "AlgorithmThread"]] = {}
+
+
+def channel(name: str) -> tuple[Any, AlgorithmThread]:
+    """A gloo group and an :class:`AlgorithmThread` of their own for ``name``, made on first use and
+    kept until ``comm.shutdown()``: a sync rebuilt every few steps (aggregation's correction steps)
+    reuses them instead of creating a group and a thread each time.
+
+    The first call is collective (every rank, same point); later calls are local. Syncs that share
+    a channel one after another keep their order on every rank: the thread runs in submission order.
+    """
+    if name not in _CHANNELS:
+        from graphdist.comm.collectives import new_group
+
+        _CHANNELS[name] = (new_group(), AlgorithmThread(name))
+    return _CHANNELS[name]
+
+
+def forget_channels() -> None:
+    """Drops the channels of a process group that is being shut down (their daemon threads idle on)."""
+    _CHANNELS.clear()
+
+
 def exchange_many(ops: Sequence[tuple[torch.Tensor, torch.Tensor, int, int]], group: Any) -> None:
     """Several exchanges at once: each ``(send, recv, peer, tag)`` sends and receives with ``peer``.
 
@@ -142,4 +165,4 @@ def start_all_reduce_now(tensor: torch.Tensor, group: Any) -> Any:
     return dist.all_reduce(tensor, group=group, async_op=True)
 
 
-__all__ = ["AlgorithmThread", "ThreadWork", "start_all_reduce_now", "exchange_many", "recv", "send"]
+__all__ = ["AlgorithmThread", "ThreadWork", "channel", "forget_channels", "start_all_reduce_now", "exchange_many", "recv", "send"]

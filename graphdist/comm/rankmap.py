@@ -111,6 +111,20 @@ def hd_sends(position: int, world_size: int) -> list[tuple[int, float]]:
     return out
 
 
+def hd_shares(positions: Sequence[int], topology: Topology, rank: int) -> tuple[float, float]:
+    """``(share of S that rank sends, share of S it sends to another host)`` in a halving-doubling allreduce.
+
+    Example:
+        >>> hd_shares(host_positions(Topology.parse("2x2", 4)), Topology.parse("2x2", 4), 0)
+        (1.5, 0.5)
+    """
+    rank_at = {p: r for r, p in enumerate(positions)}
+    sends = hd_sends(positions[rank], len(positions))
+    total = sum(share for _, share in sends)
+    crossing = sum(share for peer, share in sends if not topology.same_host(rank, rank_at[peer]))
+    return total, crossing
+
+
 def cross_host_fraction(positions: Sequence[int], topology: Topology, rank: int) -> float:
     """The share of ``rank``'s halving-doubling bytes that go to another host.
 
@@ -119,10 +133,7 @@ def cross_host_fraction(positions: Sequence[int], topology: Topology, rank: int)
         >>> cross_host_fraction(host_positions(t), t, 0), cross_host_fraction(range(4), t, 0)
         (0.3333333333333333, 0.6666666666666666)
     """
-    rank_at = {p: r for r, p in enumerate(positions)}
-    sends = hd_sends(positions[rank], len(positions))
-    total = sum(share for _, share in sends)
-    crossing = sum(share for peer, share in sends if not topology.same_host(rank, rank_at[peer]))
+    total, crossing = hd_shares(positions, topology, rank)
     return crossing / total if total else 0.0
 
 
@@ -186,5 +197,5 @@ def max_flows_per_link(endpoint_of: Sequence[Endpoint], distance: int) -> int:
     return max(links.values(), default=0)
 
 
-__all__ = ["Endpoint", "bigraph_positions", "cross_host_fraction", "halving_distances", "hd_sends", "host_positions",
-           "is_power_of_two", "max_flows_per_link", "partner"]
+__all__ = ["Endpoint", "bigraph_positions", "cross_host_fraction", "halving_distances", "hd_sends", "hd_shares",
+           "host_positions", "is_power_of_two", "max_flows_per_link", "partner"]

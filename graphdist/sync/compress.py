@@ -105,7 +105,8 @@ class Int8State:
         weights: this step's seed counts (set each step by the sync).
         residuals: per bucket position, what quantisation dropped last time (error feedback).
 
-    Construction is collective when a process group exists (its own group and thread).
+    The first construction in a process group is collective (``comm.channel("int8")``: a group and
+    thread of its own, reused by later states).
     """
 
     # tuned often
@@ -126,8 +127,7 @@ class Int8State:
         if self.weights is None:
             self.weights = SeedWeights(None, self.tag, normalize=self.seed_weighted)
         if comm.is_initialized() and comm.get_world_size() > 1:
-            self._group = comm.new_group()
-            self._thread = comm.AlgorithmThread("int8")
+            self._group, self._thread = comm.channel("int8")
 
     def __repr__(self) -> str:
         return f"Int8State(block={self.block}, error_feedback={self.error_feedback})"

@@ -42,6 +42,9 @@ SACP_MODES: dict[str, str] = {
 }
 
 
+SACP_SCHEMES = ("dense", "sfb", "sparse")  # what one layer can be sent as (graphdist.sync.sacp)
+
+
 def parse_sacp_overrides(text: str) -> dict[str, str]:
     """``"layers.1.lin=sfb,layers.0.lin=dense"`` as a dict (``--sacp-override``; ``sparse`` for tables).
 
@@ -55,11 +58,11 @@ def parse_sacp_overrides(text: str) -> dict[str, str]:
     out = {}
     for entry in filter(None, (e.strip() for e in text.split(","))):
         name, _, scheme = entry.partition("=")
-        if not name or scheme not in ("dense", "sfb", "sparse"):
+        if not name or scheme not in SACP_SCHEMES:
             raise ValueError(f"--sacp-override: expected LAYER=dense, LAYER=sfb or LAYER=sparse, e.g. "
                              f"layers.1.lin=sfb (got {entry!r})")
         out[name.strip()] = scheme
     return out
 
 
-__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SACP_MODES", "SYNC_MODES", "parse_sacp_overrides"]
+__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SACP_MODES", "SACP_SCHEMES", "SYNC_MODES", "parse_sacp_overrides"]

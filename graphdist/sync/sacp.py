@@ -46,10 +46,11 @@ from torch import nn
 
 from graphdist import comm
 from graphdist.sync.hooks import CommHook, SeedWeights, seed_weighted_allreduce
+from graphdist.sync.modes import SACP_SCHEMES
 
 logger = logging.getLogger(__name__)
 
-SCHEMES = ("dense", "sfb", "sparse")
+SCHEMES = SACP_SCHEMES
 
 
 def is_linear(module: nn.Module) -> bool:
@@ -247,7 +248,8 @@ class SacpState:
         scheme_bytes: bytes this rank sent, per ``(layer, scheme)``.
         choices: the last step's scheme per layer.
 
-    Construction is collective when a process group exists (a group and thread of its own).
+    The first construction in a process group is collective (``comm.channel("sacp")``: a group and
+    thread of its own, reused by later states).
     """
 
     # tuned often
@@ -270,8 +272,7 @@ class SacpState:
         if bad:
             raise ValueError(f"Expected each SACP override to be one of {SCHEMES} (got {bad})")
         if _world() > 1:
-            self._group = comm.new_group()
-            self._thread = comm.AlgorithmThread("sacp")
+            self._group, self._thread = comm.channel("sacp")
 
     @property
     def algorithm(self) -> Any:

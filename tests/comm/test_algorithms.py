@@ -154,3 +154,14 @@ def test_unknown_algorithm_names_the_known_ones():
 
     with pytest.raises(ValueError, match=r"\['auto', 'hd', 'hier', 'ring'\].*got 'tree'"):
         comm.allreduce_algorithm("tree")
+
+
+def test_a_channel_is_made_once_per_process_group():
+    from graphdist import comm
+    from graphdist.testing import one_rank_group
+
+    with one_rank_group():
+        first = comm.channel("test")
+        assert comm.channel("test") is first  # a sync rebuilt later reuses its group and thread
+    with one_rank_group():
+        assert comm.channel("test") is not first  # a new process group gets its own
