@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from graphdist.comm.counters import COUNTER, byte_counts  # noqa: F401 - byte_counts: the module example
 from graphdist.comm.group import (CommError, cpu_group, get_rank, get_world_size, group_timeout_s, is_initialized,
-                                  ranks_at)
+                                  describe_addresses, ranks_at)
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
 
@@ -81,13 +81,10 @@ def _silent_peers(message: str) -> str:
 
 def _culprits(message: str) -> str:
     """Names the ranks behind the peer addresses a backend error mentions (gloo: ``[10.0.0.2]:4167``)."""
-    found = []
-    for address in dict.fromkeys(re.findall(r"\[([0-9A-Fa-f.:]+)\](?::\d+)?", message)):
-        ranks = ranks_at(address)
-        if ranks:
-            found.append(f"{address} = rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}")
-    if found:
-        return f"Unreachable peer {'; '.join(found)}: that host or its link is down; see its log."
+    ranks = [r for address in dict.fromkeys(re.findall(r"\[([0-9A-Fa-f.:]+)\](?::\d+)?", message))
+             for r in ranks_at(address)]
+    if ranks:
+        return f"Unreachable peer {describe_addresses(ranks)}: that host or its link is down; see its log."
     return _silent_peers(message) or "A peer rank probably died or its link is down; see that rank's log."
 
 

@@ -142,6 +142,21 @@ def ranks_at(address: str) -> list[int]:
     return [r for r, a in enumerate(_PEER_ADDRESSES) if a == address]
 
 
+def describe_addresses(ranks: list[int]) -> str:
+    """``"10.0.0.2 = ranks 2, 3"`` for the hosts of ``ranks`` ('' before the group is set up).
+
+    Example:
+        >>> describe_addresses([2, 3])  # no group: addresses unknown
+        ''
+    """
+    by_address: dict[str, list[int]] = {}
+    for r in ranks:
+        if r < len(_PEER_ADDRESSES):
+            by_address.setdefault(_PEER_ADDRESSES[r], []).append(r)
+    return "; ".join(f"{a} = rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+                     for a, rs in by_address.items())
+
+
 def peer_addresses() -> list[str]:
     """Every rank's address, by rank (empty before the group is set up)."""
     return list(_PEER_ADDRESSES)

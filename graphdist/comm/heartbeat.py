@@ -141,8 +141,11 @@ def describe_silent(world_size: int) -> str:
                 "init) is stopped or hung.")
     if not silent:
         return ""
+    from graphdist.comm.group import describe_addresses
+
     who = ", ".join(map(str, silent))
-    return (f"Rank{'s' if len(silent) > 1 else ''} {who} stopped beating: stopped (SIGSTOP, a debugger) or hung "
+    where = describe_addresses(silent)
+    return (f"Rank{'s' if len(silent) > 1 else ''} {who} stopped beating{f' ({where})' if where else ''}: stopped (SIGSTOP, a debugger) or hung "
             f"(not dead: its sockets are open), or cut off from the job's store; see its log and process state.")
 
 

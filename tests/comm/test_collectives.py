@@ -88,7 +88,8 @@ def test_stopped_peer_is_named_and_the_job_ends_within_timeout_plus_5s():
 
     timeout = 6.0
     start = time.monotonic()
-    with pytest.raises(WorkerFailed, match=r"Rank 2 stopped beating: stopped \(SIGSTOP, a debugger\) or hung"):
+    named = r"Rank 2 stopped beating \(127\.0\.0\.1 = rank 2\): stopped \(SIGSTOP, a debugger\) or hung"
+    with pytest.raises(WorkerFailed, match=named):
         launch_with_timeout(_stopped_peer_body, 3, timeout=60, collective_timeout=timeout)
     took = time.monotonic() - start
     assert took < 2 * (timeout + 5) + 5, f"the job took {took:.1f} s to end"  # start-up, then tests allow 2x
