@@ -90,7 +90,7 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
     part = load_partition(part_dir, rank, verify=False)
     source = DistNeighborSource(part, seed=0)
     sampler = NeighborSampler(source, FANOUTS, seed=rank)
-    lo, hi = part.inner_global_range
+    [(lo, hi)] = part.inner_ranges
     order = lo + torch.randperm(hi - lo, generator=torch.Generator().manual_seed(rank))
     seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(3 + batches)]
     for s in seeds[:3]:

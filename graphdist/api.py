@@ -148,11 +148,18 @@ class Trainer:
         else:
             path = self._cached_partitions(cfg)
             meta = read_meta(path)
-        if int(meta["num_parts"]) != cfg.num_workers:
+        if int(meta["num_parts"]) < cfg.num_workers:
             raise ValueError(
                 f"--partitions {path} has {meta['num_parts']} parts but --num-workers is {cfg.num_workers}; "
-                f"use --num-workers {meta['num_parts']} or repartition with --num-parts {cfg.num_workers}"
+                f"use --num-workers {meta['num_parts']} or repartition with --num-parts {cfg.num_workers} "
+                f"(or a multiple of it: a worker trains on the union of several parts)"
             )
+        if int(meta["num_parts"]) > cfg.num_workers:
+            from graphdist.trainers.run import plan_job
+
+            plan = plan_job(str(path), cfg, cfg.num_workers)  # refused here, before any worker starts
+            logger.info("%s parts on %d workers: %s", meta["num_parts"], cfg.num_workers,
+                        "; ".join(f"rank {r.rank} parts {list(r.parts)}" for r in plan.ranks))
         self.config = replace(cfg, partitions=str(path), dataset=str(meta.get("dataset") or cfg.source))
         return path
 

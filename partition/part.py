@@ -14,10 +14,11 @@ import torch
 
 @dataclass(eq=False)
 class Partition:
-    """One part of a partition directory, arrays memory-mapped.
+    """One part of a partition directory (or a worker's union of several), arrays memory-mapped.
 
     Local ids: ``0 .. num_inner-1`` are the inner nodes (global
-    ``part_offsets[part_id] + local``), then the halo nodes. CSR rows are local
+    ``part_offsets[part_id] + local``; a union's inner nodes are its parts' ranges one after
+    another, in part order, so still ascending by global id), then the halo nodes. CSR rows are local
     ids ``0 .. num_rows-1`` (inner nodes, then for ``halo_hops >= 2`` the halo
     nodes within ``halo_hops - 1`` hops); columns are local ids over all nodes.
 
@@ -28,7 +29,7 @@ class Partition:
         >>> part = load_partition(partition(tiny_graph(), 2, method="metis", out=tempfile.mkdtemp() + "/p"), 1)
         >>> torch.equal(part.owner(part.global_ids[part.num_inner:]), part.halo_owner)
         True
-        >>> part.inner_global_range == (int(part.part_offsets[1]), int(part.part_offsets[2]))
+        >>> part.inner_ranges == [(int(part.part_offsets[1]), int(part.part_offsets[2]))]
         True
     """
 
@@ -47,6 +48,17 @@ class Partition:
     val_mask: Optional[torch.Tensor]
     test_mask: Optional[torch.Tensor]
     orig_ids: torch.Tensor
+    part_ids: tuple[int, ...] = ()  # a union's parts (``partition.merge``); empty: just ``part_id``
+
+    @property
+    def parts(self) -> tuple[int, ...]:
+        """The parts whose inner nodes this holds, ascending."""
+        return self.part_ids or (self.part_id,)
+
+    @property
+    def name(self) -> str:
+        """``part 3`` or ``parts [2, 5]``, for messages."""
+        return f"part {self.part_id}" if len(self.parts) == 1 else f"parts {list(self.parts)}"
 
     @property
     def num_local(self) -> int:
@@ -63,9 +75,34 @@ class Partition:
         return self.num_local - self.num_inner
 
     @property
-    def inner_global_range(self) -> tuple[int, int]:
-        """``(start, stop)``: this part owns new global ids ``start <= g < stop``."""
-        return int(self.part_offsets[self.part_id]), int(self.part_offsets[self.part_id + 1])
+    def inner_ranges(self) -> list[tuple[int, int]]:
+        """``(start, stop)`` per part held: it owns new global ids ``start <= g < stop``, ascending."""
+        return [(int(self.part_offsets[p]), int(self.part_offsets[p + 1])) for p in self.parts]
+
+    def inner_local(self, global_ids: torch.Tensor) -> torch.Tensor:
+        """Local id of each global id among the inner nodes, ``-1`` where another part owns it.
+
+        Example:
+            >>> import tempfile
+            >>> from graphdist.testing import tiny_graph
+            >>> from partition.api import load_partition, partition
+            >>> part = load_partition(partition(tiny_graph(), 2, method="metis", out=tempfile.mkdtemp() + "/p"), 1)
+            >>> start = int(part.part_offsets[1])
+            >>> part.inner_local(torch.tensor([start + 1, 0])).tolist()
+            [1, -1]
+        """
+        ids = torch.as_tensor(global_ids, dtype=torch.int64)
+        ranges = self.inner_ranges
+        if len(ranges) == 1:
+            start, stop = ranges[0]
+            local = ids - start
+            return local.masked_fill_((ids < start) | (ids >= stop), -1)
+        starts = torch.tensor([a for a, _ in ranges], dtype=torch.int64)
+        stops = torch.tensor([b for _, b in ranges], dtype=torch.int64)
+        base = torch.cumsum(stops - starts, 0) - (stops - starts)
+        which = (torch.searchsorted(starts, ids, right=True) - 1).clamp_(min=0)
+        local = ids - starts.index_select(0, which) + base.index_select(0, which)
+        return local.masked_fill_((ids < starts[0]) | (ids >= stops.index_select(0, which)), -1)
 
     def owner(self, global_ids: torch.Tensor) -> torch.Tensor:
         """Part owning each new global id (binary search over ``part_offsets``)."""
@@ -78,9 +115,8 @@ class Partition:
         return self.global_ids.index_select(0, indices.to(torch.int64))
 
     def inner_global_ids(self) -> torch.Tensor:
-        """New global ids of the inner nodes, ascending (local ``i`` is ``start + i``)."""
-        start, stop = self.inner_global_range
-        return torch.arange(start, stop, dtype=torch.int64)
+        """New global ids of the inner nodes, ascending (local ``i`` is its ``i``-th)."""
+        return torch.cat([torch.arange(a, b, dtype=torch.int64) for a, b in self.inner_ranges])
 
     def mask_global_ids(self, mask: str = "train_mask") -> torch.Tensor:
         """Global ids of the inner nodes in ``mask`` (every inner node when the directory has none)."""

@@ -11,6 +11,6 @@ Example:
     5
 """
 
-from placement.plan import Plan, RankPlan, batch_share, default_plan, steps_per_epoch
+from placement.plan import Plan, RankPlan, batch_share, default_plan, grouped_plan, steps_per_epoch
 
-__all__ = ["Plan", "RankPlan", "batch_share", "default_plan", "steps_per_epoch"]
+__all__ = ["Plan", "RankPlan", "batch_share", "default_plan", "grouped_plan", "steps_per_epoch"]

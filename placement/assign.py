@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from graphdist.data.paths import human_bytes
 from placement.plan import Plan, RankPlan, steps_per_epoch
 from placement.shares import LinearCost, balanced_shares
 
@@ -72,8 +73,9 @@ def assign_parts(work: Sequence[float], memory: Sequence[float], part_edges: Seq
         if not fits:
             w = max(range(n_workers), key=lambda k: capacity[k] - used[k])
             short = used[w] + memory[p] - capacity[w]
-            raise PlacementError(f"part {p} ({memory[p] / 2**30:.2f} GiB) fits no worker: worker {w} has the most room "
-                                 f"and lacks {short / 2**30:.2f} GiB; use more parts or workers with more memory")
+            raise PlacementError(f"part {p} ({human_bytes(memory[p])}) fits no worker: worker {w} has the most room "
+                                 f"({human_bytes(capacity[w] - used[w])} of {human_bytes(capacity[w])} free) and lacks "
+                                 f"{human_bytes(short)}; use more parts or workers with more memory")
         empty = [w for w in fits if not on[w]]
         room = [w for w in fits if load[w] + work[p] <= target[w] * (1 + _TOLERANCE)]
         if empty and not any(link[p][q] for w in room for q in on[w]):

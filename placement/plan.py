@@ -120,13 +120,37 @@ def default_plan(
     Raises:
         ValueError: ``devices`` neither 1 entry nor one per rank.
     """
-    world = len(train_counts)
+    return grouped_plan([[p] for p in range(len(train_counts))], train_counts, batch_size, devices, max_steps)
+
+
+def grouped_plan(
+    assignment: Sequence[Sequence[int]],
+    train_counts: Sequence[int],
+    batch_size: int,
+    devices: Sequence[str] = ("cpu",),
+    max_steps: int = 0,
+) -> Plan:
+    """Rank ``r`` holds parts ``assignment[r]``; shares in proportion to each rank's train nodes.
+
+    Every rank then runs the same step count and the global batch covers every train node once
+    per epoch, whatever the grouping (``placement.assign.assign_parts`` chooses one).
+
+    Example:
+        >>> plan = grouped_plan([[0, 2], [1]], train_counts=[50, 60, 50], batch_size=64)
+        >>> [r.batch_share for r in plan.ranks], plan.rank_of_part
+        ([34, 20], (0, 1, 0))
+
+    Raises:
+        ValueError: ``devices`` neither 1 entry nor one per rank.
+    """
+    world = len(assignment)
     if len(devices) not in (1, world):
         raise ValueError(f"Expected 1 device or one per rank ({world}) (got {len(devices)})")
     steps = steps_per_epoch(train_counts, batch_size)
-    ranks = tuple(RankPlan(rank=r, parts=(r,), device=devices[0] if len(devices) == 1 else devices[r],
-                           batch_share=batch_share(int(n), steps)) for r, n in enumerate(train_counts))
-    return Plan(ranks=ranks, num_parts=world, steps_per_epoch=min(steps, max_steps) if max_steps else steps)
+    ranks = tuple(RankPlan(rank=r, parts=tuple(sorted(parts)), device=devices[0] if len(devices) == 1 else devices[r],
+                           batch_share=batch_share(sum(int(train_counts[p]) for p in parts), steps))
+                  for r, parts in enumerate(assignment))
+    return Plan(ranks=ranks, num_parts=len(train_counts), steps_per_epoch=min(steps, max_steps) if max_steps else steps)
 
 
-__all__ = ["Plan", "RankPlan", "batch_share", "default_plan", "steps_per_epoch"]
+__all__ = ["Plan", "RankPlan", "batch_share", "default_plan", "grouped_plan", "steps_per_epoch"]

@@ -88,7 +88,6 @@ class DistNeighborSource(NeighborSource):
         self.group = group
         self.owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
         self.num_ranks = self.owners.world_size
-        self.offset = partition.inner_global_range[0]
         # Rows are inner nodes in global-id order; columns mapped to global ids once, here,
         # so answers need no translation per request.
         self.indptr = partition.indptr[: partition.num_inner + 1]
@@ -121,13 +120,14 @@ class DistNeighborSource(NeighborSource):
     ) -> Generator[None, None, tuple[Tensor, Tensor]]:
         """``sample_neighbors``, pausing three times (every rank alike) while the exchanges travel."""
         nodes = nodes.to(torch.int64)
-        is_own = (nodes >= self.offset) & (nodes < self.offset + int(self.partition.num_inner))
+        local = self.partition.inner_local(nodes)
+        is_own = local >= 0
         own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
-        own = nodes.index_select(0, own_idx)
+        own = local.index_select(0, own_idx)
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
         if self.num_ranks == 1:  # one worker: nothing to exchange, already in order
-            return sample_csr(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
+            return sample_csr(self.indptr, self.indices, own, fanout, replace, generator)
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
@@ -142,10 +142,10 @@ class DistNeighborSource(NeighborSource):
         # reply needs no size exchange, and one compaction at the end gives the edges.
         if fanout >= 0:
             table = torch.empty((nodes.numel(), fanout), dtype=torch.int64)
-            mine = sample_csr_padded(self.indptr, self.indices, own - self.offset, fanout, replace, generator)
+            mine = sample_csr_padded(self.indptr, self.indices, own, fanout, replace, generator)
             table.index_copy_(0, own_idx, mine)
         else:
-            mine_all = sample_csr(self.indptr, self.indices, own - self.offset, -1)
+            mine_all = sample_csr(self.indptr, self.indices, own, -1)
         yield  # 2: the requests travel
         asked = pending.wait()
         if fanout >= 0:
@@ -154,7 +154,7 @@ class DistNeighborSource(NeighborSource):
                 replies, group=self.group, tag="sample", recv_rows=[r.numel() for r in requests]
             )
         else:  # every neighbour: variable-size answers [counts..., neighbours...]
-            replies = [torch.cat(sample_csr(self.indptr, self.indices, ids - self.offset, -1)[::-1]) for ids in asked]
+            replies = [torch.cat(sample_csr(self.indptr, self.indices, self.partition.inner_local(ids), -1)[::-1]) for ids in asked]
             answering = comm.all_to_all_v_async(replies, group=self.group, tag="sample")
         yield  # 3: the answers travel
         answers = answering.wait()
@@ -166,7 +166,8 @@ class DistNeighborSource(NeighborSource):
 
     def _serve_padded(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
         """``[len(ids), fanout]`` sampled neighbours (``-1``-padded) for another rank's request."""
-        return sample_csr_padded(self.indptr, self.indices, ids - self.offset, fanout, replace, self.serve_generator)
+        return sample_csr_padded(self.indptr, self.indices, self.partition.inner_local(ids), fanout, replace,
+                                 self.serve_generator)
 
 
 def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tensor, Tensor]:
@@ -222,11 +223,10 @@ def fetch_rows(partition: Partition, table: Tensor, nodes: Tensor, group: object
         True
     """
     nodes = nodes.to(torch.int64)
-    offset = partition.inner_global_range[0]
     owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
     requests, order = _split_by_owner(nodes, owners.rank_of(nodes), owners.world_size)
     asked = comm.all_to_all_v(requests, group=group, tag=tag)
-    replies = [table.index_select(0, ids - offset) for ids in asked]
+    replies = [table.index_select(0, partition.inner_local(ids)) for ids in asked]
     # One row back per id asked: the reply sizes are known, no size exchange.
     answers = comm.all_to_all_v(replies, group=group, tag=tag, recv_rows=[r.numel() for r in requests])
     out = torch.empty((nodes.numel(), *table.shape[1:]), dtype=table.dtype)
@@ -254,7 +254,7 @@ class CacheStats:
 class DistFeatureSource(LocalFeatureSource):
     """Feature rows of any global node: own rows locally, hot remote rows from a cache, the rest fetched.
 
-    A :class:`LocalFeatureSource` over the partition's own rows (``x[global - offset]``),
+    A :class:`LocalFeatureSource` over the partition's own rows (``x[inner_local(global)]``),
     extended with the cache and the fetch from the other workers. Own rows and cached rows
     live in one table (``table``; ``x`` and ``cached`` are views of it), so a batch's
     local and cached rows come in one ``index_select``; building it copies ``x`` once.
@@ -284,14 +284,13 @@ class DistFeatureSource(LocalFeatureSource):
     ) -> None:
         x = partition.x if features is None else features
         if x is None:
-            raise ValueError(f"partition {partition.part_id}: has no features (x.npy) to serve")
+            raise ValueError(f"partition {partition.name}: has no features (x.npy) to serve")
         if cache_rows < -1:
             raise ValueError(f"cache_rows: expected -1 (every halo node), 0 (none) or a row count (got {cache_rows})")
         super().__init__(x)
         self.partition = partition
         self.group = group
         self.owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
-        self.offset = partition.inner_global_range[0]
         self.num_ranks = self.owners.world_size
         self.stats = CacheStats()
         self._build_cache(cache_rows, cache_mib)
@@ -327,7 +326,7 @@ class DistFeatureSource(LocalFeatureSource):
         self._row_of: Optional[Tensor] = None
         if self.num_ranks > 1 and self.owners.num_nodes <= DENSE_MAX_NODES:
             row_of = torch.full((self.owners.num_nodes,), -1, dtype=torch.int32)
-            row_of[self.offset : self.offset + num_inner] = torch.arange(num_inner, dtype=torch.int32)
+            row_of[self.partition.inner_global_ids()] = torch.arange(num_inner, dtype=torch.int32)
             row_of[self.cache_ids] = torch.arange(num_inner, self.table.shape[0], dtype=torch.int32)
             self._row_of = row_of
         self.stats = CacheStats()
@@ -341,9 +340,8 @@ class DistFeatureSource(LocalFeatureSource):
         if self._row_of is not None:
             return self._row_of.index_select(0, nodes)
         num_inner = int(self.partition.num_inner)
-        rows = nodes - self.offset
-        own = (rows >= 0) & (rows < num_inner)
-        rows.masked_fill_(~own, -1)
+        rows = self.partition.inner_local(nodes)
+        own = rows >= 0
         if self.cache_ids.numel():
             remote_idx = (~own).nonzero().view(-1)
             remote = nodes.index_select(0, remote_idx)

@@ -104,11 +104,10 @@ class HaloExchange:
                                     torch.bincount(by_owner, minlength=self.world_size).tolist()))
         self.recv_rows = [int(r.numel()) for r in requests]
         asked = comm.all_to_all_v(requests, group=self.group, tag=TAG) if self.world_size > 1 else requests
-        offset = partition.inner_global_range[0]
-        self.send_index = [ids - offset for ids in asked]  # inner rows each peer needs
+        self.send_index = [partition.inner_local(ids) for ids in asked]  # inner rows each peer needs
         self.send_rows = [int(s.numel()) for s in self.send_index]
         self._send_all = torch.cat(self.send_index) if self.send_index else torch.zeros(0, dtype=torch.int64)
-        self._offset, self._num_nodes = offset, int(partition.part_offsets[-1])
+        self._inner_global, self._num_nodes = partition.inner_global_ids(), int(partition.part_offsets[-1])
         self._full_plan = (self.recv_index, list(self.recv_rows), list(self.send_index), list(self.send_rows))
         self.kept_halo = torch.ones(self.num_halo, dtype=torch.bool)  # halo slots this epoch reads
         me = comm.get_rank() if comm.is_initialized() else 0
@@ -128,7 +127,7 @@ class HaloExchange:
         keep_recv = kept.index_select(0, self._recv_global)
         self.recv_index = recv_index[keep_recv]
         self.recv_rows = [int(k.sum()) for k in torch.split(keep_recv, recv_rows)]
-        self.send_index = [idx[kept.index_select(0, idx + self._offset)] for idx in send_index]
+        self.send_index = [idx[kept.index_select(0, self._inner_global.index_select(0, idx))] for idx in send_index]
         self.send_rows = [int(s.numel()) for s in self.send_index]
         self._send_all = torch.cat(self.send_index) if self.send_index else torch.zeros(0, dtype=torch.int64)
         self.kept_halo = torch.zeros(self.num_halo, dtype=torch.bool)

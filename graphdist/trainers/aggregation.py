@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -62,22 +62,22 @@ def induced_graph(part: Any, table: torch.Tensor) -> Any:
     masks = {name: getattr(part, name).to(torch.bool) for name in ("train_mask", "val_mask", "test_mask")
              if getattr(part, name) is not None}
     y = part.y.to(torch.int64) if part.y is not None else None
-    return Graph(indptr=indptr, indices=indices, x=table, y=y, name=f"part-{part.part_id}", validate_features=False,
+    return Graph(indptr=indptr, indices=indices, x=table, y=y, name=part.name.replace(" ", "-"), validate_features=False,
                  **masks)
 
 
-def part_label_tvd(meta: dict[str, Any], part_id: int) -> float:
-    """Total variation distance between a part's label mix and the whole graph's (nan: no labels).
+def part_label_tvd(meta: dict[str, Any], part_ids: Sequence[int]) -> float:
+    """Total variation distance between the label mix of parts ``part_ids`` and the whole graph's (nan: no labels).
 
     Example:
-        >>> part_label_tvd({"parts": [{"label_counts": [3, 1]}, {"label_counts": [1, 3]}]}, 0)
+        >>> part_label_tvd({"parts": [{"label_counts": [3, 1]}, {"label_counts": [1, 3]}]}, [0])
         0.25
     """
     counts = [p.get("label_counts") for p in meta["parts"]]
     if any(c is None for c in counts):
         return float("nan")
     total = torch.tensor(counts, dtype=torch.float64).sum(dim=0)
-    mine = torch.tensor(counts[part_id], dtype=torch.float64)
+    mine = torch.tensor([counts[p] for p in part_ids], dtype=torch.float64).sum(dim=0)
     if mine.sum() == 0 or total.sum() == 0:
         return float("nan")
     return float(0.5 * (mine / mine.sum() - total / total.sum()).abs().sum())
@@ -99,17 +99,14 @@ class AggregationStrategy(Strategy):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        from partition.api import load_partition
+        from partition.merge import load_parts
         from sampling import NeighborSampler, NodeLoader
         from graphdist.sync import NoSync
 
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
-        if len(mine.parts) != 1:
-            raise ValueError(f"--strategy aggregation trains one part per worker; the plan gives rank {rank} "
-                             f"parts {list(mine.parts)}")
         self.device = resolve_device(mine.device)
-        self.partition = part = load_partition(ctx.partition_dir, mine.parts[0])
+        self.partition = part = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), int(part.meta.get("num_classes") or 0))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         # Training sees the induced subgraph only: its own degrees (GCN) in the table's last column.
@@ -137,13 +134,13 @@ class AggregationStrategy(Strategy):
         self.local_sync = NoSync(self.model)
         self.algorithm = gradient_allreduce(ctx, self.model)
         self.averager = make_averager(cfg, self.algorithm)
-        self.label_tvd = part_label_tvd(part.meta, part.part_id)
+        self.label_tvd = part_label_tvd(part.meta, part.parts)
         if cfg.avg_seconds is None and cfg.avg_every >= self.steps_per_epoch and comm.is_main_process():
             logger.warning("--avg-every %d >= the %d steps of an epoch: parameters are averaged once per epoch only",
                            cfg.avg_every, self.steps_per_epoch)
         if comm.is_main_process():
-            logger.info("part %d: %s inner nodes, %s of %s in-edges kept (induced subgraph), %s train seeds, "
-                        "averaging %s, optimizer state %s, %d correction steps", part.part_id, f"{part.num_inner:,}",
+            logger.info("%s: %s inner nodes, %s of %s in-edges kept (induced subgraph), %s train seeds, "
+                        "averaging %s, optimizer state %s, %d correction steps", part.name, f"{part.num_inner:,}",
                         f"{self.local_graph.num_edges:,}", f"{int(part.indptr[part.num_inner]):,}",
                         f"{int(train.numel()):,}", f"every {cfg.avg_seconds} s" if cfg.avg_seconds else
                         f"every {cfg.avg_every} steps", "averaged" if cfg.avg_optimizer else "local",

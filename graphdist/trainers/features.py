@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -47,7 +47,7 @@ def feature_table(part: Partition, how: str, with_degrees: bool) -> torch.Tensor
         True
     """
     if part.x is None:
-        raise ValueError(f"partition {part.part_id}: has no features (x.npy); training needs node features")
+        raise ValueError(f"partition {part.name}: has no features (x.npy); training needs node features")
     table = normalize_features(part.x, how)
     if with_degrees:
         table = torch.cat([table, part.in_degrees().to(table.dtype).view(-1, 1)], dim=1)
@@ -68,14 +68,15 @@ class GlobalLabels:
     """Labels by global id: this worker's inner nodes, and seeds migrated to it from other workers.
 
     Example:
-        >>> labels = GlobalLabels(torch.tensor([7, 8, 9]), offset=10)
+        >>> labels = GlobalLabels(torch.tensor([7, 8, 9]), inner_local=lambda g: g - 10)
         >>> labels.extend(torch.tensor([3]), torch.tensor([5]))
         >>> labels(torch.tensor([12, 10, 3])).tolist()
         [9, 7, 5]
     """
 
-    def __init__(self, y: torch.Tensor, offset: int) -> None:
-        self.y, self.offset = y, offset
+    def __init__(self, y: torch.Tensor, inner_local: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """``inner_local`` maps global ids to rows of ``y`` (``Partition.inner_local``: -1 elsewhere)."""
+        self.y, self.inner_local = y, inner_local
         self._extra = (torch.empty(0, dtype=torch.int64), y[:0])  # (sorted ids, labels)
 
     def extend(self, ids: torch.Tensor, labels: torch.Tensor) -> None:
@@ -87,7 +88,7 @@ class GlobalLabels:
         self._extra = (all_ids[order], all_labels[order])
 
     def __call__(self, nodes: torch.Tensor) -> torch.Tensor:
-        local = nodes - self.offset
+        local = self.inner_local(nodes)
         inner = (local >= 0) & (local < self.y.shape[0])
         if bool(inner.all()):
             return self.y.index_select(0, local)

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -86,30 +86,33 @@ class MemoryBudgetError(ValueError):
     """A part's estimated full-graph peak exceeds the memory a worker has; says what to do."""
 
 
-def check_memory(cfg: Any, meta: dict[str, Any], part_id: int, local_workers: int) -> MemoryEstimate:
-    """The estimate of part ``part_id`` from ``meta.json``; raises :class:`MemoryBudgetError` over ``--max-memory``.
+def check_memory(cfg: Any, meta: dict[str, Any], part_ids: Sequence[int], local_workers: int) -> MemoryEstimate:
+    """The estimate of a worker holding ``part_ids`` from ``meta.json`` (a union's halo: at most the sum of its
+    parts'); raises :class:`MemoryBudgetError` over ``--max-memory``.
 
     Example:
         >>> from graphdist.config import TrainConfig
         >>> meta = {"feature_dim": 100, "num_classes": 7,
         ...         "parts": [{"num_inner": 10**6, "num_halo": 10**5, "num_inner_edges": 2 * 10**7}]}
         >>> try:
-        ...     check_memory(TrainConfig(strategy="fullgraph", max_memory=1.0), meta, 0, 1)
+        ...     check_memory(TrainConfig(strategy="fullgraph", max_memory=1.0), meta, [0], 1)
         ... except MemoryBudgetError as e:
         ...     print(e)
         --strategy fullgraph: part 0 needs about 8.19 GiB (features 0.41, graph 0.30, activations and their gradients 7.48, stale buffers 0.00) but a worker has --max-memory 1.00 GiB; partition into more parts (--num-parts), or use --strategy minibatch
-        >>> check_memory(TrainConfig(strategy="fullgraph", max_memory=16.0), meta, 0, 1).total // 2**20
+        >>> check_memory(TrainConfig(strategy="fullgraph", max_memory=16.0), meta, [0], 1).total // 2**20
         8383
     """
-    counts = meta["parts"][part_id]
+    counts = {k: sum(int(meta["parts"][p][k]) for p in part_ids)
+              for k in ("num_inner", "num_halo", "num_inner_edges")}
+    which = f"part {part_ids[0]}" if len(part_ids) == 1 else f"parts {list(part_ids)}"
     widen = cfg.heads if cfg.model == "gat" else 1
     dims = [int(meta["feature_dim"])] + [cfg.hidden * widen] * (cfg.layers - 1) + [int(meta.get("num_classes") or 1)]
-    estimate = memory_estimate(int(counts["num_inner"]), int(counts["num_halo"]), int(counts["num_inner_edges"]),
+    estimate = memory_estimate(counts["num_inner"], counts["num_halo"], counts["num_inner_edges"],
                                dims, cfg.staleness, widen)
     limit = cfg.max_memory if cfg.max_memory is not None else default_max_memory_gib(local_workers)
     if estimate.total > limit * 2**30:
         raise MemoryBudgetError(
-            f"--strategy fullgraph: part {part_id} needs about {estimate.describe()} but a worker has "
+            f"--strategy fullgraph: {which} needs about {estimate.describe()} but a worker has "
             f"--max-memory {limit:.2f} GiB; partition into more parts (--num-parts), or use --strategy minibatch"
         )
     return estimate
@@ -145,27 +148,24 @@ class FullGraphNet(torch.nn.Module):
 
 
 class FullGraphStrategy(Strategy):
-    """Full-graph training on one part per worker with halo embedding exchange (exact or stale)."""
+    """Full-graph training on each worker's parts with halo embedding exchange (exact or stale)."""
 
     name = "fullgraph"
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        from partition.api import load_partition
+        from partition.merge import load_parts
         from sampling.owners import OwnerMap
 
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
-        if len(mine.parts) != 1:
-            raise ValueError(f"--strategy fullgraph serves one part per worker; the plan gives rank {rank} "
-                             f"parts {list(mine.parts)}")
         self.device = resolve_device(mine.device)
-        self.partition = part = load_partition(ctx.partition_dir, mine.parts[0])
+        self.partition = part = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), int(part.meta.get("num_classes") or 0))
         _check_layerwise(model)
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         # Under torchrun no launcher checked before the workers started: each rank checks its part.
-        self.memory = check_memory(cfg, part.meta, part.part_id, int(os.environ.get("LOCAL_WORLD_SIZE",
+        self.memory = check_memory(cfg, part.meta, part.parts, int(os.environ.get("LOCAL_WORLD_SIZE",
                                                                                     cfg.num_workers)))
         self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
         from graphdist.sync.halo import HaloExchange
@@ -184,8 +184,8 @@ class FullGraphStrategy(Strategy):
         self.sync = make_sync(cfg.sync, self.net, seed_weighted=False,
                               algorithm=gradient_allreduce(ctx, self.net), **sync_options(cfg))
         if comm.is_main_process():
-            logger.info("part %d: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
-                        "staleness %d", part.part_id, f"{part.num_inner:,}", f"{part.num_halo:,}",
+            logger.info("%s: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
+                        "staleness %d", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
                         f"{self.halo.boundary_rows:,}", f"{int(self.train.numel()):,}", f"{self.num_train_total:,}",
                         cfg.staleness)
 
@@ -219,7 +219,7 @@ class FullGraphStrategy(Strategy):
         if model is not None:
             _check_layerwise(model)
         for p in range(int(meta["num_parts"])):
-            check_memory(cfg, meta, p, cfg.num_workers)
+            check_memory(cfg, meta, [p], cfg.num_workers)
 
     # ---------------------------------------------------------------- training
 

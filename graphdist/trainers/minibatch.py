@@ -99,8 +99,9 @@ def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool, o
     """
     from partition.api import load_partition, read_meta
 
+    mine = dict(zip(own.parts, torch.split(own_table, [b - a for a, b in own.inner_ranges])))
     parts = range(int(read_meta(partition_dir)["num_parts"]))
-    return torch.cat([own_table if p == own.part_id else
+    return torch.cat([mine[p] if p in mine else
                       feature_table(load_partition(partition_dir, p, verify=False), how, with_degrees) for p in parts])
 
 
@@ -178,7 +179,7 @@ class DistributedBatches:
             loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
                                                                           with_degrees, part, table))
         self.train_seeds = part.mask_global_ids("train_mask")
-        self.labels = GlobalLabels(part.y.to(torch.int64), part.inner_global_range[0]) if part.y is not None else None
+        self.labels = GlobalLabels(part.y.to(torch.int64), part.inner_local) if part.y is not None else None
         self.loader = NodeLoader(
             loader_features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
             shuffle=True, labels=self.labels,
@@ -263,7 +264,7 @@ def train_steps(
 
 
 class MinibatchStrategy(Strategy):
-    """Mini-batch training on one part per worker, with distributed sampling and features.
+    """Mini-batch training on each worker's parts (one, or a union), with distributed sampling and features.
 
     Set-up (collective, the same order on every rank): device, partition, the distributed
     batches (sampling group, owner map, sources, feature cache, loader), model, optimizer,
@@ -274,15 +275,12 @@ class MinibatchStrategy(Strategy):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        from partition.api import load_partition
+        from partition.merge import load_parts
 
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
-        if len(mine.parts) != 1:
-            raise ValueError(f"--strategy minibatch serves one part per worker; the plan gives rank {rank} "
-                             f"parts {list(mine.parts)}")
         self.device = resolve_device(mine.device)
-        self.partition = load_partition(ctx.partition_dir, mine.parts[0])
+        self.partition = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(self.partition.x.shape[1]), int(self.partition.meta.get("num_classes") or 0))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         self.stretch = test_slowdown(rank)
@@ -349,8 +347,8 @@ class MinibatchStrategy(Strategy):
         if comm.is_main_process():
             part = self.partition
             logger.info(
-                "part %d: %s inner, %s halo, %s train seeds, batch share %d, %d steps/epoch, cache %d of %d remote "
-                "rows, prefetch %s", part.part_id, f"{part.num_inner:,}", f"{part.num_halo:,}",
+                "%s: %s inner, %s halo, %s train seeds, batch share %d, %d steps/epoch, cache %d of %d remote "
+                "rows, prefetch %s", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
                 f"{int(self.train_seeds.numel()):,}", self.loader.batch_size, len(self.loader),
                 int(self.features.cache_ids.numel()), part.num_halo, "on" if self.loader.prefetch else "off",
             )
@@ -456,7 +454,7 @@ def evaluate_model(model: torch.nn.Module, part: Any, batches: DistributedBatche
     else:
         nodes = evaluated_nodes(part)
         pred = torch.full((part.num_inner,), -1, dtype=torch.int64)
-        out = sampled_inference(model, batches.neighbor_source, batches.features, nodes + part.inner_global_range[0],
+        out = sampled_inference(model, batches.neighbor_source, batches.features, part.inner_global_ids()[nodes],
                                 num_layers, device, with_degrees)
         if out.numel():
             pred[nodes] = out.argmax(dim=-1)

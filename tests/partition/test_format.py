@@ -41,7 +41,7 @@ def test_partition_covers_every_node_edge_and_halo(tmp_path, graph, method):
     nbrs = in_neighbours(graph)
     for p in range(3):
         part = load_partition(out, p)
-        lo, hi = part.inner_global_range
+        [(lo, hi)] = part.inner_ranges
         assert part.global_ids[: part.num_inner].tolist() == list(range(lo, hi))  # contiguous inner range
         assert set(node_map[lo:hi].tolist()) <= {p}
         assert torch.equal(part.owner(part.global_ids[part.num_inner :]), part.halo_owner)

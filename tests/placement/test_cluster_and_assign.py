@@ -100,3 +100,27 @@ def test_plan_cli(tmp_path, capsys):
     assert main(["--partitions", str(out), "--cluster", str(spec)]) == 2
     assert "fits no worker" in capsys.readouterr().err
     assert main(["--partitions", str(tmp_path / "nothing")]) == 2
+
+
+def test_train_groups_more_parts_than_workers_and_refuses_a_plan_that_cannot_fit(tmp_path, capsys):
+    """graphdist-train on 4 parts with 2 workers plans before any worker starts: a spec whose workers
+    cannot hold the parts exits 2 naming the part, the worker and the shortfall, and writes no run."""
+    from graphdist.cli.train import main
+    from graphdist.config import TrainConfig
+    from graphdist.testing import random_graph
+    from graphdist.trainers.run import plan_job
+    from partition.api import partition
+
+    out = partition(random_graph(400, avg_degree=4, seed=1, feature_dim=4), 4, method="metis", out=tmp_path / "p",
+                    seed=0)
+    plan = plan_job(str(out), TrainConfig(batch_size=64), 2)
+    assert sorted(p for r in plan.ranks for p in r.parts) == [0, 1, 2, 3] and len(plan.ranks) == 2
+    with pytest.raises(ValueError, match="has 4 parts but the job has 8 workers; repartition with --num-parts 8"):
+        plan_job(str(out), TrainConfig(batch_size=64), 8)
+    spec = tmp_path / "c.yaml"
+    spec.write_text("hosts: [{name: a, workers: [{device: cpu, memory: 1KiB}, {device: cpu, memory: 1KiB}]}]\n")
+    run = tmp_path / "run"
+    assert main(["--partitions", str(out), "--cluster", str(spec), "--epochs", "1", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "fits no worker: worker" in err and "lacks" in err and "KiB" in err, err
+    assert not (run / "metrics.jsonl").exists()

@@ -34,7 +34,7 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph,
     local = NeighborSampler(graph, FANOUT_ALL, seed=0)
     # Seeds: this rank's own nodes, in three batches (an odd count: the pipelined stream
     # runs a pair, then one batch alone).
-    lo, hi = part.inner_global_range
+    [(lo, hi)] = part.inner_ranges
     batches = list(torch.arange(lo, hi, dtype=torch.int64).chunk(3))
     got = list(sampler.sample_stream(batches)) if stream else [sampler.sample(s) for s in batches]
     assert len(got) == len(batches)
@@ -105,7 +105,7 @@ def _uneven_body(rank: int, world_size: int, part_dir: str) -> None:
     part = load_partition(part_dir, rank)
     sampler = NeighborSampler(DistNeighborSource(part), [3, 2], seed=rank)
     features = DistFeatureSource(part, cache_rows=0)
-    lo, hi = part.inner_global_range
+    [(lo, hi)] = part.inner_ranges
     mine = torch.arange(lo, hi)[: 4 * (rank + 1)]  # rank r has r + 1 batches of 4
     # Every rank runs as many steps as the busiest one; the others join with empty batches.
     for step in range(world_size):
@@ -127,7 +127,7 @@ def _loader_body(rank: int, world_size: int, part_dir: str, prefetch: bool) -> N
     orig = torch.as_tensor(part.orig_ids).to(torch.float32)
     sampler = NeighborSampler(DistNeighborSource(part), [3, 2], seed=rank)
     features = DistFeatureSource(part, cache_rows=5)
-    lo, hi = part.inner_global_range
+    [(lo, hi)] = part.inner_ranges
     mine = torch.arange(lo, hi)[: 3 * (rank + 1)]  # uneven: rank r has 3 (r + 1) seeds
     loader = NodeLoader(features, mine, sampler, batch_size=2, num_batches=5, prefetch=prefetch, seed=rank)
     for epoch in range(2):

@@ -175,3 +175,17 @@ def test_each_train_seed_trains_exactly_once_per_epoch_over_all_workers(tmp_path
                  "--run-dir", str(run)]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["seeds"] for r in records] == [total], (counts, batch)
+
+
+def test_four_parts_on_two_workers_train_like_one_process(tmp_path):
+    """Each worker trains on the union of two parts (``partition.merge``): the same parameters as one
+    process on the whole graph, so a partitioning into more parts serves a smaller cluster."""
+    from graphdist.trainers.run import plan_job
+    from partition.api import partition
+
+    graph = _oracle_graph()
+    part_dir = partition(graph, 4, method="metis", out=Path(tmp_path) / "parts", seed=0)
+    plan = plan_job(str(part_dir), _oracle_cfg("dwbp", 2), 2)
+    assert sorted(len(r.parts) for r in plan.ranks) == [2, 2], plan.describe()
+    expected = {"dwbp": _one_process_params(graph, _oracle_cfg("dwbp", 2))}
+    launch(_oracle_body, 2, str(part_dir), expected, timeout=120)

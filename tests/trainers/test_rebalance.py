@@ -31,7 +31,7 @@ def test_loader_takes_handed_over_seeds_and_never_repeats_them():
 
 
 def test_labels_of_handed_over_seeds():
-    labels = GlobalLabels(torch.tensor([1, 2, 3]), offset=5)
+    labels = GlobalLabels(torch.tensor([1, 2, 3]), inner_local=lambda g: g - 5)
     labels.extend(torch.tensor([0, 9]), torch.tensor([7, 8]))
     assert labels(torch.tensor([9, 5, 0, 7])).tolist() == [8, 1, 7, 3]
     with pytest.raises(KeyError, match="neither inner nor handed over"):
