@@ -84,7 +84,7 @@ def test_torchrun_2x2_cora_trains_over_the_shaped_link(needs_cluster, parts4, tm
 
 
 def test_torchrun_2x2_equals_local_4_workers_on_pubmed(needs_cluster, parts4, tmp_path):
-    common = ["--partitions", str(parts4("pubmed")), "--epochs", "2", "--batch-size", "16", "--seed", "7",
+    common = ["--partitions", str(parts4("pubmed")), "--epochs", "1", "--batch-size", "16", "--seed", "7",
               "--timeout", "60", *FAST]
     local = subprocess.run([sys.executable, *TRAIN, *common, "--num-workers", str(WORLD),
                             "--run-dir", str(tmp_path / "local")],
