@@ -42,6 +42,7 @@ from graphdist.comm.collectives import (
 from graphdist.comm.counters import (
     COUNTER,
     byte_counts,
+    call_counts,
     inter_host_byte_counts,
     reset_byte_counts,
     time_counts,
@@ -84,6 +85,7 @@ __all__ = [
     "broadcast_object",
     "channel",
     "byte_counts",
+    "call_counts",
     "ddp_wrap",
     "discover_topology",
     "get_rank",

@@ -51,6 +51,10 @@ class ByteCounter:
         with self._lock:
             return dict(self.inter_host)
 
+    def calls_snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.calls)
+
     def time_snapshot(self) -> dict[str, float]:
         with self._lock:
             return dict(self.seconds)
@@ -81,8 +85,13 @@ def time_counts() -> dict[str, float]:
     return COUNTER.time_snapshot()
 
 
+def call_counts() -> dict[str, int]:
+    """Collectives this rank has started, per tag, since the last :func:`reset_byte_counts`."""
+    return COUNTER.calls_snapshot()
+
+
 def reset_byte_counts() -> None:
     COUNTER.reset()
 
 
-__all__ = ["COUNTER", "ByteCounter", "byte_counts", "inter_host_byte_counts", "reset_byte_counts", "time_counts"]
+__all__ = ["COUNTER", "ByteCounter", "byte_counts", "call_counts", "inter_host_byte_counts", "reset_byte_counts", "time_counts"]

@@ -4,7 +4,8 @@
 every rank trains a few probe steps on a *copy* of the model, with its own optimizer, sampler
 generator and feature path, at two batch sizes (its share and twice that), timing sampling,
 gathering (CPU time: their collectives may wait for other ranks, which is not this rank's
-work) and compute (forward + backward + optimizer, wall time) apart. Each rank's
+work) and compute (forward, backward under the run's own gradient sync, optimizer; wall time, the
+wait for the exposed part of the gradient exchange excluded) apart. Each rank's
 ``T(b) = T_sample(b) + T_gather(b) + T_compute(b)`` (serial: the loader samples in the
 training thread; with prefetch the larger of sampling+gather and compute) is fitted as a
 :class:`placement.shares.LinearCost`; the costs are gathered and :func:`placement.shares.balanced_shares`
@@ -58,12 +59,19 @@ class Profile:
         costs: per rank ``(fixed_s, per_seed_s)`` of a step.
         shares: the start shares chosen from them.
         parts: per rank ``{"sample": (a, c), "gather": ..., "compute": ...}`` (for the log and the simulator).
+        measures: per rank what the simulator (``placement.simulator``) needs beyond CPU costs, each
+            linear in the share as ``(fixed, per_seed)``: ``bytes`` this rank sends per step by tag
+            (``sample``, ``feature``), ``wait`` (wall minus CPU time of sampling and gathering: time
+            in exchanges), ``sync_wait`` (mean seconds a step waited for its gradient exchange), ``rows`` per layer (the destination rows of each block: SACP's K),
+            ``exchanges`` per step, ``cores`` of its host, and the model's ``linears``
+            (``[name, out, in]``) and ``param_bytes``.
     """
 
     key: dict[str, Any]
     costs: list[tuple[float, float]]
     shares: list[int]
     parts: Optional[list[dict[str, tuple[float, float]]]] = None
+    measures: Optional[list[dict[str, Any]]] = None
 
     def linear_costs(self) -> list[LinearCost]:
         return [LinearCost(a, c) for a, c in self.costs]
@@ -75,7 +83,7 @@ class Profile:
     def from_json(cls, text: str) -> "Profile":
         d = json.loads(text)
         return cls(key=d["key"], costs=[tuple(c) for c in d["costs"]], shares=[int(s) for s in d["shares"]],
-                   parts=d.get("parts"))
+                   parts=d.get("parts"), measures=d.get("measures"))
 
 
 def profile_key(cfg: Any, world_size: int, plan_shares: list[int]) -> dict[str, Any]:
@@ -99,14 +107,15 @@ def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
         cached = None  # one rank could not read it: all probe, or they would disagree
     if cached is not None:
         return cached.shares
-    mine = probe(strategy, plan_shares[strategy.ctx.rank])
-    gathered = comm.all_gather_object(mine)
+    mine, measures = probe(strategy, plan_shares[strategy.ctx.rank])
+    gathered, measured = zip(*comm.all_gather_object((mine, measures)))
     costs = [_total(parts, strategy.loader.prefetch, share) for parts, share in zip(gathered, plan_shares)]
     shares = plan_shares
     if imbalance([c.time(s) for c, s in zip(costs, plan_shares)]) > 1.0 + cfg.rebalance_eps:
         shares = balanced_shares(costs, total=sum(plan_shares))
     profile = Profile(key=key, costs=[(c.fixed_s, c.per_seed_s) for c in costs], shares=shares,
-                      parts=[{k: (v.fixed_s, v.per_seed_s) for k, v in p.items()} for p in gathered])
+                      parts=[{k: (v.fixed_s, v.per_seed_s) for k, v in p.items()} for p in gathered],
+                      measures=list(measured))
     if comm.is_main_process():
         logger.info("profile: %s -> start shares %s (plan %s)",
                     [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], shares, plan_shares)
@@ -125,8 +134,9 @@ def _total(parts: dict[str, LinearCost], prefetch: bool, share: int) -> LinearCo
     return max(load, compute, key=lambda c: c.time(share))
 
 
-def probe(strategy: Any, share: int) -> dict[str, LinearCost]:
-    """This rank's fitted sample / gather / compute costs from probe steps at two batch sizes.
+def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, Any]]:
+    """This rank's fitted sample / gather / compute costs from probe steps at two batch sizes, and
+    the simulator's measures (``Profile.measures``).
 
     Every rank runs the same number of probe batches (the distributed sampler and the feature
     fetch are collectives). Nothing the training depends on is touched: a model copy with its
@@ -139,11 +149,17 @@ def probe(strategy: Any, share: int) -> dict[str, LinearCost]:
     stretch = getattr(strategy, "stretch", None)
     if stretch is not None:
         stretch.set_epoch(1)  # a slowdown from the start shows in the probes
-    model = copy.deepcopy(strategy.model).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
+    # The copy trains under the run's own gradient sync (hooks, SACP's capture, the allreduce):
+    # what a step costs beyond forward and backward is measured, not guessed.
+    sync = _probe_sync(strategy, copy.deepcopy(strategy.model).train())
+    model = sync.model
+    optimizer = torch.optim.Adam(sync.model.parameters(), lr=1e-6)
     seeds = batches.train_seeds
     rng = torch.Generator().manual_seed(12345 + strategy.ctx.rank)
     samples: dict[str, list[tuple[float, float]]] = {"sample": [], "gather": [], "compute": []}
+    seen: dict[str, list[tuple[float, float]]] = {"sample": [], "feature": [], "wait": [], "exchanges": [],
+                                                  "sync_wait": []}
+    rows: list[list[tuple[float, float]]] = []
     slept = (lambda: stretch.slept_s) if stretch is not None else (lambda: 0.0)
     try:
         sizes = (max(1, share), max(2, 2 * share))
@@ -158,21 +174,27 @@ def probe(strategy: Any, share: int) -> dict[str, LinearCost]:
             # Sampling and gathering may wait for other ranks (their collectives): this rank's
             # own share of them is its CPU time (gloo blocks without spinning), plus any
             # emulated slowdown. Compute has no collective here: its wall time (a GPU's too).
-            c0, s0 = time.thread_time(), slept()
+            sent, calls = comm.byte_counts(), comm.call_counts()
+            w0, c0, s0 = time.perf_counter(), time.thread_time(), slept()
             batch = batches.sampler.sample(batch_seeds)
             c1, s1 = time.thread_time(), slept()
             x = batches.loader.features.gather(batch.input_nodes) if batches.loader.features is not None else None
             y = batches.loader.labels(batch.seed_nodes) if n else None
             c2 = time.thread_time()
             t2 = time.perf_counter()
+            sent_now, calls_now = comm.byte_counts(), comm.call_counts()
             inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
+            optimizer.zero_grad()
+            sync.begin_step(n)
             out = model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
             loss = F.cross_entropy(out, y.to(strategy.device)) if n else out.sum() * 0.0
-            optimizer.zero_grad()
             loss.backward()
+            t_wait = time.perf_counter()
+            sync.finish()  # the exposed part of the gradient exchange: the simulator's, per link
+            t_synced = time.perf_counter()
             optimizer.step()
             float(loss.detach())  # waits for a device's kernels
-            t3 = time.perf_counter()
+            t3 = time.perf_counter() - (t_synced - t_wait)
             if stretch is not None:  # the emulated slowdown of gather + compute
                 before = slept()
                 stretch.tick()
@@ -181,11 +203,50 @@ def probe(strategy: Any, share: int) -> dict[str, LinearCost]:
                 samples["sample"].append((n, (c1 - c0) + (s1 - s0)))
                 samples["gather"].append((n, c2 - c1))
                 samples["compute"].append((n, t3 - t2))
+                for tag in ("sample", "feature"):
+                    seen[tag].append((n, sent_now.get(tag, 0) - sent.get(tag, 0)))
+                seen["wait"].append((n, max(0.0, (t2 - w0) - (c2 - c0) - (s1 - s0))))
+                seen["sync_wait"].append((n, t_synced - t_wait))
+                seen["exchanges"].append((n, sum(calls_now.get(t, 0) - calls.get(t, 0) for t in ("sample", "feature"))))
+                rows.append([(n, b.num_dst) for b in batch.blocks])
     finally:
+        sync.close()
         _restore(batches, states)
     if not samples["compute"]:
-        return {k: LinearCost(0.0, 1e-6) for k in samples}
-    return {k: fit_cost(v) for k, v in samples.items()}
+        return {k: LinearCost(0.0, 1e-6) for k in samples}, {}
+    return {k: fit_cost(v) for k, v in samples.items()}, _measures(strategy.model, seen, rows)
+
+
+def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]],
+              rows: list[list[tuple[float, float]]]) -> dict[str, Any]:
+    """The probes' traffic, waits and rows as ``(fixed, per_seed)`` fits, and the model's shape."""
+    import os
+
+    from graphdist.sync.sacp import is_linear
+
+    def fit(v: list[tuple[float, float]]) -> tuple[float, float]:
+        if not any(y > 0 for _, y in v):  # nothing sent (one worker, or every remote row cached)
+            return (0.0, 0.0)
+        c = fit_cost(v)
+        return (c.fixed_s, c.per_seed_s)
+
+    layers = [fit([step[layer] for step in rows]) for layer in range(len(rows[0]))] if rows else []
+    return {"bytes": {tag: fit(seen[tag]) for tag in ("sample", "feature")}, "wait": fit(seen["wait"]),
+            "sync_wait": sum(w for _, w in seen["sync_wait"]) / max(1, len(seen["sync_wait"])),
+            "exchanges": sum(c for _, c in seen["exchanges"]) / max(1, len(seen["exchanges"])), "rows": layers,
+            "cores": os.cpu_count() or 1,
+            "linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
+                        if is_linear(m)],
+            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
+
+
+def _probe_sync(strategy: Any, model: torch.nn.Module) -> Any:
+    """The run's gradient sync around the probes' model copy (collective: built on every rank alike)."""
+    from graphdist.sync import make_sync
+    from graphdist.trainers.base import gradient_allreduce, sync_options
+
+    cfg = strategy.ctx.cfg
+    return make_sync(cfg.sync, model, algorithm=gradient_allreduce(strategy.ctx, model), **sync_options(cfg))
 
 
 def _rng_states(batches: Any) -> dict[str, Any]:

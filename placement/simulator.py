@@ -1,0 +1,293 @@
+"""Epoch time of a cluster from a profile: HyScale-GNN's performance model, run forward.
+
+The start-up profiler (``--placement profiled``, ``graphdist/trainers/profile.py``) measures on
+the workers it runs on, per worker and as linear functions of the batch share ``b``: the CPU
+time of sampling, gathering and compute (forward, backward under the run's own gradient sync,
+optimizer), the time its exchanges waited, the bytes it sends for sampling and features, the
+destination rows of each layer (SACP's ``K``), the gradient wait, and the model's Linear
+shapes. :func:`simulate` predicts the step and epoch time of the same workload on another
+layout (hosts, link rates, cores, slow workers), per worker:
+
+- ``load_i  = (sample + gather)(b_i) * s_i + wait_i(b_i) + net_i``: ``net_i`` is the time its
+  host's uplink needs for the traffic that crosses hosts (each worker's bytes times the share of
+  its partners' edges that live on other hosts), plus one link latency per exchange;
+- ``compute_i = compute(b_i) * s_i``; ``s_i`` stretches a worker (``GRAPHDIST_TEST_SLOWDOWN``'s
+  factor; a slower device);
+- ``own_i = max(load_i, compute_i + sync)`` with prefetch (the loader samples the next batch
+  while the model trains), ``load_i + compute_i + sync`` without;
+- the cores of a machine bound all of its workers together: ``sum_i cpu_i / cores + sync``
+  (slow workers' stretch is waiting, not CPU);
+- ``step = max(own_i, machine bounds)``; ``epoch = steps * step``.
+
+``sync`` is the gradient wait the profile measured plus what a slower link adds: the exchange is
+scheduled as DWBP sends it (layer by layer as backward produces the gradients, last layer first,
+one layer after another on the wire; ``blocking`` and ``ddp`` after the whole backward), each
+layer dense (ring allreduce, ``2 (P-1)/P`` of its bytes over the slowest link of the ring) or,
+under SACP, as sufficient factors when Poseidon's rule picks them. Backward is taken as 2/3 of
+compute, split over layers by their matmul work ``K * in * out``. These two, and the link
+latency, are the model's stated assumptions; everything else is measured.
+
+Example:
+    >>> w = WorkerCosts(sample=LinearCost(0.001, 1e-5), gather=LinearCost(0.0, 1e-5),
+    ...                 compute=LinearCost(0.002, 4e-5), sent_bytes=LinearCost(0.0, 100.0))
+    >>> fast = simulate([w, w], [256, 256], Layout.one_host(2, cores=4), steps=10)
+    >>> slow = simulate([w, w], [256, 256], Layout.hosts_of([1, 1], link_bps=1e6), steps=10)
+    >>> round(fast.step_s * 1e3, 2), slow.step_s > fast.step_s, slow.bottleneck
+    (12.24, True, 'network')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from placement.shares import LinearCost
+
+__all__ = ["EpochPrediction", "Layout", "ModelShape", "WorkerCosts", "costs_from_profile", "simulate"]
+
+BACKWARD_FRACTION = 2.0 / 3.0  # backward's share of forward + backward (about twice the forward FLOPs)
+DEFAULT_LATENCY_S = 1e-4  # one exchange's latency over a host link, beyond what the profile measured
+
+
+@dataclass(frozen=True)
+class WorkerCosts:
+    """One worker's measured costs per step, each linear in its share (``placement.shares.LinearCost``).
+
+    ``sample``, ``gather``, ``compute`` are seconds; ``wait`` seconds its exchanges waited;
+    ``sent_bytes`` bytes it sends for sampling and features; ``rows`` per layer its destination
+    rows (SACP's ``K``); ``exchanges`` collectives per step; ``sync_wait_s`` the gradient wait
+    measured where it was profiled.
+    """
+
+    sample: LinearCost
+    gather: LinearCost
+    compute: LinearCost
+    wait: LinearCost = LinearCost(0.0, 0.0)
+    sent_bytes: LinearCost = LinearCost(0.0, 0.0)
+    rows: tuple[LinearCost, ...] = ()
+    exchanges: float = 0.0
+    sync_wait_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The Linear layers ``(name, out, in)`` in forward order, and all parameter bytes (float32)."""
+
+    linears: tuple[tuple[str, int, int], ...] = ()
+    param_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where workers run: each worker's host, each host's uplink (bits/s), the machines' cores.
+
+    ``machine_of_host`` maps hosts onto machines (emulated hosts share one machine's cores);
+    ``cores`` is per machine. ``cross`` per worker: the share of its sampling and feature traffic
+    that goes to workers on other hosts (None: all of it, when there is more than one host).
+    """
+
+    host_of: tuple[int, ...]
+    link_bps: tuple[float, ...]
+    local_bps: float = 100e9
+    cores: tuple[int, ...] = (1 << 16,)
+    machine_of_host: tuple[int, ...] = ()
+    latency_s: float = DEFAULT_LATENCY_S
+    cross: Optional[tuple[float, ...]] = None
+
+    @classmethod
+    def one_host(cls, workers: int, cores: int = 1 << 16) -> "Layout":
+        return cls(host_of=(0,) * workers, link_bps=(100e9,), cores=(cores,), machine_of_host=(0,))
+
+    @classmethod
+    def hosts_of(cls, workers_per_host: Sequence[int], link_bps: float, cores: Optional[int] = None,
+                 shared_machine: bool = False, **kw: Any) -> "Layout":
+        """Hosts with these worker counts and one link rate; ``shared_machine``: emulated hosts on one
+        machine of ``cores`` cores, else each host its own ``cores`` (unbounded when None)."""
+        host_of = tuple(h for h, n in enumerate(workers_per_host) for _ in range(n))
+        hosts = len(workers_per_host)
+        per = cores if cores is not None else 1 << 16
+        machines = (0,) * hosts if shared_machine else tuple(range(hosts))
+        return cls(host_of=host_of, link_bps=(float(link_bps),) * hosts,
+                   cores=(per,) * (1 if shared_machine else hosts), machine_of_host=machines, **kw)
+
+    @property
+    def num_hosts(self) -> int:
+        return len(self.link_bps)
+
+    def machine(self, worker: int) -> int:
+        host = self.host_of[worker]
+        return self.machine_of_host[host] if self.machine_of_host else host
+
+    def cross_share(self, worker: int) -> float:
+        if self.cross is not None:
+            return self.cross[worker]
+        others = [w for w in range(len(self.host_of)) if w != worker]
+        if not others:
+            return 0.0
+        return sum(self.host_of[w] != self.host_of[worker] for w in others) / len(others)
+
+    def ring_bps(self) -> float:
+        """The slowest link of a ring through every worker in rank order."""
+        n = len(self.host_of)
+        rates = [self.local_bps if self.host_of[i] == self.host_of[(i + 1) % n]
+                 else min(self.link_bps[self.host_of[i]], self.link_bps[self.host_of[(i + 1) % n]]) for i in range(n)]
+        return min(rates) if n > 1 else self.local_bps
+
+
+@dataclass
+class EpochPrediction:
+    """Predicted step and epoch time, per worker its critical path, and what bounds the step."""
+
+    step_s: float
+    epoch_s: float
+    steps: int
+    per_worker_s: list[float]
+    sync_s: float
+    bottleneck: str
+    parts: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return (f"{self.epoch_s:.2f} s/epoch ({self.steps} steps of {1e3 * self.step_s:.1f} ms; bound by "
+                f"{self.bottleneck}; gradient wait {1e3 * self.sync_s:.1f} ms)")
+
+
+def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, steps: int,
+             model: ModelShape = ModelShape(), sync: str = "dwbp", sacp: bool = True, prefetch: bool = True,
+             slowdown: Optional[Sequence[float]] = None, profiled_layout: Optional[Layout] = None) -> EpochPrediction:
+    """The predicted minibatch epoch of ``workers`` with ``shares`` on ``layout`` (see the module doc).
+
+    Args:
+        workers: per worker its measured costs (``costs_from_profile``).
+        shares: per worker its seeds per step.
+        layout: hosts, links and cores to predict for.
+        steps: steps per epoch.
+        model: the Linear shapes (the gradient exchange's bytes); empty: no gradient term beyond
+            the measured wait.
+        sync: ``dwbp``, ``blocking`` or ``ddp``.
+        sacp: SACP's sufficient factors where Poseidon's rule picks them (never under ``ddp``).
+        prefetch: the loader overlaps the next batch with compute.
+        slowdown: per worker a factor >= 1 on its own work (default 1).
+        profiled_layout: where the profile was measured (default one host): the gradient wait it
+            measured is kept, the simulated difference between the two layouts added.
+    """
+    n = len(workers)
+    if len(shares) != n or len(layout.host_of) != n:
+        raise ValueError(f"simulate: {n} workers but {len(shares)} shares and {len(layout.host_of)} placed workers")
+    stretch = list(slowdown) if slowdown is not None else [1.0] * n
+    base = profiled_layout if profiled_layout is not None else Layout.one_host(n)
+    grad_s = [w.sync_wait_s for w in workers]
+    exposed = max(g + max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
+                          - _sync_exposed(workers, shares, base, model, sync, sacp)) for g in grad_s)
+    net = _network_s(workers, shares, layout)
+    own, cpu_of = [], []
+    for i, (w, b) in enumerate(zip(workers, shares)):
+        load = (w.sample.time(b) + w.gather.time(b)) * stretch[i] + w.wait.time(b) + net[i]
+        compute = w.compute.time(b) * stretch[i]
+        own.append(max(load, compute + exposed) if prefetch else load + compute + exposed)
+        cpu_of.append(w.sample.time(b) + w.gather.time(b) + w.compute.time(b))
+    machines = sorted({layout.machine(i) for i in range(n)})
+    bound = {m: sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores[m] + exposed
+             for m in machines}
+    slowest = max(range(n), key=lambda i: own[i])
+    step = max(max(own), max(bound.values()))
+    if step == max(bound.values()) and max(bound.values()) > own[slowest]:
+        bottleneck = "cores"
+    elif net[slowest] > 0.5 * own[slowest]:
+        bottleneck = "network"
+    elif exposed > 0.5 * own[slowest]:
+        bottleneck = "sync"
+    else:
+        bottleneck = f"worker {slowest}"
+    return EpochPrediction(step_s=step, epoch_s=step * steps, steps=steps, per_worker_s=own, sync_s=exposed,
+                           bottleneck=bottleneck, parts={"network_s": max(net), "cores_s": max(bound.values())})
+
+
+def _network_s(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout) -> list[float]:
+    """Per worker: its host uplink's time for the step's cross-host sampling and feature bytes, plus latency."""
+    if layout.num_hosts < 2:
+        return [0.0] * len(workers)
+    out_bits = [0.0] * layout.num_hosts
+    for i, (w, b) in enumerate(zip(workers, shares)):
+        out_bits[layout.host_of[i]] += 8.0 * w.sent_bytes.time(b) * layout.cross_share(i)
+    return [out_bits[layout.host_of[i]] / layout.link_bps[layout.host_of[i]]
+            + (w.exchanges * layout.latency_s if layout.cross_share(i) > 0 else 0.0)
+            for i, w in enumerate(workers)]
+
+
+def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, model: ModelShape,
+                  sync: str, sacp: bool) -> float:
+    """Seconds the gradient exchange runs past the end of backward on ``layout`` (transfer only)."""
+    n = len(workers)
+    if n < 2 or not model.linears:
+        return 0.0
+    layers = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
+              for i in range(len(model.linears))]
+    other = max(0, model.param_bytes - sum(4 * (out * inp + out) for _, out, inp in model.linears))
+    ring_bps = layout.ring_bps()
+    other_s = _ring_s(other, n, ring_bps, layout.latency_s) if other else 0.0
+    backward = BACKWARD_FRACTION * max(w.compute.time(b) for w, b in zip(workers, shares))
+    if sync != "dwbp":
+        return sum(layers) + other_s
+    work = [_layer_work(workers, shares, model, i) for i in range(len(model.linears))]
+    total = sum(work) or 1.0
+    ready, wire = 0.0, 0.0
+    for i in reversed(range(len(layers))):  # backward reaches the last layer first
+        ready += backward * work[i] / total
+        wire = max(wire, ready) + layers[i]
+    return max(0.0, wire + other_s - backward)
+
+
+def _layer_work(workers: Sequence[WorkerCosts], shares: Sequence[int], model: ModelShape, layer: int) -> float:
+    _, out, inp = model.linears[layer]
+    rows = max((w.rows[layer].time(b) if layer < len(w.rows) else b) for w, b in zip(workers, shares))
+    return rows * out * inp
+
+
+def _layer_seconds(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, model: ModelShape,
+                   layer: int, sacp: bool) -> float:
+    """One layer's exchange on ``layout``: dense ring allreduce, or SACP's factors when Poseidon's rule picks them."""
+    n = len(workers)
+    _, out, inp = model.linears[layer]
+    dense = 4 * (out * inp + out)
+    rows = [w.rows[layer].time(b) if layer < len(w.rows) else float(b) for w, b in zip(workers, shares)]
+    if sacp and max(rows) * (out + inp) <= 2 * out * inp / n:
+        # Every worker sends its K (out + in) factors to every peer; a host's uplink carries its
+        # workers' copies to the peers on other hosts.
+        bits = [0.0] * layout.num_hosts
+        for i, k in enumerate(rows):
+            peers = sum(layout.host_of[j] != layout.host_of[i] for j in range(n))
+            bits[layout.host_of[i]] += 8.0 * 4 * k * (out + inp) * peers
+        remote = max(bits[h] / layout.link_bps[h] for h in range(layout.num_hosts)) if layout.num_hosts > 1 else 0.0
+        local = 8.0 * 4 * max(rows) * (out + inp) * (n - 1) / layout.local_bps
+        return max(remote, local) + layout.latency_s  # the bias gradient is the sum of the factors' rows
+    return _ring_s(dense, n, layout.ring_bps(), layout.latency_s)
+
+
+def _ring_s(nbytes: float, n: int, bps: float, latency_s: float) -> float:
+    """A ring allreduce of ``nbytes`` over ``n`` workers whose slowest link is ``bps``."""
+    return 2 * (n - 1) * (8.0 * nbytes / n / bps + latency_s)
+
+
+def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], ModelShape]:
+    """Per worker its :class:`WorkerCosts`, and the model's shape, from a ``profile.json`` document.
+
+    Raises:
+        ValueError: a profile written before the simulator's measures existed (profile again).
+    """
+    parts, measures = profile.get("parts"), profile.get("measures")
+    if not parts or not measures or len(parts) != len(measures) or not all(measures):
+        raise ValueError("profile.json has no simulator measures (written by an older graphdist or by one "
+                         "worker): run --placement profiled again")
+    workers = []
+    for p, m in zip(parts, measures):
+        sent = [LinearCost(*m["bytes"][tag]) for tag in ("sample", "feature")]
+        workers.append(WorkerCosts(
+            sample=LinearCost(*p["sample"]), gather=LinearCost(*p["gather"]), compute=LinearCost(*p["compute"]),
+            wait=LinearCost(*m["wait"]), sent_bytes=LinearCost(sum(c.fixed_s for c in sent),
+                                                              sum(c.per_seed_s for c in sent)),
+            rows=tuple(LinearCost(*r) for r in m["rows"]), exchanges=float(m["exchanges"]),
+            sync_wait_s=float(m.get("sync_wait", 0.0))))
+    first = measures[0]
+    shape = ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in first["linears"]),
+                       param_bytes=int(first["param_bytes"]))
+    return workers, shape
