@@ -43,7 +43,7 @@ from typing import Any, Optional, Sequence
 
 from placement.shares import LinearCost
 
-__all__ = ["EpochPrediction", "Layout", "ModelShape", "WorkerCosts", "costs_from_profile", "simulate"]
+__all__ = ["EpochPrediction", "Layout", "ModelShape", "Pipelined", "WorkerCosts", "costs_from_profile", "simulate"]
 
 BACKWARD_FRACTION = 2.0 / 3.0  # backward's share of forward + backward (about twice the forward FLOPs)
 DEFAULT_LATENCY_S = 1e-4  # one exchange's latency over a host link, beyond what the profile measured
@@ -66,6 +66,18 @@ class WorkerCosts:
     sent_bytes: LinearCost = LinearCost(0.0, 0.0)
     rows: tuple[LinearCost, ...] = ()
     exchanges: float = 0.0
+    sync_wait_s: float = 0.0
+    pipelined: Optional["Pipelined"] = None
+
+
+@dataclass(frozen=True)
+class Pipelined:
+    """The probe steps run as training runs them with prefetch (loading thread beside the training
+    thread, on the cores they will share): wall ``step``, each thread's CPU, and the gradient wait."""
+
+    step: LinearCost
+    load_cpu: LinearCost
+    compute_cpu: LinearCost
     sync_wait_s: float = 0.0
 
 
@@ -175,19 +187,27 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         raise ValueError(f"simulate: {n} workers but {len(shares)} shares and {len(layout.host_of)} placed workers")
     stretch = list(slowdown) if slowdown is not None else [1.0] * n
     base = profiled_layout if profiled_layout is not None else Layout.one_host(n)
-    grad_s = [w.sync_wait_s for w in workers]
+    grad_s = [w.pipelined.sync_wait_s if prefetch and w.pipelined is not None else w.sync_wait_s for w in workers]
     exposed = max(g + max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
                           - _sync_exposed(workers, shares, base, model, sync, sacp)) for g in grad_s)
     net = _network_s(workers, shares, layout)
     own, cpu_of = [], []
     for i, (w, b) in enumerate(zip(workers, shares)):
+        p = w.pipelined if prefetch and _same_sharing(layout, base, i) else None
+        if p is not None:  # measured on cores shared as here: contention is in the measures
+            load = p.load_cpu.time(b) * stretch[i] + w.wait.time(b) + net[i]
+            # The contended step as measured, plus the emulated extra work of the training thread
+            # (a slow worker's loading thread stretches beside it, off the critical path).
+            work = p.step.time(b) - p.sync_wait_s + (stretch[i] - 1.0) * p.compute_cpu.time(b)
+            own.append(max(load, p.compute_cpu.time(b) * stretch[i] + exposed, work + exposed))
+            cpu_of.append(p.load_cpu.time(b) + p.compute_cpu.time(b))
+            continue
         load = (w.sample.time(b) + w.gather.time(b)) * stretch[i] + w.wait.time(b) + net[i]
         compute = w.compute.time(b) * stretch[i]
         own.append(max(load, compute + exposed) if prefetch else load + compute + exposed)
         cpu_of.append(w.sample.time(b) + w.gather.time(b) + w.compute.time(b))
     machines = sorted({layout.machine(i) for i in range(n)})
-    bound = {m: sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores[m] + exposed
-             for m in machines}
+    bound = {m: sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores[m] for m in machines}
     slowest = max(range(n), key=lambda i: own[i])
     step = max(max(own), max(bound.values()))
     if step == max(bound.values()) and max(bound.values()) > own[slowest]:
@@ -200,6 +220,15 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         bottleneck = f"worker {slowest}"
     return EpochPrediction(step_s=step, epoch_s=step * steps, steps=steps, per_worker_s=own, sync_s=exposed,
                            bottleneck=bottleneck, parts={"network_s": max(net), "cores_s": max(bound.values())})
+
+
+def _same_sharing(layout: Layout, base: Layout, worker: int) -> bool:
+    """Whether ``worker`` shares its machine's cores with at least as many workers per core as where it was profiled."""
+    def per_core(lay: Layout) -> float:
+        m = lay.machine(worker)
+        return sum(lay.machine(i) == m for i in range(len(lay.host_of))) / lay.cores[m]
+
+    return per_core(layout) >= per_core(base) * 0.999
 
 
 def _network_s(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout) -> list[float]:
@@ -286,8 +315,15 @@ def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], Mode
             wait=LinearCost(*m["wait"]), sent_bytes=LinearCost(sum(c.fixed_s for c in sent),
                                                               sum(c.per_seed_s for c in sent)),
             rows=tuple(LinearCost(*r) for r in m["rows"]), exchanges=float(m["exchanges"]),
-            sync_wait_s=float(m.get("sync_wait", 0.0))))
+            sync_wait_s=float(m.get("sync_wait", 0.0)), pipelined=_pipelined(m.get("pipelined"))))
     first = measures[0]
     shape = ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in first["linears"]),
                        param_bytes=int(first["param_bytes"]))
     return workers, shape
+
+
+def _pipelined(doc: Optional[dict[str, Any]]) -> Optional[Pipelined]:
+    if not doc:
+        return None
+    return Pipelined(step=LinearCost(*doc["step"]), load_cpu=LinearCost(*doc["load_cpu"]),
+                     compute_cpu=LinearCost(*doc["compute_cpu"]), sync_wait_s=float(doc.get("sync_wait", 0.0)))

@@ -142,8 +142,6 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
     fetch are collectives). Nothing the training depends on is touched: a model copy with its
     own optimizer; global RNGs, the sampler's generator and the serving generator restored.
     """
-    from graphdist.trainers.features import model_inputs
-
     batches = strategy.batches
     states = _rng_states(batches)
     stretch = getattr(strategy, "stretch", None)
@@ -152,7 +150,6 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
     # The copy trains under the run's own gradient sync (hooks, SACP's capture, the allreduce):
     # what a step costs beyond forward and backward is measured, not guessed.
     sync = _probe_sync(strategy, copy.deepcopy(strategy.model).train())
-    model = sync.model
     optimizer = torch.optim.Adam(sync.model.parameters(), lr=1e-6)
     seeds = batches.train_seeds
     rng = torch.Generator().manual_seed(12345 + strategy.ctx.rank)
@@ -183,18 +180,8 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
             c2 = time.thread_time()
             t2 = time.perf_counter()
             sent_now, calls_now = comm.byte_counts(), comm.call_counts()
-            inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
-            optimizer.zero_grad()
-            sync.begin_step(n)
-            out = model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
-            loss = F.cross_entropy(out, y.to(strategy.device)) if n else out.sum() * 0.0
-            loss.backward()
-            t_wait = time.perf_counter()
-            sync.finish()  # the exposed part of the gradient exchange: the simulator's, per link
-            t_synced = time.perf_counter()
-            optimizer.step()
-            float(loss.detach())  # waits for a device's kernels
-            t3 = time.perf_counter() - (t_synced - t_wait)
+            compute_s, sync_wait = _train_step(strategy, sync, optimizer, batch, x, y, n)
+            t3 = t2 + compute_s
             if stretch is not None:  # the emulated slowdown of gather + compute
                 before = slept()
                 stretch.tick()
@@ -206,19 +193,95 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
                 for tag in ("sample", "feature"):
                     seen[tag].append((n, sent_now.get(tag, 0) - sent.get(tag, 0)))
                 seen["wait"].append((n, max(0.0, (t2 - w0) - (c2 - c0) - (s1 - s0))))
-                seen["sync_wait"].append((n, t_synced - t_wait))
+                seen["sync_wait"].append((n, sync_wait))
                 seen["exchanges"].append((n, sum(calls_now.get(t, 0) - calls.get(t, 0) for t in ("sample", "feature"))))
                 rows.append([(n, b.num_dst) for b in batch.blocks])
+        pipelined = _pipelined(strategy, sync, optimizer, order, seeds, rng, stretch)
     finally:
         sync.close()
         _restore(batches, states)
     if not samples["compute"]:
         return {k: LinearCost(0.0, 1e-6) for k in samples}, {}
-    return {k: fit_cost(v) for k, v in samples.items()}, _measures(strategy.model, seen, rows)
+    return {k: fit_cost(v) for k, v in samples.items()}, _measures(strategy.model, seen, rows, pipelined)
+
+
+def _train_step(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, batch: Any, x: Any, y: Any,
+                n: int) -> tuple[float, float]:
+    """One probe step of the model copy as training runs it: ``(seconds without the gradient wait, that wait)``."""
+    from graphdist.trainers.features import model_inputs
+
+    t0 = time.perf_counter()
+    inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
+    optimizer.zero_grad()
+    sync.begin_step(n)
+    out = sync.model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
+    loss = F.cross_entropy(out, y.to(strategy.device)) if n else out.sum() * 0.0
+    loss.backward()
+    t_wait = time.perf_counter()
+    sync.finish()  # the exposed part of the gradient exchange: the simulator's, per link
+    t_synced = time.perf_counter()
+    optimizer.step()
+    float(loss.detach())  # waits for a device's kernels
+    return time.perf_counter() - t0 - (t_synced - t_wait), t_synced - t_wait
+
+
+def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order: list[int], seeds: torch.Tensor,
+               rng: torch.Generator, stretch: Any) -> list[tuple[float, ...]]:
+    """The probe steps again as training runs them with prefetch: a thread samples and gathers the
+    next batch while this one trains, so the cores are shared as they will be. Per timed step
+    ``(seeds, wall s, loading thread CPU s, training thread CPU s, gradient wait s)``."""
+    import queue
+    import threading
+
+    batches = strategy.batches
+    plan = []
+    for size in order:
+        n = min(size, int(seeds.numel()))
+        plan.append((n, seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]))
+    ready: queue.Queue = queue.Queue(maxsize=1)
+
+    def load() -> None:
+        try:
+            if stretch is not None:
+                stretch.mark()
+            for n, ids in plan:
+                c0 = time.thread_time()
+                batch = batches.sampler.sample(ids)
+                x = batches.loader.features.gather(batch.input_nodes) if batches.loader.features is not None else None
+                y = batches.loader.labels(batch.seed_nodes) if n else None
+                cpu = time.thread_time() - c0
+                if stretch is not None:
+                    stretch.tick()
+                ready.put((n, batch, x, y, cpu))
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+            ready.put(exc)
+
+    thread = threading.Thread(target=load, name="graphdist-probe-loader", daemon=True)
+    thread.start()
+    out: list[tuple[float, ...]] = []
+    if stretch is not None:
+        stretch.mark()
+    last = time.perf_counter()
+    for k in range(len(plan)):
+        item = ready.get(timeout=strategy.ctx.cfg.timeout)
+        if isinstance(item, BaseException):
+            raise item
+        n, batch, x, y, load_cpu = item
+        c0 = time.thread_time()
+        _, sync_wait = _train_step(strategy, sync, optimizer, batch, x, y, n)
+        cpu = time.thread_time() - c0
+        if stretch is not None:
+            stretch.tick()
+        now = time.perf_counter()
+        if k >= 2 and n:  # after one warm-up step at each size
+            out.append((n, now - last, load_cpu, cpu, sync_wait))
+        last = now
+    thread.join(timeout=strategy.ctx.cfg.timeout)
+    return out
 
 
 def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]],
-              rows: list[list[tuple[float, float]]]) -> dict[str, Any]:
+              rows: list[list[tuple[float, float]]], pipelined: list[tuple[float, ...]]) -> dict[str, Any]:
     """The probes' traffic, waits and rows as ``(fixed, per_seed)`` fits, and the model's shape."""
     import os
 
@@ -237,7 +300,11 @@ def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]]
             "cores": os.cpu_count() or 1,
             "linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
                         if is_linear(m)],
-            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
+            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "pipelined": {"step": fit([(r[0], r[1]) for r in pipelined]),
+                          "load_cpu": fit([(r[0], r[2]) for r in pipelined]),
+                          "compute_cpu": fit([(r[0], r[3]) for r in pipelined]),
+                          "sync_wait": sum(r[4] for r in pipelined) / max(1, len(pipelined))} if pipelined else None}
 
 
 def _probe_sync(strategy: Any, model: torch.nn.Module) -> Any:
