@@ -9,7 +9,8 @@ validation runs (``--placement equal``, the same workload):
 
 Emulated hosts are network namespaces on this machine's cores: the simulator is told so (one
 machine, ``os.cpu_count()`` cores) and the link rate. Measured: the median epoch time of epochs
-2.. of each run (epoch 1 warms caches). The table prints measured, predicted, their ratio and
+2.. of each run (epoch 1 warms caches), then the median over ``--repeats`` rounds that run every
+case once each. The table prints measured, predicted, their ratio and
 what the simulator says bounds the step; the JSON keeps the profile and every epoch.
 
 Run book (the emulated hosts need root and iproute2; without them only the 1-host rows run):
@@ -111,24 +112,28 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         print(f"emulated hosts skipped: {reason}", flush=True)
     else:
         layouts += [(f"2 hosts x 1 @ {r}", r) for r in a.rates.split(",")]
-    rows = []
-    for name, rate in layouts:
-        for factor in (1.0, a.slowdown):
-            run_dir = tmp / f"run-{len(rows)}"
+    cases = [(name, rate, factor) for name, rate in layouts for factor in (1.0, a.slowdown)]
+    measured: dict[int, list[float]] = {k: [] for k in range(len(cases))}
+    last: dict[int, list[dict[str, Any]]] = {}
+    for rep in range(a.repeats):  # every case once per round: drifts of this shared machine hit all alike
+        for k, (name, rate, factor) in enumerate(cases):
+            run_dir = tmp / f"run-{rep}-{k}"
             args = train_args(a, parts, "equal", a.epochs)
             spec = slow if factor > 1 else ""
             records = (run_local(args, run_dir, spec, a.timeout) if rate is None
                        else run_emulated(args, run_dir, spec, rate, a.timeout))
-            pred = predict(profile, records, parse_rate(rate) if rate else None, factor)
-            meas = measured_epoch_s(records)
-            row = {"layout": name, "rate": rate, "slowdown": factor, "measured_s": meas, "predicted_s": pred.epoch_s,
-                   "ratio": pred.epoch_s / meas, "bottleneck": pred.bottleneck, "steps": pred.steps,
-                   "predicted_step_s": pred.step_s, "predicted_sync_s": pred.sync_s,
-                   "epochs": [r["epoch_time_s"] for r in records]}
-            rows.append(row)
-            print(f"  {name:<22} slow x{factor:g}: measured {meas:.2f} s, predicted {pred.epoch_s:.2f} s "
-                  f"({row['ratio']:.2f}x, {pred.bottleneck})", flush=True)
-    return {"dataset": a.dataset, "batch_size": a.batch_size, "epochs": a.epochs, "profile": profile, "rows": rows}
+            measured[k].append(measured_epoch_s(records))
+            last[k] = records
+            print(f"  round {rep + 1} {name:<22} slow x{factor:g}: {measured[k][-1]:.2f} s/epoch", flush=True)
+    rows = []
+    for k, (name, rate, factor) in enumerate(cases):
+        pred = predict(profile, last[k], parse_rate(rate) if rate else None, factor)
+        meas = statistics.median(measured[k])
+        rows.append({"layout": name, "rate": rate, "slowdown": factor, "measured_s": meas, "runs_s": measured[k],
+                     "predicted_s": pred.epoch_s, "ratio": pred.epoch_s / meas, "bottleneck": pred.bottleneck,
+                     "steps": pred.steps, "predicted_step_s": pred.step_s, "predicted_sync_s": pred.sync_s})
+    return {"dataset": a.dataset, "batch_size": a.batch_size, "epochs": a.epochs, "repeats": a.repeats,
+            "profile": profile, "rows": rows}
 
 
 def print_table(res: dict[str, Any]) -> None:
@@ -148,6 +153,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--rates", default="1gbit,100mbit,20mbit", help="emulated host link rates")
     p.add_argument("--slowdown", type=float, default=2.0, help="rank 1's factor in the slow-worker runs")
     p.add_argument("--epochs", type=int, default=3, help="epochs per validation run (measured: 2..)")
+    p.add_argument("--repeats", type=int, default=2, help="rounds of every validation run (median)")
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--out", default=str(RESULTS / "simulator.json"))

@@ -78,6 +78,7 @@ class Pipelined:
     step: LinearCost
     load_cpu: LinearCost
     compute_cpu: LinearCost
+    compute_wall: LinearCost
     sync_wait_s: float = 0.0
 
 
@@ -165,7 +166,8 @@ class EpochPrediction:
 
 def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, steps: int,
              model: ModelShape = ModelShape(), sync: str = "dwbp", sacp: bool = True, prefetch: bool = True,
-             slowdown: Optional[Sequence[float]] = None, profiled_layout: Optional[Layout] = None) -> EpochPrediction:
+             slowdown: Optional[Sequence[float]] = None, profiled_layout: Optional[Layout] = None,
+             strategy: str = "minibatch", avg_every: int = 10) -> EpochPrediction:
     """The predicted minibatch epoch of ``workers`` with ``shares`` on ``layout`` (see the module doc).
 
     Args:
@@ -181,25 +183,35 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         slowdown: per worker a factor >= 1 on its own work (default 1).
         profiled_layout: where the profile was measured (default one host): the gradient wait it
             measured is kept, the simulated difference between the two layouts added.
+        strategy: ``minibatch``; or ``aggregation`` (each worker samples its own part only, no
+            traffic per step; every ``avg_every`` steps the parameters are averaged by a ring
+            allreduce, its time spread over those steps). ``fullgraph`` has no probe: refused.
     """
+    if strategy not in ("minibatch", "aggregation"):
+        raise ValueError(f"simulate: strategy {strategy!r} is not modelled (minibatch, aggregation)")
     n = len(workers)
     if len(shares) != n or len(layout.host_of) != n:
         raise ValueError(f"simulate: {n} workers but {len(shares)} shares and {len(layout.host_of)} placed workers")
     stretch = list(slowdown) if slowdown is not None else [1.0] * n
     base = profiled_layout if profiled_layout is not None else Layout.one_host(n)
     grad_s = [w.pipelined.sync_wait_s if prefetch and w.pipelined is not None else w.sync_wait_s for w in workers]
-    exposed = max(g + max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
-                          - _sync_exposed(workers, shares, base, model, sync, sacp)) for g in grad_s)
-    net = _network_s(workers, shares, layout)
+    if strategy == "aggregation":
+        average = _ring_s(model.param_bytes, n, layout.ring_bps(), layout.latency_s) if n > 1 else 0.0
+        exposed = average / max(1, avg_every)
+        net = [0.0] * n
+    else:
+        exposed = max(g + max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
+                              - _sync_exposed(workers, shares, base, model, sync, sacp)) for g in grad_s)
+        net = _network_s(workers, shares, layout)
     own, cpu_of = [], []
     for i, (w, b) in enumerate(zip(workers, shares)):
         p = w.pipelined if prefetch and _same_sharing(layout, base, i) else None
         if p is not None:  # measured on cores shared as here: contention is in the measures
             load = p.load_cpu.time(b) * stretch[i] + w.wait.time(b) + net[i]
-            # The contended step as measured, plus the emulated extra work of the training thread
-            # (a slow worker's loading thread stretches beside it, off the critical path).
-            work = p.step.time(b) - p.sync_wait_s + (stretch[i] - 1.0) * p.compute_cpu.time(b)
-            own.append(max(load, p.compute_cpu.time(b) * stretch[i] + exposed, work + exposed))
+            # The contended step as measured; a slow worker's training thread adds its emulated extra
+            # work to its measured wall (its loading thread stretches beside it, off the critical path).
+            train = p.compute_wall.time(b) + (stretch[i] - 1.0) * p.compute_cpu.time(b)
+            own.append(max(load, p.step.time(b) - p.sync_wait_s + exposed, train + exposed))
             cpu_of.append(p.load_cpu.time(b) + p.compute_cpu.time(b))
             continue
         load = (w.sample.time(b) + w.gather.time(b)) * stretch[i] + w.wait.time(b) + net[i]
@@ -326,4 +338,6 @@ def _pipelined(doc: Optional[dict[str, Any]]) -> Optional[Pipelined]:
     if not doc:
         return None
     return Pipelined(step=LinearCost(*doc["step"]), load_cpu=LinearCost(*doc["load_cpu"]),
-                     compute_cpu=LinearCost(*doc["compute_cpu"]), sync_wait_s=float(doc.get("sync_wait", 0.0)))
+                     compute_cpu=LinearCost(*doc["compute_cpu"]),
+                     compute_wall=LinearCost(*doc.get("compute_wall", doc["compute_cpu"])),
+                     sync_wait_s=float(doc.get("sync_wait", 0.0)))

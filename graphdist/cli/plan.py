@@ -62,7 +62,7 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
     memory = [part_memory_bytes(p["num_inner"], p["num_halo"], p["num_edges"], int(meta.get("feature_dim") or 0))
               for p in parts]
     edges = part_edges(a.partitions)
-    costs = None
+    costs, profile = None, None
     if a.profile:
         profile = _read_profile(a.profile)
         if len(profile["parts"] or []) != len(workers):
@@ -78,7 +78,28 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
             "shares": [r.batch_share for r in plan.ranks], "lines": [w.line(measured=costs is not None) for w in why],
             "cut_edges_between_workers": cut_between_workers(assignment, edges),
             "num_edges": int(meta["num_edges"]), "measured": costs is not None,
-            "predicted_epoch_s": step * plan.steps_per_epoch if costs is not None else None}
+            "predicted_epoch_s": step * plan.steps_per_epoch if costs is not None else None,
+            "simulated": _simulated(profile, spec, plan) if a.profile else None}
+
+
+def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[str, Any]]:
+    """Per strategy the simulator's epoch on the spec's hosts and links (None: an older profile)."""
+    from placement.simulator import Layout, costs_from_profile, simulate
+
+    try:
+        workers, shape = costs_from_profile(profile)
+    except ValueError:
+        return None
+    hosts = {h.name: i for i, h in enumerate(spec.hosts)}
+    layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),
+                    link_bps=tuple(h.link_bps for h in spec.hosts), local_bps=spec.local_link_bps)
+    shares = [r.batch_share for r in plan.ranks]
+    out = {}
+    for strategy in ("minibatch", "aggregation"):
+        pred = simulate(workers, shares, layout, plan.steps_per_epoch, model=shape, strategy=strategy)
+        out[strategy] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
+                         "line": pred.line()}
+    return out
 
 
 def _read_profile(path: str) -> dict[str, Any]:
@@ -97,7 +118,14 @@ def print_plan(res: dict[str, Any]) -> None:
     for line in res["lines"]:
         print(f"  {line}")
     print(f"edges cut between workers: {res['cut_edges_between_workers']:,} of {res['num_edges']:,}")
-    if res["predicted_epoch_s"] is not None:
+    if res["simulated"]:
+        print("simulated epoch on this cluster's links (placement/simulator.py; cores not bounded, fullgraph "
+              "not modelled):")
+        for strategy, pred in res["simulated"].items():
+            print(f"  {strategy:<12} {pred['line']}")
+        best = min(res["simulated"], key=lambda k: res["simulated"][k]["epoch_s"])
+        print(f"recommended: --strategy {best} (aggregation trades accuracy for speed: see README 'Training strategies')")
+    elif res["predicted_epoch_s"] is not None:
         print(f"predicted minibatch epoch (compute-bound, from the profile): {res['predicted_epoch_s']:.2f} s")
 
 

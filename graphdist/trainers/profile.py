@@ -62,9 +62,12 @@ class Profile:
         measures: per rank what the simulator (``placement.simulator``) needs beyond CPU costs, each
             linear in the share as ``(fixed, per_seed)``: ``bytes`` this rank sends per step by tag
             (``sample``, ``feature``), ``wait`` (wall minus CPU time of sampling and gathering: time
-            in exchanges), ``sync_wait`` (mean seconds a step waited for its gradient exchange), ``rows`` per layer (the destination rows of each block: SACP's K),
-            ``exchanges`` per step, ``cores`` of its host, and the model's ``linears``
-            (``[name, out, in]``) and ``param_bytes``.
+            in exchanges), ``sync_wait`` (mean seconds a step waited for its gradient exchange), ``rows``
+            per layer (the destination rows of each block: SACP's K), ``exchanges`` per step, ``cores``
+            of its host, the model's ``linears`` (``[name, out, in]``) and ``param_bytes``, and
+            ``pipelined``: the probes again with a loading thread beside the training thread, as
+            prefetch runs them (wall ``step``, each thread's CPU, the training thread's wall, the
+            gradient wait).
     """
 
     key: dict[str, Any]
@@ -196,7 +199,7 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
                 seen["sync_wait"].append((n, sync_wait))
                 seen["exchanges"].append((n, sum(calls_now.get(t, 0) - calls.get(t, 0) for t in ("sample", "feature"))))
                 rows.append([(n, b.num_dst) for b in batch.blocks])
-        pipelined = _pipelined(strategy, sync, optimizer, order, seeds, rng, stretch)
+        pipelined = _pipelined(strategy, sync, optimizer, list(sizes) + order[len(sizes):] * 2, seeds, rng, stretch)
     finally:
         sync.close()
         _restore(batches, states)
@@ -229,7 +232,8 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order
                rng: torch.Generator, stretch: Any) -> list[tuple[float, ...]]:
     """The probe steps again as training runs them with prefetch: a thread samples and gathers the
     next batch while this one trains, so the cores are shared as they will be. Per timed step
-    ``(seeds, wall s, loading thread CPU s, training thread CPU s, gradient wait s)``."""
+    ``(seeds, wall s, loading thread CPU s, training thread CPU s, gradient wait s, training wall s)``
+    (the last: from the batch's arrival to the step's end, the gradient wait excluded)."""
     import queue
     import threading
 
@@ -267,14 +271,14 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order
         if isinstance(item, BaseException):
             raise item
         n, batch, x, y, load_cpu = item
-        c0 = time.thread_time()
+        c0, t_got = time.thread_time(), time.perf_counter()
         _, sync_wait = _train_step(strategy, sync, optimizer, batch, x, y, n)
         cpu = time.thread_time() - c0
         if stretch is not None:
             stretch.tick()
         now = time.perf_counter()
         if k >= 2 and n:  # after one warm-up step at each size
-            out.append((n, now - last, load_cpu, cpu, sync_wait))
+            out.append((n, now - last, load_cpu, cpu, sync_wait, now - t_got - sync_wait))
         last = now
     thread.join(timeout=strategy.ctx.cfg.timeout)
     return out
@@ -304,6 +308,7 @@ def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]]
             "pipelined": {"step": fit([(r[0], r[1]) for r in pipelined]),
                           "load_cpu": fit([(r[0], r[2]) for r in pipelined]),
                           "compute_cpu": fit([(r[0], r[3]) for r in pipelined]),
+                          "compute_wall": fit([(r[0], r[5]) for r in pipelined]),
                           "sync_wait": sum(r[4] for r in pipelined) / max(1, len(pipelined))} if pipelined else None}
 
 

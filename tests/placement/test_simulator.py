@@ -1,0 +1,82 @@
+"""The simulator's model on hand-made costs: closed forms where the model has them."""
+
+import pytest
+
+from placement.shares import LinearCost
+from placement.simulator import Layout, ModelShape, WorkerCosts, costs_from_profile, simulate
+
+
+def _worker(load_ms=4.0, compute_ms=10.0, sent_per_seed=1000.0, rows_per_seed=8.0):
+    per = lambda ms: LinearCost(0.0, ms / 1e3 / 100)  # noqa: E731 - ms at a share of 100
+    return WorkerCosts(sample=per(load_ms / 2), gather=per(load_ms / 2), compute=per(compute_ms),
+                       sent_bytes=LinearCost(0.0, sent_per_seed), rows=(LinearCost(0.0, rows_per_seed),
+                                                                        LinearCost(0.0, 1.0)))
+
+
+SHAPE = ModelShape(linears=(("layers.0.lin", 256, 512), ("layers.1.lin", 16, 256)),
+                   param_bytes=4 * (256 * 513 + 16 * 257))
+
+
+def test_one_host_step_is_the_larger_of_loading_and_compute():
+    w = _worker()
+    pred = simulate([w, w], [100, 100], Layout.one_host(2), steps=7, prefetch=True)
+    assert pred.step_s == pytest.approx(0.010) and pred.epoch_s == pytest.approx(0.070)
+    serial = simulate([w, w], [100, 100], Layout.one_host(2), steps=7, prefetch=False)
+    assert serial.step_s == pytest.approx(0.014)
+
+
+def test_cores_bound_all_workers_of_a_machine():
+    w = _worker()
+    pred = simulate([w, w], [100, 100], Layout.one_host(2, cores=1), steps=1)
+    assert pred.step_s == pytest.approx(0.028) and pred.bottleneck == "cores"  # (4 + 10) ms x 2 on one core
+
+
+def test_a_slow_worker_stretches_its_own_path():
+    w = _worker()
+    pred = simulate([w, w], [100, 100], Layout.one_host(2), steps=1, slowdown=[1.0, 2.0])
+    assert pred.per_worker_s == pytest.approx([0.010, 0.020]) and pred.step_s == pytest.approx(0.020)
+
+
+def test_cross_host_traffic_over_the_uplink():
+    w = _worker(sent_per_seed=10_000.0)  # 1 MB per step at a share of 100
+    lay = lambda bps: Layout.hosts_of([1, 1], link_bps=bps, latency_s=0.0)  # noqa: E731
+    slow, slower = (simulate([w, w], [100, 100], lay(r), steps=1) for r in (100e6, 50e6))
+    assert slow.parts["network_s"] == pytest.approx(0.08) and slower.parts["network_s"] == pytest.approx(0.16)
+    assert slow.bottleneck == "network" and slower.step_s > slow.step_s
+    # Half of each worker's partners on its own host: half the bytes cross.
+    four = simulate([w] * 4, [100] * 4, Layout.hosts_of([2, 2], link_bps=100e6, latency_s=0.0), steps=1)
+    assert four.parts["network_s"] == pytest.approx(2 * 2 / 3 * 0.08)
+
+
+def test_gradient_exchange_overlaps_backward_under_dwbp_only():
+    w = _worker(compute_ms=30.0, rows_per_seed=1000.0)  # K large: SACP keeps every layer dense
+    lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
+    dense = 4 * (256 * 512 + 256) + 4 * (16 * 256 + 16)
+    blocking = simulate([w, w], [100, 100], lay, steps=1, model=SHAPE, sync="blocking")
+    assert blocking.sync_s == pytest.approx(8 * dense / 100e6, rel=0.02)  # 2 (P-1)/P = 1 of the bytes
+    dwbp = simulate([w, w], [100, 100], lay, steps=1, model=SHAPE, sync="dwbp")
+    assert 0 < dwbp.sync_s < blocking.sync_s
+
+
+def test_sacp_sends_factors_when_poseidons_rule_picks_them():
+    few = _worker(rows_per_seed=0.2)  # K = 20 rows: 20 (256 + 512) < 2 * 256 * 512 / 2
+    lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
+    dense = simulate([few, few], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=False)
+    sfb = simulate([few, few], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=True)
+    assert sfb.sync_s < dense.sync_s / 5
+
+
+def test_aggregation_has_no_per_step_traffic_and_averages_every_k_steps():
+    w = _worker(sent_per_seed=10_000.0)
+    lay = Layout.hosts_of([1, 1], link_bps=10e6, latency_s=0.0)
+    mini = simulate([w, w], [100, 100], lay, steps=10, model=SHAPE)
+    agg = simulate([w, w], [100, 100], lay, steps=10, model=SHAPE, strategy="aggregation", avg_every=10)
+    assert agg.parts["network_s"] == 0 and agg.epoch_s < mini.epoch_s
+    assert agg.sync_s == pytest.approx(8 * SHAPE.param_bytes / 10e6 / 10)
+    with pytest.raises(ValueError, match="fullgraph"):
+        simulate([w, w], [100, 100], lay, steps=1, strategy="fullgraph")
+
+
+def test_profiles_without_measures_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="run --placement profiled again"):
+        costs_from_profile({"parts": [{"sample": [0, 1e-5], "gather": [0, 1e-5], "compute": [0, 1e-5]}]})
