@@ -107,11 +107,12 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     print(f"profile: {time.perf_counter() - t0:.1f} s for the profiling run", flush=True)
     slow = f"1:{a.slowdown:g}"
     layouts: list[tuple[str, Optional[str]]] = [("1 host x 2", None)]
-    reason = unavailable_reason()
+    rates = [r for r in a.rates.split(",") if r]
+    reason = unavailable_reason() if rates else None
     if reason:
         print(f"emulated hosts skipped: {reason}", flush=True)
     else:
-        layouts += [(f"2 hosts x 1 @ {r}", r) for r in a.rates.split(",")]
+        layouts += [(f"2 hosts x 1 @ {r}", r) for r in rates]
     cases = [(name, rate, factor) for name, rate in layouts for factor in (1.0, a.slowdown)]
     measured: dict[int, list[float]] = {k: [] for k in range(len(cases))}
     last: dict[int, list[dict[str, Any]]] = {}
@@ -150,7 +151,7 @@ def print_table(res: dict[str, Any]) -> None:
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="synthetic-100k")
-    p.add_argument("--rates", default="1gbit,100mbit,20mbit", help="emulated host link rates")
+    p.add_argument("--rates", default="1gbit,100mbit,20mbit", help="emulated host link rates ('': 1 host only)")
     p.add_argument("--slowdown", type=float, default=2.0, help="rank 1's factor in the slow-worker runs")
     p.add_argument("--epochs", type=int, default=3, help="epochs per validation run (measured: 2..)")
     p.add_argument("--repeats", type=int, default=2, help="rounds of every validation run (median)")

@@ -124,7 +124,8 @@ def print_plan(res: dict[str, Any]) -> None:
         for strategy, pred in res["simulated"].items():
             print(f"  {strategy:<12} {pred['line']}")
         best = min(res["simulated"], key=lambda k: res["simulated"][k]["epoch_s"])
-        print(f"recommended: --strategy {best} (aggregation trades accuracy for speed: see README 'Training strategies')")
+        print(f"recommended: --strategy {best} (aggregation trades accuracy for speed: see README "
+              f"'Training strategies')")
     elif res["predicted_epoch_s"] is not None:
         print(f"predicted minibatch epoch (compute-bound, from the profile): {res['predicted_epoch_s']:.2f} s")
 

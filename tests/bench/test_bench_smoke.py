@@ -25,9 +25,9 @@ BENCH = REPO / "bench"
 TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
-SMOKED = ("bench_cluster.py", "bench_comm.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py", "bench_models.py",
-          "bench_partition.py", "bench_partition_faults.py", "bench_placement.py", "bench_sampler.py",
-          "bench_strategies.py", "bench_train.py", "check_cuda.py")
+SMOKED = ("bench_cluster.py", "bench_comm.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py",
+          "bench_models.py", "bench_partition.py", "bench_partition_faults.py", "bench_parts.py", "bench_placement.py",
+          "bench_sampler.py", "bench_simulator.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -281,3 +281,30 @@ def test_bench_partition_faults(tmp_path):
     summary = doc["summary"]
     assert summary["runs"] == 1 and summary["rerun_failed"] == 0 and summary["siblings_after_rerun"] == 0, doc
     assert summary["torn (looked complete, failed to verify or unknown)"] == 0, doc
+
+
+def test_bench_simulator(tmp_path):
+    out = tmp_path / "simulator.json"
+    # One host only (no --rates): the profile run, then one validation run with and one without the slow worker.
+    res = _bench("bench_simulator.py", "--dataset", "synthetic-3000", "--rates", "", "--repeats", 1, "--epochs", 1,
+                 "--batch-size", 256, "--out", out)
+    _ok(res)
+    assert "Simulator vs measured" in res.stdout and "worst error" in res.stdout
+    rows = _read(out, "started", "profile", "rows")["rows"]
+    assert [(r["layout"], r["slowdown"]) for r in rows] == [("1 host x 2", 1.0), ("1 host x 2", 2.0)]
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in rows)
+    assert rows[1]["predicted_s"] > rows[0]["predicted_s"]  # the slow worker slows the prediction too
+
+
+def test_bench_parts(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    cora = find_dataset("cora")
+    out = tmp_path / "parts.json"
+    res = _bench("bench_parts.py", "--dataset", "cora", "--parts", 4, "--seeds", 1, "--epochs", 1, "--out", out,
+                 env={"GRAPHDIST_DATA": str(cora.parent)})
+    _ok(res)
+    assert "4 parts vs 2 parts on 2 workers" in res.stdout
+    doc = _read(out, "started", "runs", "mean_diff_points", "step_ratio_median")
+    assert len(doc["runs"]["many"]) == len(doc["runs"]["two"]) == 1
+    assert 0 < doc["runs"]["many"][0]["test_acc"] <= 100 and doc["runs"]["many"][0]["predicted_step_s"] > 0

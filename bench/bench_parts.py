@@ -1,0 +1,142 @@
+"""More parts than workers: 8 parts on 2 workers against 2 parts on 2 workers, paired seeds.
+
+A worker holding several parts trains on their union (``partition/merge.py``). This bench trains
+bench_train's accuracy recipe (GCN, hidden 64, batch 32) on a METIS partitioning into ``--parts``
+parts and into 2 parts, both on 2 local workers, for ``--seeds`` paired seeds (the same seed on
+both), and reports:
+
+- test accuracy at the best-validation epoch, per seed, and the mean paired difference (target:
+  within 1 point);
+- epoch time, and the simulator's prediction of the many-part run's step from that run's own
+  profile (``--placement profiled``; ``placement/simulator.py``) against its measured step
+  (target: within 10%).
+
+Run book:
+
+    .venv/bin/python bench/bench_parts.py                                  # pubmed, 8 vs 2 parts, 5 seeds
+    .venv/bin/python bench/bench_parts.py --dataset cora --seeds 2 --epochs 20
+    # writes bench/results/parts.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+
+
+def ensure_parts(dataset: str, parts: int, cache: Path) -> Path:
+    from graphdist.data import load_graph
+    from partition.api import partition
+
+    out = cache / f"{dataset}-metis-{parts}"
+    if not (out / "meta.json").exists():
+        partition(load_graph(dataset), parts, method="metis", out=out, seed=0, force=True)
+    return out
+
+
+def train(parts: Path, run_dir: Path, seed: int, a: argparse.Namespace, placement: str) -> list[dict[str, Any]]:
+    from bench.bench_train import ACCURACY_ARGS  # the Planetoid recipe the accuracy targets are for
+
+    cmd = [sys.executable, "-m", "graphdist.cli.train", "--partitions", str(parts), "--num-workers", "2",
+           *ACCURACY_ARGS, "--epochs", str(a.epochs), "--seed", str(seed), "--model", a.model,
+           "--placement", placement, "--prefetch", "--run-dir", str(run_dir)]
+    if a.batch_size:
+        cmd += ["--batch-size", str(a.batch_size)]
+    done = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=a.timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def best_test(records: list[dict[str, Any]]) -> float:
+    scored = [r for r in records if r.get("val_acc") is not None]
+    return 100.0 * max(scored, key=lambda r: (r["val_acc"], -r["epoch"]))["test_acc"]
+
+
+def simulated_step(run_dir: Path, records: list[dict[str, Any]]) -> Optional[float]:
+    """The simulator's step for this run, from the profile the run itself measured (one host)."""
+    from placement.simulator import Layout, costs_from_profile, simulate
+
+    profile = json.loads((run_dir / "profile.json").read_text())
+    workers, shape = costs_from_profile(profile)
+    shares = [int(s) for s in records[-1]["batch_share"]]
+    cores = os.cpu_count() or 1
+    return simulate(workers, shares, Layout.one_host(2, cores=cores), steps=int(records[-1]["steps"]), model=shape,
+                    profiled_layout=Layout.one_host(2, cores=cores)).step_s
+
+
+def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    many, two = ensure_parts(a.dataset, a.parts, tmp / "cache"), ensure_parts(a.dataset, 2, tmp / "cache")
+    runs: dict[str, list[dict[str, Any]]] = {"many": [], "two": []}
+    for seed in range(a.seeds):
+        for arm, parts in (("many", many), ("two", two)):  # alternating: drifts hit both arms alike
+            run_dir = tmp / f"{arm}-{seed}"
+            records = train(parts, run_dir, seed, a, "profiled" if arm == "many" else "equal")
+            later = [r["epoch_time_s"] for r in records if r["epoch"] > 1] or [records[-1]["epoch_time_s"]]
+            entry = {"seed": seed, "test_acc": best_test(records), "epoch_s": statistics.median(later),
+                     "steps": int(records[-1]["steps"])}
+            if arm == "many":
+                entry["predicted_step_s"] = simulated_step(run_dir, records)
+                entry["measured_step_s"] = entry["epoch_s"] / entry["steps"]
+            runs[arm].append(entry)
+            print(f"  seed {seed} {a.parts if arm == 'many' else 2} parts: test {entry['test_acc']:.2f}%, "
+                  f"{entry['epoch_s']:.2f} s/epoch", flush=True)
+    diffs = [m["test_acc"] - t["test_acc"] for m, t in zip(runs["many"], runs["two"])]
+    ratios = [m["predicted_step_s"] / m["measured_step_s"] for m in runs["many"]]
+    return {"dataset": a.dataset, "parts": a.parts, "seeds": a.seeds, "epochs": a.epochs, "model": a.model,
+            "runs": runs, "mean_diff_points": statistics.mean(diffs), "diffs": diffs,
+            "step_ratio_median": statistics.median(ratios), "step_ratios": ratios}
+
+
+def print_table(res: dict[str, Any]) -> None:
+    print(f"\n{res['parts']} parts vs 2 parts on 2 workers, {res['dataset']} ({res['model']}, {res['epochs']} epochs, "
+          f"{res['seeds']} paired seeds):")
+    print(f"{'seed':>4} {'acc ' + str(res['parts']) + ' parts':>14} {'acc 2 parts':>12} {'s/epoch':>16} "
+          f"{'step pred/meas':>15}")
+    for m, t in zip(res["runs"]["many"], res["runs"]["two"]):
+        print(f"{m['seed']:>4} {m['test_acc']:>13.2f}% {t['test_acc']:>11.2f}% {m['epoch_s']:>7.2f} | "
+              f"{t['epoch_s']:<6.2f} {m['predicted_step_s'] / m['measured_step_s']:>14.2f}x")
+    print(f"mean paired difference {res['mean_diff_points']:+.2f} points (target within 1); simulated step "
+          f"{res['step_ratio_median']:.2f}x measured (median; target within 10%)")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", default="pubmed")
+    p.add_argument("--parts", type=int, default=8)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=50, help="default: the accuracy recipe's 50")
+    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat"])
+    p.add_argument("--batch-size", type=int, default=0, help="global batch (0: the accuracy recipe's 32)")
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--out", default=str(RESULTS / "parts.json"))
+    a = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-parts-") as tmp:
+        os.environ.setdefault("GRAPHDIST_CACHE", str(Path(tmp) / "cache"))
+        res = bench(a, Path(tmp))
+    print_table(res)
+    res["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
