@@ -8,7 +8,10 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
 - ``cuda:0,cuda:1``: NCCL for gradients, gloo for sampling and counters (needs 2 GPUs);
 - ``cpu,cuda:0`` again with ``--compress int8``, and with ``--allreduce hier`` over two emulated
   hosts (``GRAPHDIST_TOPOLOGY=2x1``): the threaded algorithms and int8 stage CUDA buckets through
-  host memory; SACP (on by default) captures CUDA factors.
+  host memory; SACP (on by default) captures CUDA factors;
+- ``cpu,cuda:0`` with placement end to end: ``--placement profiled`` (the start-up profile of
+  unlike workers, its simulator measures), ``--rebalance-every 5``; the case records the start
+  and end shares and fails unless the GPU worker ends with the larger one.
 
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
@@ -50,7 +53,13 @@ def run_case(devices: str, workers: int, args: argparse.Namespace, tmp: Path, ex
         return row
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     row.update(seeds_per_s=round(last["seeds_per_s"]), test_acc=last.get("test_acc"),
-               hidden_fraction=last.get("hidden_fraction"))
+               hidden_fraction=last.get("hidden_fraction"), shares=last.get("batch_share"),
+               shares_end=last.get("batch_share_end"))
+    if "--placement" in extra:  # the GPU rank (rank 1 of "cpu,cuda:0") must end with the larger share
+        end = last.get("batch_share_end") or [0, 0]
+        row["ok"] = bool((run / "profile.json").exists() and end[1] > end[0])
+        if not row["ok"]:
+            row["error"] = f"shares {last.get('batch_share')} -> {end}: the GPU worker did not get the larger share"
     return row
 
 
@@ -69,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [("cuda:0", 1, (), None), ("cpu,cuda:0", 2, (), None)]
     cases += [("cuda:0,cuda:1", 2, (), None)] if gpus >= 2 else []
     cases += [("cpu,cuda:0", 2, ("--compress", "int8"), None),
-              ("cpu,cuda:0", 2, ("--allreduce", "hier"), {"GRAPHDIST_TOPOLOGY": "2x1"})]
+              ("cpu,cuda:0", 2, ("--allreduce", "hier"), {"GRAPHDIST_TOPOLOGY": "2x1"}),
+              ("cpu,cuda:0", 2, ("--placement", "profiled", "--rebalance-every", "5"), None)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="graphdist-cuda-") as tmp:
         for devices, workers, extra, env in cases:

@@ -39,11 +39,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=512, help="global batch (default 512, graphdist-train's)")
     p.add_argument("--profile", metavar="FILE", help="a run's profile.json: measured per-worker costs")
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
+    d = p.add_argument_group("a graph that is not on this machine (placement/describe.py; needs --profile)")
+    d.add_argument("--describe", metavar="N,E,F", help="plan for N nodes, E edges, F features instead")
+    d.add_argument("--train-fraction", type=float, default=0.01, help="share of nodes that train (default 0.01)")
+    d.add_argument("--machines", type=int, default=16, help="machines (default 16)")
+    d.add_argument("--workers-per-machine", type=int, default=1, help="workers per machine (default 1)")
+    d.add_argument("--link", default="10gbit", help="each machine's link rate (default 10gbit)")
+    d.add_argument("--edge-cut", type=float, default=0.1, help="assumed share of edges cut between workers (0.1)")
+    d.add_argument("--speedup", type=float, default=1.0,
+                   help="each worker's throughput relative to the profiled one (default 1: as measured here)")
+    d.add_argument("--reference", type=float, metavar="S", help="a published epoch time to print beside the "
+                   "prediction, e.g. 13 (DistDGL, ogbn-papers100M, 16 machines)")
     return p
 
 
 def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
     """The plan and its explanation for parsed arguments (raises ValueError on bad input)."""
+    if a.describe:
+        return describe_from_args(a)
     from partition.api import part_edges, read_meta
     from placement.assign import cut_between_workers, optimize_plan, part_memory_bytes
     from placement.cluster import load_cluster, local_cluster
@@ -80,6 +93,50 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
             "num_edges": int(meta["num_edges"]), "measured": costs is not None,
             "predicted_epoch_s": step * plan.steps_per_epoch if costs is not None else None,
             "simulated": _simulated(profile, spec, plan) if a.profile else None}
+
+
+def describe_from_args(a: argparse.Namespace) -> dict[str, Any]:
+    """``--describe``: the prediction for a graph that is not here, from this machine's profile."""
+    from partition.api import read_meta
+    from placement.cluster import parse_rate
+    from placement.describe import Assumptions, parse_described, predict_described
+    from placement.simulator import costs_from_profile
+
+    if not a.profile:
+        raise ValueError("--describe needs --profile: a profile.json measured here with the same model and fan-outs")
+    graph = parse_described(a.describe, a.train_fraction)
+    if min(a.machines, a.workers_per_machine) < 1 or not 0 < a.edge_cut <= 1 or a.speedup <= 0:
+        raise ValueError("--machines and --workers-per-machine >= 1, --edge-cut in (0, 1], --speedup > 0")
+    profile = _read_profile(a.profile)
+    workers, shape = costs_from_profile(profile)
+    meta = read_meta(a.partitions)
+    cut = float(meta.get("edge_cut") or 0.0)  # the share of edges between the profiled workers' parts
+    if cut <= 0:
+        raise ValueError(f"--partitions {a.partitions}: no edge cut to scale from (one part?); profile on >= 2 parts")
+    assume = Assumptions(machines=a.machines, workers_per_machine=a.workers_per_machine, link_bps=parse_rate(a.link),
+                         edge_cut=a.edge_cut, speedup=a.speedup, batch_size=a.batch_size)
+    res = predict_described(workers, [m["bytes"]["sample"] for m in profile["measures"]],
+                            [m["bytes"]["feature"] for m in profile["measures"]], shape, cut,
+                            int(meta.get("feature_dim") or 1), graph, assume)
+    return {"describe": graph.__dict__, "assumptions": assume.__dict__, "profile": a.profile, "profiled_cut": cut,
+            "steps": res["steps"], "reference_s": a.reference, "dominant": res["dominant"],
+            "sensitivity": res["sensitivity"],
+            "predictions": {k: {"epoch_s": v.epoch_s, "line": v.line()} for k, v in res["predictions"].items()}}
+
+
+def print_described(res: dict[str, Any]) -> None:
+    g, s = res["describe"], res["assumptions"]
+    print(f"described graph: {g['nodes']:,} nodes, {g['edges']:,} edges, {g['features']} features, "
+          f"{g['train_fraction']:.2%} train ({res['steps']:,} steps of {s['batch_size']} seeds)")
+    print(f"cluster: {s['machines']} machines x {s['workers_per_machine']} workers, link {s['link_bps'] / 1e9:g} "
+          f"Gbit/s; assumed: edge cut {s['edge_cut']:.2f} (profiled {res['profiled_cut']:.2f}), "
+          f"speedup {s['speedup']:g}x over the profiled worker")
+    for strategy, pred in res["predictions"].items():
+        print(f"  {strategy:<12} {pred['line']}")
+    if res["reference_s"] is not None:
+        print(f"  reference    {res['reference_s']:.2f} s/epoch (published)")
+    moved = ", ".join(f"{k} x2 worse -> {v:.2f}x" for k, v in res["sensitivity"].items())
+    print(f"dominant assumption: {res['dominant']} ({moved}); measure it before trusting the number")
 
 
 def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[str, Any]]:
@@ -139,7 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:  # UsageError, ClusterSpecError, PlacementError, PartitionFormatError are ValueErrors
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    print_plan(res)
+    print_described(res) if a.describe else print_plan(res)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return 0

@@ -80,3 +80,41 @@ def test_aggregation_has_no_per_step_traffic_and_averages_every_k_steps():
 def test_profiles_without_measures_are_refused_in_one_line():
     with pytest.raises(ValueError, match="run --placement profiled again"):
         costs_from_profile({"parts": [{"sample": [0, 1e-5], "gather": [0, 1e-5], "compute": [0, 1e-5]}]})
+
+
+def _profile_doc():
+    part = {"sample": [0.001, 1e-5], "gather": [0.0, 1e-5], "compute": [0.002, 5e-5]}
+    measures = {"bytes": {"sample": [0.0, 50.0], "feature": [0.0, 400.0]}, "wait": [0.0, 0.0], "exchanges": 6,
+                "rows": [[0.0, 8.0], [0.0, 1.0]], "sync_wait": 0.001, "cores": 2,
+                "linears": [["layers.0.lin", 128, 200], ["layers.1.lin", 16, 256]], "param_bytes": 119360}
+    return {"key": {}, "costs": [[0.0, 1e-4]] * 2, "shares": [100, 100], "parts": [part, part],
+            "measures": [measures, measures]}
+
+
+def test_describe_scales_the_profile_and_names_the_dominant_assumption(tmp_path, capsys):
+    import json
+
+    from graphdist.cli.plan import main
+    from graphdist.testing import random_graph
+    from partition.api import partition
+
+    out = partition(random_graph(300, avg_degree=4, seed=1, feature_dim=100), 2, method="metis", out=tmp_path / "p",
+                    seed=0)
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(_profile_doc()))
+    base = ["--partitions", str(out), "--describe", "1000000,20000000,100", "--train-fraction", "0.1",
+            "--machines", "4", "--link", "1gbit", "--batch-size", "1024", "--reference", "5"]
+    assert main(base) == 2 and "--describe needs --profile" in capsys.readouterr().err
+    doc = tmp_path / "plan.json"
+    assert main([*base, "--profile", str(profile), "--json", str(doc)]) == 0
+    text = capsys.readouterr().out
+    assert "dominant assumption:" in text and "reference" in text and "minibatch" in text
+    res = json.loads(doc.read_text())
+    assert res["steps"] == 98 and set(res["sensitivity"]) == {"speedup", "edge_cut", "link_bps"}
+    assert res["sensitivity"]["speedup"] > 1.0  # halving the speed never helps
+    faster = tmp_path / "fast.json"
+    assert main([*base, "--profile", str(profile), "--speedup", "4", "--json", str(faster)]) == 0
+    fast = json.loads(faster.read_text())["predictions"]["minibatch"]["epoch_s"]
+    assert fast < res["predictions"]["minibatch"]["epoch_s"]
+    assert main([*base[:3], "1,2", "--profile", str(profile)]) == 2
+    assert "expected N,E,F" in capsys.readouterr().err
