@@ -95,6 +95,8 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     diffs = [m["test_acc"] - t["test_acc"] for m, t in zip(runs["many"], runs["two"])]
     res = {"dataset": a.dataset, "parts": a.parts, "seeds": a.seeds, "epochs": a.epochs, "model": a.model,
            "runs": runs, "mean_diff_points": statistics.mean(diffs), "diffs": diffs}
+    if not a.timing_dataset:
+        return res
     # The step prediction on a workload with many steps: one profiled run of the many-part layout.
     timing_parts = ensure_parts(a.timing_dataset, a.parts, tmp / "cache")
     run_dir = tmp / "timing"
@@ -117,7 +119,9 @@ def print_table(res: dict[str, Any]) -> None:
         print(f"{m['seed']:>4} {m['test_acc']:>13.2f}% {t['test_acc']:>11.2f}% {m['epoch_s']:>7.2f} | "
               f"{t['epoch_s']:<6.2f}")
     print(f"mean paired difference {res['mean_diff_points']:+.2f} points (target within 1)")
-    t = res["timing"]
+    t = res.get("timing")
+    if t is None:
+        return
     print(f"{t['dataset']}, {res['parts']} parts on 2 workers (shares {t['shares']}, {t['steps']} steps): "
           f"simulated step {1e3 * t['predicted_step_s']:.1f} ms, measured {1e3 * t['measured_step_s']:.1f} ms ({t['ratio']:.2f}x; "
           f"target within 10%); per worker {', '.join(f'{1e3 * s:.1f}' for s in t['per_worker_s'])} ms, "
@@ -131,7 +135,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--epochs", type=int, default=50, help="default: the accuracy recipe's 50")
     p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat"])
-    p.add_argument("--timing-dataset", default="synthetic-100k", help="the step-prediction run's graph")
+    p.add_argument("--timing-dataset", default="synthetic-100k", help="the step-prediction run's graph ('': none)")
     p.add_argument("--timing-epochs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--out", default=str(RESULTS / "parts.json"))

@@ -249,5 +249,12 @@ def _print_stats(path: Path, verify: bool) -> int:
     return 0
 
 
+def entry() -> None:
+    """The ``graphdist-partition`` command: :func:`main`, then a fast exit (``graphdist.launch.fast_exit``)."""
+    from graphdist.launch import fast_exit
+
+    fast_exit(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

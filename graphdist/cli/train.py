@@ -346,5 +346,14 @@ def _root_cause(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def entry() -> None:
+    """The ``graphdist-train`` command: :func:`main`, then a fast exit (``graphdist.launch.fast_exit``)."""
+    from graphdist.launch import fast_exit, stop_forkserver
+
+    code = main()
+    stop_forkserver()
+    fast_exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -301,11 +301,11 @@ def test_bench_parts(tmp_path):
 
     cora = find_dataset("cora")
     out = tmp_path / "parts.json"
+    # The step-prediction run is bench_simulator's path (its smoke runs it): skipped here.
     res = _bench("bench_parts.py", "--dataset", "cora", "--parts", 4, "--seeds", 1, "--epochs", 1, "--timing-dataset",
-                 "synthetic-1500", "--timing-epochs", 1, "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)})
+                 "", "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)})
     _ok(res)
-    assert "4 parts vs 2 parts on 2 workers" in res.stdout and "simulated step" in res.stdout
-    doc = _read(out, "started", "runs", "mean_diff_points", "timing")
+    assert "4 parts vs 2 parts on 2 workers" in res.stdout
+    doc = _read(out, "started", "runs", "mean_diff_points")
     assert len(doc["runs"]["many"]) == len(doc["runs"]["two"]) == 1
     assert 0 < doc["runs"]["many"][0]["test_acc"] <= 100
-    assert doc["timing"]["predicted_step_s"] > 0 and doc["timing"]["measured_step_s"] > 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-ARGS = ["--hidden", "16", "--fanouts", "5,5", "--batch-size", "128", "--log-interval", "1000", "--timeout", "30",
+ARGS = ["--hidden", "16", "--fanouts", "5,5", "--batch-size", "128", "--log-interval", "1000", "--timeout", "10",
         "--epochs", "2", "--seed", "3"]
 
 
