@@ -113,7 +113,7 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         print(f"emulated hosts skipped: {reason}", flush=True)
     else:
         layouts += [(f"2 hosts x 1 @ {r}", r) for r in rates]
-    cases = [(name, rate, factor) for name, rate in layouts for factor in (1.0, a.slowdown)]
+    cases = [(name, rate, factor) for name, rate in layouts for factor in sorted({1.0, a.slowdown})]
     measured: dict[int, list[float]] = {k: [] for k in range(len(cases))}
     last: dict[int, list[dict[str, Any]]] = {}
     for rep in range(a.repeats):  # every case once per round: drifts of this shared machine hit all alike
@@ -152,7 +152,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="synthetic-100k")
     p.add_argument("--rates", default="1gbit,100mbit,20mbit", help="emulated host link rates ('': 1 host only)")
-    p.add_argument("--slowdown", type=float, default=2.0, help="rank 1's factor in the slow-worker runs")
+    p.add_argument("--slowdown", type=float, default=2.0, help="rank 1's factor in the slow-worker runs (1: none)")
     p.add_argument("--epochs", type=int, default=3, help="epochs per validation run (measured: 2..)")
     p.add_argument("--repeats", type=int, default=2, help="rounds of every validation run (median)")
     p.add_argument("--batch-size", type=int, default=512)

@@ -271,15 +271,19 @@ def bench_baseline(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     dataset = f"synthetic-{args.nodes}"
     trees = {"baseline": Path(args.baseline).resolve(), "this": REPO}
     runs: dict[str, dict[str, list[float]]] = {name: {"1": [], "2": []} for name in trees}
+    rows: list[dict[str, Any]] = []  # this tree's last pair: the speed table's rows
     for i in range(args.pairs):
         order = ["baseline", "this"] if i % 2 == 0 else ["this", "baseline"]
         for name in order:
             for workers, pin in ((1, "0"), (2, None)):
                 row = speed_run(dataset, workers, "dwbp", args, tmp, pin=pin, repo=trees[name])
                 runs[name][str(workers)].append(row["seeds_per_s"])
+                if name == "this":
+                    rows = [r for r in rows if r["workers"] != workers] + [row]
                 print(f"  pair {i + 1} {name:<8} {workers} worker{'s' if workers > 1 else ' '}: "
                       f"{row['seeds_per_s']:,.0f} seeds/s", flush=True)
-    return {"baseline": str(trees["baseline"]), "pairs": args.pairs, "runs": runs}
+    return {"baseline": str(trees["baseline"]), "pairs": args.pairs, "runs": runs,
+            "this_rows": sorted(rows, key=lambda r: r["workers"])}
 
 
 def print_baseline(res: dict[str, Any]) -> None:
@@ -395,7 +399,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             if args.speed and args.baseline:
                 result["baseline"] = bench_baseline(args, tmp)
                 print_baseline(result["baseline"])
-            rows = bench_speed(args, tmp) if args.speed and not args.baseline else []
+            rows = (result["baseline"]["this_rows"] if args.speed and args.baseline
+                    else bench_speed(args, tmp) if args.speed else [])
             result["speed"] = {"nodes": args.nodes, "steps": args.steps, "rows": rows, "peer": peer}
             if rows:
                 print_speed(rows, peer, args.nodes)
