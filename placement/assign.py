@@ -24,7 +24,7 @@ from placement.plan import Plan, RankPlan, steps_per_epoch
 from placement.shares import LinearCost, balanced_shares
 
 __all__ = ["PlacementError", "WorkerExplanation", "assign_parts", "cut_between_workers", "optimize_plan",
-           "part_memory_bytes"]
+           "part_loads", "part_memory_bytes"]
 
 # Work may exceed a worker's balanced target by this much before adjacency stops pulling parts to it.
 _TOLERANCE = 0.05
@@ -43,6 +43,21 @@ def part_memory_bytes(num_inner: int, num_halo: int, num_edges: int, feature_dim
     """
     rows = num_inner + (num_halo if cache_halo else 0)
     return float(rows * feature_dim * 4 + (num_inner + 1 + num_edges) * 8)
+
+
+def part_loads(meta: dict) -> tuple[list[int], list[float]]:
+    """Per part of a ``meta.json`` its train nodes (inner nodes where none are marked) and its bytes
+    on a worker (:func:`part_memory_bytes`): what placement balances and fits.
+
+    Example:
+        >>> part_loads({"feature_dim": 10, "parts": [{"num_inner": 1000, "num_halo": 100, "num_edges": 5000,
+        ...                                           "num_train": 60}]})
+        ([60], [92008.0])
+    """
+    parts, dim = meta["parts"], int(meta.get("feature_dim") or 0)
+    train = [int(p["num_train"] if p.get("num_train") is not None else p["num_inner"]) for p in parts]
+    memory = [part_memory_bytes(int(p["num_inner"]), int(p["num_halo"]), int(p["num_edges"]), dim) for p in parts]
+    return train, memory
 
 
 def assign_parts(work: Sequence[float], memory: Sequence[float], part_edges: Sequence[Sequence[int]],

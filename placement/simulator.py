@@ -15,8 +15,12 @@ layout (hosts, link rates, cores, slow workers), per worker:
   factor; a slower device);
 - ``own_i = max(load_i, compute_i + sync)`` with prefetch (the loader samples the next batch
   while the model trains), ``load_i + compute_i + sync`` without;
-- the cores of a machine bound all of its workers together: ``sum_i cpu_i / cores + sync``
-  (slow workers' stretch is waiting, not CPU);
+- where the profile's pipelined probes (a loading thread beside the training thread) were
+  measured on cores shared as in ``layout``, they replace these sums: ``own_i`` is the larger of
+  the contended loading path, the measured contended step plus ``sync``, and the training
+  thread's measured wall plus a slow worker's extra CPU work plus ``sync``;
+- the cores of a machine bound all of its workers together: ``sum_i cpu_i / cores`` (slow
+  workers' stretch is waiting, not CPU);
 - ``step = max(own_i, machine bounds)``; ``epoch = steps * step``.
 
 ``sync`` is the gradient wait the profile measured plus what a slower link adds: the exchange is
@@ -200,8 +204,9 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         exposed = average / max(1, avg_every)
         net = [0.0] * n
     else:
-        exposed = max(g + max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
-                              - _sync_exposed(workers, shares, base, model, sync, sacp)) for g in grad_s)
+        slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
+                          - _sync_exposed(workers, shares, base, model, sync, sacp))
+        exposed = max(grad_s) + slower_link
         net = _network_s(workers, shares, layout)
     own, cpu_of = [], []
     for i, (w, b) in enumerate(zip(workers, shares)):
@@ -219,10 +224,10 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         own.append(max(load, compute + exposed) if prefetch else load + compute + exposed)
         cpu_of.append(w.sample.time(b) + w.gather.time(b) + w.compute.time(b))
     machines = sorted({layout.machine(i) for i in range(n)})
-    bound = {m: sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores[m] for m in machines}
+    cores_s = max(sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores[m] for m in machines)
     slowest = max(range(n), key=lambda i: own[i])
-    step = max(max(own), max(bound.values()))
-    if step == max(bound.values()) and max(bound.values()) > own[slowest]:
+    step = max(own[slowest], cores_s)
+    if cores_s > own[slowest]:
         bottleneck = "cores"
     elif net[slowest] > 0.5 * own[slowest]:
         bottleneck = "network"
@@ -231,7 +236,7 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
     else:
         bottleneck = f"worker {slowest}"
     return EpochPrediction(step_s=step, epoch_s=step * steps, steps=steps, per_worker_s=own, sync_s=exposed,
-                           bottleneck=bottleneck, parts={"network_s": max(net), "cores_s": max(bound.values())})
+                           bottleneck=bottleneck, parts={"network_s": max(net), "cores_s": cores_s})
 
 
 def _same_sharing(layout: Layout, base: Layout, worker: int) -> bool:

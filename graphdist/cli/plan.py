@@ -58,7 +58,7 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
     if a.describe:
         return describe_from_args(a)
     from partition.api import part_edges, read_meta
-    from placement.assign import cut_between_workers, optimize_plan, part_memory_bytes
+    from placement.assign import cut_between_workers, optimize_plan, part_loads
     from placement.cluster import load_cluster, local_cluster
     from placement.shares import LinearCost
 
@@ -70,10 +70,8 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--num-workers must be >= 1 (got {a.num_workers})")
     spec = load_cluster(a.cluster) if a.cluster else local_cluster(a.num_workers or int(meta["num_parts"]))
     workers = spec.workers
-    train = [int(p.get("num_train") if p.get("num_train") is not None else p["num_inner"]) for p in parts]
+    train, memory = part_loads(meta)
     inner = [int(p["num_inner"]) for p in parts]
-    memory = [part_memory_bytes(p["num_inner"], p["num_halo"], p["num_edges"], int(meta.get("feature_dim") or 0))
-              for p in parts]
     edges = part_edges(a.partitions)
     costs, profile = None, None
     if a.profile:
@@ -196,7 +194,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:  # UsageError, ClusterSpecError, PlacementError, PartitionFormatError are ValueErrors
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    print_described(res) if a.describe else print_plan(res)
+    if a.describe:
+        print_described(res)
+    else:
+        print_plan(res)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return 0

@@ -94,4 +94,5 @@ def reset_byte_counts() -> None:
     COUNTER.reset()
 
 
-__all__ = ["COUNTER", "ByteCounter", "byte_counts", "call_counts", "inter_host_byte_counts", "reset_byte_counts", "time_counts"]
+__all__ = ["COUNTER", "ByteCounter", "byte_counts", "call_counts", "inter_host_byte_counts", "reset_byte_counts",
+           "time_counts"]

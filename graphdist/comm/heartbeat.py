@@ -145,8 +145,9 @@ def describe_silent(world_size: int) -> str:
 
     who = ", ".join(map(str, silent))
     where = describe_addresses(silent)
-    return (f"Rank{'s' if len(silent) > 1 else ''} {who} stopped beating{f' ({where})' if where else ''}: stopped (SIGSTOP, a debugger) or hung "
-            f"(not dead: its sockets are open), or cut off from the job's store; see its log and process state.")
+    return (f"Rank{'s' if len(silent) > 1 else ''} {who} stopped beating{f' ({where})' if where else ''}: stopped "
+            f"(SIGSTOP, a debugger) or hung (not dead: its sockets are open), or cut off from the job's store; "
+            f"see its log and process state.")
 
 
 __all__ = ["BEAT_S", "LISTEN_S", "describe_silent", "silent_ranks", "start", "stop", "within"]

@@ -165,4 +165,5 @@ def start_all_reduce_now(tensor: torch.Tensor, group: Any) -> Any:
     return dist.all_reduce(tensor, group=group, async_op=True)
 
 
-__all__ = ["AlgorithmThread", "ThreadWork", "channel", "forget_channels", "start_all_reduce_now", "exchange_many", "recv", "send"]
+__all__ = ["AlgorithmThread", "ThreadWork", "channel", "forget_channels", "start_all_reduce_now", "exchange_many",
+           "recv", "send"]

@@ -63,9 +63,8 @@ class Profile:
             linear in the share as ``(fixed, per_seed)``: ``bytes`` this rank sends per step by tag
             (``sample``, ``feature``), ``wait`` (wall minus CPU time of sampling and gathering: time
             in exchanges), ``sync_wait`` (mean seconds a step waited for its gradient exchange), ``rows``
-            per layer (the destination rows of each block: SACP's K), ``exchanges`` per step, ``cores``
-            of its host, the model's ``linears`` (``[name, out, in]``) and ``param_bytes``, and
-            ``pipelined``: the probes again with a loading thread beside the training thread, as
+            per layer (the destination rows of each block: SACP's K), ``exchanges`` per step, the
+            model's ``linears`` (``[name, out, in]``) and ``param_bytes``, and ``pipelined``: the probes again with a loading thread beside the training thread, as
             prefetch runs them (wall ``step``, each thread's CPU, the training thread's wall, the
             gradient wait).
     """
@@ -287,8 +286,6 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order
 def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]],
               rows: list[list[tuple[float, float]]], pipelined: list[tuple[float, ...]]) -> dict[str, Any]:
     """The probes' traffic, waits and rows as ``(fixed, per_seed)`` fits, and the model's shape."""
-    import os
-
     from graphdist.sync.sacp import is_linear
 
     def fit(v: list[tuple[float, float]]) -> tuple[float, float]:
@@ -301,7 +298,6 @@ def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]]
     return {"bytes": {tag: fit(seen[tag]) for tag in ("sample", "feature")}, "wait": fit(seen["wait"]),
             "sync_wait": sum(w for _, w in seen["sync_wait"]) / max(1, len(seen["sync_wait"])),
             "exchanges": sum(c for _, c in seen["exchanges"]) / max(1, len(seen["exchanges"])), "rows": layers,
-            "cores": os.cpu_count() or 1,
             "linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
                         if is_linear(m)],
             "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),

@@ -140,34 +140,26 @@ def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
             worker's memory, naming the part, the worker and the shortfall.
     """
     from partition.api import read_meta
+    from placement.assign import part_loads
     from placement.plan import default_plan, grouped_plan
 
     meta = read_meta(partition_dir)
     num_parts = int(meta["num_parts"])
-    counts = [int(p["num_train"] if p.get("num_train") is not None else p["num_inner"]) for p in meta["parts"]]
+    counts, memory = part_loads(meta)
     if num_parts == world_size:
         return default_plan(counts, cfg.batch_size, cfg.devices, cfg.max_steps)
     if num_parts < world_size:
         raise ValueError(f"{partition_dir} has {num_parts} parts but the job has {world_size} workers; repartition "
                          f"with --num-parts {world_size} (or a multiple of it) or run --num-workers {num_parts}")
-    return grouped_plan(part_groups(partition_dir, meta, cfg, world_size), counts, cfg.batch_size, cfg.devices,
-                        cfg.max_steps)
-
-
-def part_groups(partition_dir: str, meta: dict[str, Any], cfg: TrainConfig, world_size: int) -> list[list[int]]:
-    """The parts of each worker when the directory holds more parts than the job has workers
-    (deterministic: the launcher checks it before any worker starts, each worker gets the same)."""
     from partition.api import part_edges
-    from placement.assign import assign_parts, part_memory_bytes
+    from placement.assign import assign_parts
     from placement.cluster import local_cluster
 
+    # Deterministic: the launcher checks the grouping before any worker starts, each worker gets the same.
     spec = cluster_spec(cfg.cluster) if cfg.cluster else local_cluster(world_size)
-    parts = meta["parts"]
-    work = [int(p["num_train"] if p.get("num_train") is not None else p["num_inner"]) for p in parts]
-    memory = [part_memory_bytes(int(p["num_inner"]), int(p["num_halo"]), int(p["num_edges"]),
-                                int(meta.get("feature_dim") or 0)) for p in parts]
-    return assign_parts(work, memory, part_edges(partition_dir), [w.speed for w in spec.workers],
-                        [w.memory_bytes for w in spec.workers])
+    groups = assign_parts(counts, memory, part_edges(partition_dir), [w.speed for w in spec.workers],
+                          [w.memory_bytes for w in spec.workers])
+    return grouped_plan(groups, counts, cfg.batch_size, cfg.devices, cfg.max_steps)
 
 
 def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str,

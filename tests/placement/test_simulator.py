@@ -85,7 +85,7 @@ def test_profiles_without_measures_are_refused_in_one_line():
 def _profile_doc():
     part = {"sample": [0.001, 1e-5], "gather": [0.0, 1e-5], "compute": [0.002, 5e-5]}
     measures = {"bytes": {"sample": [0.0, 50.0], "feature": [0.0, 400.0]}, "wait": [0.0, 0.0], "exchanges": 6,
-                "rows": [[0.0, 8.0], [0.0, 1.0]], "sync_wait": 0.001, "cores": 2,
+                "rows": [[0.0, 8.0], [0.0, 1.0]], "sync_wait": 0.001,
                 "linears": [["layers.0.lin", 128, 200], ["layers.1.lin", 16, 256]], "param_bytes": 119360}
     return {"key": {}, "costs": [[0.0, 1e-4]] * 2, "shares": [100, 100], "parts": [part, part],
             "measures": [measures, measures]}
