@@ -11,6 +11,9 @@ TORCH_INDEX ?=
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.graphdist-installed
 ARGS        ?=
+# pytest-xdist processes: most tests wait on spawned workers and timeouts, so 2 cut the wall
+# time by a third on 2 cores (396 -> 260 s here); TEST_JOBS=0 runs in one process.
+TEST_JOBS   ?= 2
 
 .PHONY: run test bench venv clean
 
@@ -35,7 +38,7 @@ run: $(STAMP)
 	$(VENV)/bin/graphdist-train $(ARGS)
 
 test: $(STAMP)
-	GRAPHDIST_DATA=$${GRAPHDIST_DATA:-$(CURDIR)/../shared/datasets} $(PY) -m pytest tests -q $(ARGS)
+	GRAPHDIST_DATA=$${GRAPHDIST_DATA:-$(CURDIR)/../shared/datasets} $(PY) -m pytest tests -q -n $(TEST_JOBS) $(ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/bench_partition.py
