@@ -76,6 +76,8 @@ class EpochStats:
             cache hit rate).
         per_rank: values recorded as one list entry per rank (batch share, busy and idle time, SACP bytes
             per layer and scheme).
+        step_losses: this rank's mean loss of each optimizer step, in order (per-step scalars; not
+            reduced over ranks).
     """
 
     loss_sum: float = 0.0
@@ -89,6 +91,7 @@ class EpochStats:
     sync: list[float] = field(default_factory=list)
     extras: dict[str, float] = field(default_factory=dict)
     per_rank: dict[str, Any] = field(default_factory=dict)
+    step_losses: list[float] = field(default_factory=list)
 
 
 @dataclass

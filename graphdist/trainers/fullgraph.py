@@ -258,6 +258,7 @@ class FullGraphStrategy(Strategy):
         # loss_sum / seeds must give the global mean: this rank's share of it, times all train nodes.
         stats.loss_sum = float(loss.detach()) * self.num_train_total
         stats.seeds = n
+        stats.step_losses = [stats.loss_sum / max(1, n)]  # this rank's own mean, as train_steps records
         if n:
             pred = out.detach().index_select(0, self.train).argmax(dim=-1)
             stats.correct = int((pred == self.y.index_select(0, self.train)).sum())

@@ -249,7 +249,9 @@ def train_steps(
             after_step(step, n)
         t1 = time.perf_counter()
         stats.steps += 1
-        stats.loss_sum += float(loss.detach()) * n
+        step_loss = float(loss.detach())
+        stats.step_losses.append(step_loss)
+        stats.loss_sum += step_loss * n
         stats.seeds += n
         if n:
             stats.correct += int((out.detach().argmax(dim=-1) == batch.y).sum())

@@ -1,0 +1,5 @@
+"""``python -m graphdist <command>``: the ``graphdist`` command without its console script."""
+
+from graphdist.cli.main import entry
+
+entry()
