@@ -2,4 +2,5 @@
 
 from graphdist.cli.main import entry
 
-entry()
+if __name__ == "__main__":  # importing the module (docs, tooling) runs nothing
+    entry()

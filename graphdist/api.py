@@ -7,7 +7,7 @@ Example (one worker runs in this process; more are spawned):
     ...     result = gd.train(None, dataset="synthetic-2000", num_workers=1, epochs=2, hidden=16,
     ...                       run_dir=tempfile.mkdtemp())
     >>> [r["epoch"] for r in result.history], sorted(p.name for p in result.run_dir.glob("[!.]*"))[:4]
-    ([1, 2], ['best.pt', 'checkpoint.pt', 'config.yaml', 'loss_acc.png'])
+    ([1, 2], ['best.pt', 'breakdown.png', 'checkpoint.pt', 'config.yaml'])
 """
 
 from __future__ import annotations
@@ -213,10 +213,12 @@ class Trainer:
         from graphdist import runlog
         from graphdist.launch import detect_environment
         from graphdist.trainers.run import apply_cluster
+        from graphdist.trainers.tensorboard import require_tensorboard
 
         env = detect_environment()
         cfg = self.config = apply_cluster(self.config, None if env.kind == "local" else env.world_size)
         check_devices(cfg.devices)
+        require_tensorboard(cfg.tensorboard)
         cfg = self.config = self._elastic_resume(cfg, env)
         run_dir = Path(os.path.abspath(Path(cfg.resume or cfg.run_dir or runlog.default_run_dir(env.run_id)).expanduser()))
         if cfg.resume and not (run_dir / runlog.CONFIG_NAME).exists():

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 from graphdist.models.registry import MODELS
 from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, SACP_MODES, SYNC_MODES,  # noqa: F401 - the CLI
                                   parse_sacp_overrides)
-from graphdist.trainers.base import STRATEGIES
+from graphdist.trainers.base import STRATEGIES, TASKS
 from partition.methods import METHODS as PARTITION_METHODS
 
 # The choices of each option are declared once, where the implementations register (none of
@@ -43,6 +43,9 @@ class TrainConfig:
     dataset: Optional[str] = None
     partitions: Optional[str] = None  # an existing partition directory (its meta.json names its dataset)
     partition_method: str = "metis"  # lowest edge cut: least remote traffic for minibatch
+    # Node classification (single or multi-label, as the data's y has it) or link prediction; a partition
+    # directory is made for one of them (link: held-out edges removed from the message-passing graph).
+    task: str = "node"
     # --- Model
     model: str = "sage"
     hidden: int = 128  # wide enough for the datasets here; small enough for 2 CPU cores
@@ -99,6 +102,7 @@ class TrainConfig:
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always); full-graph epochs are one step
     log_interval: int = 20  # steps between progress lines
+    tensorboard: bool = False  # off: tensorboard is an optional package; metrics.jsonl and the plots are always written
     run_dir: Optional[str] = None  # default runs/<timestamp>
     resume: Optional[str] = None
     predict: Optional[str] = None
@@ -130,6 +134,7 @@ def _fail(flag: str, constraint: str, got: Any, hint: str = "") -> ValueError:
 def validate(cfg: TrainConfig) -> None:
     """Raises ``ValueError`` naming the flag, the constraint, the value and what to do."""
     for flag, value, choices in (("model", cfg.model, MODELS), ("checkpoint", cfg.checkpoint, CHECKPOINTS),
+                                 ("task", cfg.task, TASKS),
                                  ("replicate", cfg.replicate, REPLICATE), ("strategy", cfg.strategy, STRATEGIES),
                                  ("sync", cfg.sync, SYNC_MODES), ("allreduce", cfg.allreduce, ALLREDUCE_MODES),
                                  ("compress", cfg.compress, COMPRESS_MODES), ("sacp", cfg.sacp, SACP_MODES),

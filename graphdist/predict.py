@@ -2,7 +2,9 @@
 
 Workers load their partitions and the run's checkpoint, run exact layer-wise
 inference, and rank 0 writes ``RUN_DIR/predictions.npz`` with ``orig_id``
-(sorted), ``pred`` (class), ``logits`` and ``embedding`` (the last hidden layer).
+(sorted), ``pred`` (the class; a 0/1 row of labels for multi-label runs; absent for link
+prediction, whose ``logits`` are the nodes' embeddings that its decoder scores), ``logits`` and
+``embedding`` (the last hidden layer).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
         strategy = build_strategy(rank, world_size, cfg, cfg.partitions)
         strategy.model.load_state_dict(load_checkpoint(Path(run_dir) / checkpoint)["model"])
         mine = strategy.predict()
+        pred = strategy.task.predict(mine.logits) if strategy.task.name != "link" else None
         strategy.close()
-        pieces = comm.all_gather_object((mine.orig_ids, mine.logits, mine.embeddings))
+        pieces = comm.all_gather_object((mine.orig_ids, mine.logits, mine.embeddings, pred))
         if comm.is_main_process():
             orig_all = torch.cat([p[0] for p in pieces]).numpy()
             order = np.argsort(orig_all, kind="stable")
@@ -41,8 +44,11 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
             hidden_all = torch.cat([p[2] for p in pieces]).numpy()[order]
             out = Path(run_dir) / PREDICTIONS_NAME
             tmp = out.with_name(f".{out.name}.tmp.npz")
-            np.savez(tmp, orig_id=orig_all[order], pred=logits_all.argmax(axis=1), logits=logits_all,
-                     embedding=hidden_all)
+            arrays = {"orig_id": orig_all[order], "logits": logits_all, "embedding": hidden_all}
+            if pieces[0][3] is not None:
+                arrays["pred"] = torch.cat([p[3] for p in pieces]).numpy()[order].astype(
+                    np.uint8 if pieces[0][3].dim() == 2 else np.int64)
+            np.savez(tmp, **arrays)
             os.replace(tmp, out)
     finally:
         comm.shutdown()
@@ -67,9 +73,9 @@ def choose_checkpoint(run_dir: Path, which: str = "best") -> tuple[str, str]:
     if which == "last":
         return CHECKPOINT_NAME, f"using {last}"
     if (run_dir / BEST_NAME).exists():
-        acc = status.get("best_val_acc")
-        return BEST_NAME, (f"using {BEST_NAME} (the best validation epoch, {status.get('best_epoch', '?')}"
-                           + (f", val {100 * acc:.2f}%)" if acc is not None else ")"))
+        key, value = status.get("best_metric", "val_acc"), status.get("best_value", status.get("best_val_acc"))
+        shown = f", {key.replace('_', ' ')} {100 * value:.2f}%)" if value is not None else ")"
+        return BEST_NAME, f"using {BEST_NAME} (the best validation epoch, {status.get('best_epoch', '?')}" + shown
     return CHECKPOINT_NAME, f"using {last}: the run never evaluated (--eval-every 0), so it has no {BEST_NAME}"
 
 

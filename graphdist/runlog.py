@@ -10,6 +10,8 @@ runs/<name>/
   .lock             flock(2)-ed by the job writing here (the kernel drops it when that process dies)
   loss_acc.png      loss and accuracy curves
   time_breakdown.png  per-epoch sampling / compute / communication time
+  breakdown.png     each rank's time over the run (minibatch), and bytes sent per purpose per epoch
+  tensorboard/      with --tensorboard: the metrics and each step's loss as TensorBoard scalars
   predictions.npz   written by --predict: orig_id, pred, embedding
 ```
 """
@@ -165,17 +167,37 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# The validation metric each task picks its best epoch by (trainers/tasks.py: ``Task.best_key``):
+# accuracy, multi-label micro-F1, link-prediction AUC. A record holds one of them.
+BEST_KEYS = ("val_acc", "val_f1", "val_auc")
+
+
+def best_key(records: list[dict[str, Any]]) -> str:
+    """The validation metric these records are scored by (``val_acc`` when none is there yet).
+
+    Example:
+        >>> best_key([{"epoch": 1, "val_f1": 0.5}])
+        'val_f1'
+    """
+    for key in BEST_KEYS:
+        if any(r.get(key) is not None for r in records):
+            return key
+    return BEST_KEYS[0]
+
+
 def best_epoch(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The record with the highest ``val_acc`` (first one on ties; the last record without any).
+    """The record with the highest validation metric (:func:`best_key`; first one on ties; the last
+    record without any).
 
     Example:
         >>> best_epoch([{"epoch": 1, "val_acc": 0.7}, {"epoch": 2, "val_acc": 0.6}])["epoch"]
         1
     """
-    scored = [r for r in history if r.get("val_acc") is not None]
+    key = best_key(history)
+    scored = [r for r in history if r.get(key) is not None]
     if not scored:
         return history[-1] if history else {}
-    return max(scored, key=lambda r: r["val_acc"])
+    return max(scored, key=lambda r: r[key])
 
 
 def truncate_metrics(run_dir: Path, epochs: int) -> None:
@@ -210,7 +232,8 @@ def write_text_atomic(path: Path, text: str, what: str) -> None:
 
 
 def plot_run(run_dir: Path, history: Optional[list[dict[str, Any]]] = None, title: str = "") -> list[Path]:
-    """Draws loss/accuracy curves and the per-epoch time breakdown; returns the PNG paths.
+    """Draws loss/accuracy curves, the per-epoch time breakdown and, where the records have the numbers,
+    each rank's time and the bytes per purpose (:func:`plot_breakdown`); returns the PNG paths.
 
     Args:
         title: what ran (dataset, model, workers), shown above both figures with the run's name.
@@ -265,4 +288,101 @@ def plot_run(run_dir: Path, history: Optional[list[dict[str, Any]]] = None, titl
     fig.savefig(path, dpi=100)
     plt.close(fig)
     out.append(path)
-    return out
+    breakdown = plot_breakdown(run_dir, history, heading)
+    return out + ([breakdown] if breakdown else [])
+
+
+# Per-rank time parts of a minibatch record (lists, one entry per rank), in stacking order.
+RANK_TIME_PARTS = (("compute_s", "compute"), ("sync_wait_s", "sync wait"), ("sample_wait_s", "sample wait"))
+
+
+def rank_time_totals(history: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Where each rank's time went, summed over the epochs: the ``RANK_TIME_PARTS`` and ``other``.
+
+    ``other`` is the epoch's time (the slowest rank's, which every rank waits for at the epoch's
+    end) less the measured parts: idle at a barrier, evaluation bookkeeping, rebalancing. Only
+    records with every per-rank list count (other strategies have none: the result is then {}).
+
+    Example:
+        >>> rank_time_totals([{"epoch_time_s": 10.0, "compute_s": [6.0, 3.0], "sync_wait_s": [1.0, 2.0],
+        ...                    "sample_wait_s": [2.0, 1.0]}])
+        {'compute': [6.0, 3.0], 'sync wait': [1.0, 2.0], 'sample wait': [2.0, 1.0], 'other': [1.0, 4.0]}
+    """
+    keys = [key for key, _ in RANK_TIME_PARTS]
+    records = [r for r in history if all(isinstance(r.get(k), list) for k in keys) and r.get("epoch_time_s")]
+    if not records:
+        return {}
+    ranks = min(len(r[k]) for r in records for k in keys)
+    totals = {label: [0.0] * ranks for _, label in RANK_TIME_PARTS} | {"other": [0.0] * ranks}
+    for r in records:
+        for rank in range(ranks):
+            parts = [float(r[key][rank] or 0.0) for key in keys]
+            for (_, label), seconds in zip(RANK_TIME_PARTS, parts):
+                totals[label][rank] += seconds
+            # Clock jitter can make the parts exceed the epoch by a hair: never a negative bar.
+            totals["other"][rank] += max(0.0, float(r["epoch_time_s"]) - sum(parts))
+    return totals
+
+
+def bytes_per_tag(history: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """MiB sent per purpose tag (``bytes_sent``) in each epoch, 0 where a tag sent nothing; most bytes first.
+
+    Tags that never sent a byte are left out ({} for a one-worker run).
+
+    Example:
+        >>> bytes_per_tag([{"bytes_sent": {"grad": 2**20, "eval": 0}},
+        ...                {"bytes_sent": {"grad": 2**20, "sample": 3 * 2**20}}])
+        {'sample': [0.0, 3.0], 'grad': [1.0, 1.0]}
+    """
+    tags = {tag for r in history for tag in (r.get("bytes_sent") or {})}
+    per_tag = {tag: [(r.get("bytes_sent") or {}).get(tag, 0) / 2**20 for r in history] for tag in tags}
+    kept = {tag: mib for tag, mib in per_tag.items() if any(mib)}
+    return dict(sorted(kept.items(), key=lambda item: (-sum(item[1]), item[0])))
+
+
+def plot_breakdown(run_dir: Path, history: list[dict[str, Any]], heading: str = "") -> Optional[Path]:
+    """``breakdown.png``: each rank's time summed over the epochs, and bytes sent per purpose per epoch.
+
+    A panel whose numbers the records lack (a strategy without per-rank times, one worker sending
+    nothing) is left out; with neither, no file is written and None returned.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks, sent = rank_time_totals(history), bytes_per_tag(history)
+    panels = [lambda ax: _draw_rank_times(ax, ranks)] if ranks else []
+    if sent:
+        panels.append(lambda ax: _draw_bytes(ax, [r["epoch"] for r in history], sent))
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4), squeeze=False)
+    for ax, draw in zip(axes[0], panels):
+        draw(ax)
+    fig.suptitle(heading)
+    fig.tight_layout()
+    path = Path(run_dir) / "breakdown.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _draw_rank_times(ax: Any, totals: dict[str, list[float]]) -> None:
+    ranks = list(range(len(next(iter(totals.values())))))
+    bottom = [0.0] * len(ranks)
+    for label, seconds in totals.items():
+        ax.bar(ranks, seconds, bottom=bottom, label=label)
+        bottom = [b + s for b, s in zip(bottom, seconds)]
+    ax.set(xlabel="rank", ylabel="seconds, all epochs", title="where each rank's time went", xticks=ranks)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the bars, not over them
+
+
+def _draw_bytes(ax: Any, epochs: list[int], per_tag: dict[str, list[float]]) -> None:
+    bottom = [0.0] * len(epochs)
+    for tag, mib in per_tag.items():
+        ax.bar(epochs, mib, bottom=bottom, label=tag)
+        bottom = [b + m for b, m in zip(bottom, mib)]
+    ax.set(xlabel="epoch", ylabel="MiB sent (all ranks)", title="bytes sent per purpose")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    ax.xaxis.get_major_locator().set_params(integer=True)

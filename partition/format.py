@@ -1,6 +1,7 @@
 """The on-disk partition directory: writer (staged, checksummed) and reader (memory-mapped, verified).
 
-Layout (``FORMAT_VERSION`` 1)::
+Layout (``FORMAT_VERSION`` 2; version 1 directories, which have neither multi-label ``y`` nor
+link splits, still read)::
 
     parts/pubmed-4/
     ├── meta.json          format_version, command + args, dataset, method, seed, halo_hops,
@@ -14,8 +15,10 @@ Layout (``FORMAT_VERSION`` 1)::
     │   ├── global_ids.npy int64 [num_local]     local -> new global id (inner first)
     │   ├── halo_owner.npy int64 [num_halo]      part owning each halo node
     │   ├── x.npy          float32 [num_inner, F]   inner nodes only, if the graph has x
-    │   ├── y.npy          int64 [num_inner]        if the graph has y
-    │   └── masks.npy      bool [3, num_inner]      train, val, test rows (absent ones all False)
+    │   ├── y.npy          int64 [num_inner]        if the graph has y (uint8 [num_inner, C] multi-label)
+    │   ├── masks.npy      bool [3, num_inner]      train, val, test rows (absent ones all False)
+    │   └── link_*.npy     link prediction only (partition/edges.py): the supervision edges whose
+    │                      source is an inner node, and the val/test edges with their negatives
     └── part-1/ ...
 
 The writer fills a hidden temporary sibling (``.<name>.tmp-<pid>-<rand>``, locked
@@ -52,7 +55,10 @@ from partition.halo import PartArrays, Relabel, build_part, edges_by_source_part
 from partition.part import Partition
 from partition.staging import META, PathLike, clean_stale_siblings, staged_directory  # noqa: F401 - re-exported
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# What the reader accepts: version 2 added multi-label y (uint8 [N, C], meta "multilabel") and the
+# link-prediction split (meta "task": "link", part-*/link_*.npy); version 1 has neither.
+READABLE_VERSIONS = (1, 2)
 _HASH_BLOCK = 1 << 22  # 4 MiB reads when verifying: bounded memory on large files
 
 
@@ -160,7 +166,8 @@ def _write_part(
     if graph.x is not None:
         save_array(root, f"{d}/x.npy", graph.x.numpy()[inner], files)
     if graph.y is not None:
-        save_array(root, f"{d}/y.npy", graph.y.numpy()[inner].astype(np.int64, copy=False), files)
+        y_dtype = np.uint8 if graph.multilabel else np.int64
+        save_array(root, f"{d}/y.npy", graph.y.numpy()[inner].astype(y_dtype, copy=False), files)
     masks = [getattr(graph, m) for m in MASK_NAMES]
     if any(m is not None for m in masks):
         # One contiguous row per mask, so each maps to a dense tensor.
@@ -192,7 +199,9 @@ def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray, num_parts:
         counts[f"num_{name.split('_')[0]}"] = None if mask is None else int(mask.numpy()[inner].sum())
     if graph.y is not None:
         y = graph.y.numpy()[inner]
-        counts["label_counts"] = np.bincount(y[y >= 0], minlength=graph.num_classes).tolist()
+        # Multi-label: how many of the part's nodes carry each label (the statistics' label mix).
+        counts["label_counts"] = (y.sum(axis=0, dtype=np.int64).tolist() if graph.multilabel
+                                  else np.bincount(y[y >= 0], minlength=graph.num_classes).tolist())
     return counts
 
 
@@ -216,6 +225,7 @@ def _meta(
         "halo_hops": halo_hops,
         "feature_dim": graph.num_features,
         "num_classes": graph.num_classes,
+        "multilabel": graph.multilabel,
         "masks": [m for m in MASK_NAMES if getattr(graph, m) is not None],
         "edge_cut": cut / max(graph.num_edges, 1),
         "part_offsets": relabel.part_offsets.tolist(),
@@ -253,10 +263,10 @@ def read_meta(path: PathLike) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PartitionFormatError(f"{file}: unreadable ({exc}); rewrite the partition with --force") from None
     version = meta.get("format_version") if isinstance(meta, dict) else None
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise PartitionFormatError(
-            f"{file}: format_version {version!r} is not supported (expected {FORMAT_VERSION}); "
-            "re-run graphdist-partition with this version"
+            f"{file}: format_version {version!r} is not supported (expected one of "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); re-run graphdist-partition with this version"
         )
     return meta
 

@@ -35,7 +35,10 @@ class PartitionStats:
     ``edge_cut`` is the fraction of all edges whose ends lie in different parts;
     balances are max/mean; ``replication_factor`` is (inner + halo) / N;
     ``label_tvd[p]`` is the total variation distance between part p's label
-    distribution and the global one (None for a part without labelled nodes).
+    distribution and the global one (None for a part without labelled nodes). For multi-label
+    ``y`` the distribution is that of label occurrences: the share of all (node, label) pairs
+    that carry each label (a part whose nodes carry labels in the global proportions scores 0,
+    however many labels each node has).
     """
 
     num_parts: int
@@ -113,7 +116,10 @@ def _stats_from_graph(graph: Graph, parts: Any, num_parts: Optional[int]) -> Par
     inner = np.bincount(parts, minlength=p_count)
     train = None if graph.train_mask is None else np.bincount(parts[graph.train_mask.numpy()], minlength=p_count)
     labels = None
-    if graph.y is not None:
+    if graph.y is not None and graph.multilabel:
+        y = graph.y.numpy()
+        labels = np.stack([y[parts == p].sum(axis=0, dtype=np.int64) for p in range(p_count)])
+    elif graph.y is not None:
         y = graph.y.numpy()
         ok = y >= 0
         c = max(graph.num_classes, 1)

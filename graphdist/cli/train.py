@@ -171,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     prefetch.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
                           help="sample in the training thread")
     _add(system, "--log-interval", type=int, help=f"steps between progress lines (default {d('log_interval')})")
+    system.add_argument("--tensorboard", action="store_const", const=True, default=None,
+                        help="also write each epoch's metrics and each step's loss as TensorBoard scalars to "
+                             "<run-dir>/tensorboard (rank 0; needs pip install 'graphdist[tensorboard]')")
     _add(system, "--checkpoint-every", type=int,
          help=f"epochs between checkpoints; the last is always saved (default {d('checkpoint_every')})")
     _add(system, "--eval-every", type=int, help=f"evaluate every N epochs, and after the last (default {d('eval_every')}; 0 = never)")

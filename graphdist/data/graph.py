@@ -85,6 +85,37 @@ def check_finite_features(x: torch.Tensor, name: str = "x") -> None:
             raise ValueError(f"{name}: features must be finite (got NaN or inf in row {row})")
 
 
+def check_multilabel(y: torch.Tensor, name: str = "y") -> None:
+    """Raises ``ValueError`` unless ``y`` is a ``[N, C]`` matrix of 0/1 in an integer or bool dtype.
+
+    Example:
+        >>> check_multilabel(torch.tensor([[0, 1], [1, 1]], dtype=torch.uint8))
+    """
+    if y.dim() != 2:
+        raise ValueError(f"{name}: expected a [N, C] 0/1 matrix for multi-label classification (got shape "
+                         f"{tuple(y.shape)})")
+    if y.dtype != torch.bool and (y.dtype.is_floating_point or y.dtype.is_complex):
+        raise ValueError(f"{name}: expected a multi-label matrix of integers or bools (got dtype {y.dtype})")
+    if y.dtype != torch.bool and y.numel() and bool(((y != 0) & (y != 1)).any()):
+        raise ValueError(f"{name}: a multi-label matrix holds 0 and 1 only (got {int(y[(y != 0) & (y != 1)][0])})")
+
+
+def as_multilabel(y: Any, name: str = "y") -> torch.Tensor:
+    """A ``[N, C]`` 0/1 matrix (any numeric dtype, floats included) as uint8, checked.
+
+    Example:
+        >>> as_multilabel(torch.tensor([[1.0, 0.0]])).tolist()
+        [[1, 0]]
+    """
+    y = as_tensor(y, name)
+    if y.dtype.is_floating_point:
+        if y.numel() and bool(((y != 0) & (y != 1)).any()):
+            raise ValueError(f"{name}: a multi-label matrix holds 0 and 1 only (got {float(y[(y != 0) & (y != 1)][0])})")
+        y = y.to(torch.uint8)
+    check_multilabel(y, name)
+    return y.to(torch.uint8)
+
+
 def loop_free_degrees(indptr: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Row lengths of a CSR whose row ``v`` is node ``v``, not counting entries ``v`` (self loops).
 
@@ -109,7 +140,8 @@ class Graph:
             ``indices[indptr[v]:indptr[v+1]]``.
         indices: int64 or int32 ``[num_edges]``, source node ids.
         x: float32 ``[num_nodes, F]`` features, optional.
-        y: int64 ``[num_nodes]`` labels (``-1`` = unlabelled), optional.
+        y: int64 ``[num_nodes]`` labels (``-1`` = unlabelled), or for multi-label
+            classification a ``[num_nodes, C]`` 0/1 matrix (uint8, bool or any integer dtype), optional.
         train_mask, val_mask, test_mask: bool ``[num_nodes]``, optional.
         name: a label for logs and metadata.
         validate_features: scan ``x`` for NaN/inf (loaders of memory maps scan once themselves).
@@ -177,9 +209,12 @@ class Graph:
             if self.validate_features:
                 check_finite_features(self.x)
         if self.y is not None:
-            if self.y.dim() != 1 or self.y.shape[0] != n:
-                raise ValueError(f"y: expected shape [{n}] (got {tuple(self.y.shape)})")
-            if self.y.dtype not in (torch.int64, torch.int32):
+            if self.y.dim() == 2 and self.y.shape[0] == n and self.y.shape[1] >= 2:
+                check_multilabel(self.y)
+            elif self.y.dim() != 1 or self.y.shape[0] != n:
+                raise ValueError(f"y: expected shape [{n}] (classes) or [{n}, C >= 2] (multi-label 0/1) "
+                                 f"(got {tuple(self.y.shape)})")
+            elif self.y.dtype not in (torch.int64, torch.int32):
                 raise ValueError(f"y: expected an integer dtype (got {self.y.dtype})")
         for field in MASK_NAMES:
             mask = getattr(self, field)
@@ -259,8 +294,10 @@ class Graph:
                 node_data[field] = value
         if "x" in node_data and node_data["x"].dtype != torch.float32:
             node_data["x"] = node_data["x"].float()
-        if "y" in node_data and node_data["y"].dim() == 2 and node_data["y"].shape[1] == 1:
-            node_data["y"] = node_data["y"].view(-1)
+        if "y" in node_data and node_data["y"].dim() == 2:
+            y = node_data["y"]
+            # [N, 1] is a class column; [N, C] of 0/1 (PyG keeps PPI's as float) is multi-label.
+            node_data["y"] = y.view(-1) if y.shape[1] == 1 else as_multilabel(y, "y")
         return cls.from_edge_index(data.edge_index, num_nodes=data.num_nodes, **node_data)
 
     def to_pyg(self) -> "Data":
@@ -290,7 +327,15 @@ class Graph:
 
     @property
     def num_classes(self) -> int:
-        return 0 if self.y is None or self.y.numel() == 0 else int(self.y.max()) + 1
+        """Classes (labels, for multi-label ``y``); 0 without labels."""
+        if self.y is None or self.y.numel() == 0:
+            return 0
+        return int(self.y.shape[1]) if self.multilabel else int(self.y.max()) + 1
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether ``y`` is a ``[N, C]`` 0/1 matrix (each node may carry several labels)."""
+        return self.y is not None and self.y.dim() == 2
 
     def degrees(self, self_loops: bool = True) -> torch.Tensor:
         """In-degree of every node (the row lengths), int64; ``self_loops=False`` leaves out self-loop edges.

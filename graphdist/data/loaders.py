@@ -149,7 +149,9 @@ def load_graph(
             from graphdist.data.synthetic import synthetic
 
             _warn_ignored(f"dataset {key!r}", **edge_list_args, **ogb_args)
-            return synthetic(size, name=key)
+            from graphdist.data.synthetic import MULTILABEL_SUFFIX
+
+            return synthetic(size, name=key, multilabel=key.endswith(MULTILABEL_SUFFIX))
 
     path = Path(text).expanduser()
     if path.is_dir():

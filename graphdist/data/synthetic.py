@@ -66,17 +66,19 @@ DEFAULT_SPLIT = (0.6, 0.2)  # train, val fractions; the rest is test
 # (64 Ki rows x 100 floats = 25 MiB) instead of a second [N, F] matrix.
 _CHUNK_ROWS = 1 << 16
 
-_SIZE_RE = re.compile(r"^synthetic-(\d+(?:\.\d+)?)([kmb]?)$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^synthetic-(\d+(?:\.\d+)?)([kmb]?)(-multilabel)?$", re.IGNORECASE)
+MULTILABEL_SUFFIX = "-multilabel"  # synthetic-<N>-multilabel: the same graph family, multi-label y
 _SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000}
 
 
 def parse_synthetic_name(name: str) -> Optional[int]:
     """The node count of a ``synthetic-<N>`` dataset name, or ``None`` if it is not one.
 
-    ``N`` is an integer with an optional ``k``/``m``/``b`` suffix (``_`` separators allowed).
+    ``N`` is an integer with an optional ``k``/``m``/``b`` suffix (``_`` separators allowed);
+    ``synthetic-<N>-multilabel`` names the multi-label variant (``synthetic(N, multilabel=True)``).
 
     Example:
-        >>> parse_synthetic_name("synthetic-100k"), parse_synthetic_name("synthetic-2500")
+        >>> parse_synthetic_name("synthetic-100k"), parse_synthetic_name("synthetic-2500-multilabel")
         (100000, 2500)
         >>> parse_synthetic_name("synthetic-1.5m"), parse_synthetic_name("cora")
         (1500000, None)
@@ -103,6 +105,7 @@ def synthetic(
     val_frac: float = DEFAULT_SPLIT[1],
     max_degree: Optional[float] = None,
     name: Optional[str] = None,
+    multilabel: bool = False,
 ) -> Graph:
     """Generates a community-structured, power-law graph with label-dependent features.
 
@@ -126,9 +129,13 @@ def synthetic(
         max_degree: cap on a node's expected degree (default ``sqrt(num_nodes * avg_degree)``,
             the structural cutoff beyond which hub pairs would need multi-edges).
         name: graph name (default ``synthetic-<num_nodes>``).
+        multilabel: ``y`` becomes a ``[N, C]`` 0/1 matrix: each node keeps its community's
+            label and, with probability 1/2, a second label drawn uniformly, which also adds
+            that label's own centroid to its features (so both are learnable). The graph,
+            the masks and the single-label draws are the same as without it.
 
     Returns:
-        A ``Graph`` with ``x`` (float32), ``y`` (int64) and the three masks.
+        A ``Graph`` with ``x`` (float32), ``y`` (int64, or uint8 ``[N, C]`` multi-label) and the three masks.
 
     Raises:
         ValueError: on an out-of-range argument, naming it.
@@ -193,6 +200,8 @@ def synthetic(
 
     x = _features(y, num_features, num_classes, feature_signal, gen) if num_features > 0 else None
     train_mask, val_mask, test_mask = _split(n, train_frac, val_frac, gen)
+    if multilabel:  # drawn last: the single-label graph's draws are unchanged
+        y = _second_labels(y, x, num_classes, feature_signal, gen)
     graph = Graph(
         indptr=indptr,
         indices=indices,
@@ -244,6 +253,22 @@ def _features(
         stop = min(start + _CHUNK_ROWS, n)
         x[start:stop] += centroids[y[start:stop]]
     return x
+
+
+def _second_labels(y: torch.Tensor, x: Optional[torch.Tensor], num_classes: int, signal: float,
+                   gen: torch.Generator) -> torch.Tensor:
+    """Multi-label ``[N, C]`` uint8: the community label, plus a uniform second label for half the nodes,
+    whose own centroid (independent of the communities') is added to ``x`` in place."""
+    n = y.numel()
+    labels = torch.zeros(n, num_classes, dtype=torch.uint8)
+    labels[torch.arange(n), y] = 1
+    has_second = torch.rand(n, generator=gen) < 0.5
+    second = torch.randint(0, num_classes, (n,), generator=gen)
+    labels[torch.arange(n)[has_second], second[has_second]] = 1
+    if x is not None:
+        centroids = torch.randn(num_classes, x.shape[1], generator=gen) * (signal / math.sqrt(x.shape[1]))
+        x[has_second] += centroids[second[has_second]]
+    return labels
 
 
 def _split(

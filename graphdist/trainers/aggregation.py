@@ -61,7 +61,7 @@ def induced_graph(part: Any, table: torch.Tensor) -> Any:
     indptr, indices = part.inner_csr()
     masks = {name: getattr(part, name).to(torch.bool) for name in ("train_mask", "val_mask", "test_mask")
              if getattr(part, name) is not None}
-    y = part.y.to(torch.int64) if part.y is not None else None
+    y = (part.y if part.y.dim() == 2 else part.y.to(torch.int64)) if part.y is not None else None
     return Graph(indptr=indptr, indices=indices, x=table, y=y, name=part.name.replace(" ", "-"), validate_features=False,
                  **masks)
 
@@ -107,7 +107,7 @@ class AggregationStrategy(Strategy):
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
         self.partition = part = load_parts(ctx.partition_dir, mine.parts)
-        model = build_model(ctx, int(part.x.shape[1]), int(part.meta.get("num_classes") or 0))
+        model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         # Training sees the induced subgraph only: its own degrees (GCN) in the table's last column.
         table = feature_table(part, cfg.feature_norm, with_degrees=False)
@@ -176,7 +176,7 @@ class AggregationStrategy(Strategy):
         sync = make_sync(self.ctx.cfg.sync, self.model, algorithm=self.algorithm, **sync_options(self.ctx.cfg))
         try:
             self._correction_stats = train_steps(self.batches.loader, sync, self.correction_optimizer, self.device,
-                                                 self.with_degrees, stats=self._correction_stats)
+                                                 self.with_degrees, stats=self._correction_stats, task=self.task)
         finally:
             sync.close()
 
@@ -187,7 +187,7 @@ class AggregationStrategy(Strategy):
         self._correction_stats = EpochStats()
         averages_before = self.averager.averages
         stats = train_steps(self.loader, self.local_sync, self.optimizer, self.device, self.with_degrees,
-                            after_step=self._after_step)
+                            after_step=self._after_step, task=self.task)
         self.averager.step += 1  # the epoch's last step: it always averages (below), never twice
         self._average()
         self._correct()
@@ -201,7 +201,7 @@ class AggregationStrategy(Strategy):
 
     def evaluate(self) -> dict[str, float]:
         return evaluate_model(self.model, self.partition, self.batches, self.device, self.with_degrees,
-                              self.ctx.cfg.layers)
+                              self.ctx.cfg.layers, self.task)
 
     def predict(self) -> Predictions:
         return predictions(self.model, self.partition, self.batches, self.device, self.with_degrees)

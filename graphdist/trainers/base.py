@@ -28,6 +28,10 @@ if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py r
     from graphdist.config import TrainConfig
     from placement.plan import Plan
 
+# What a run learns (``--task``; ``trainers/tasks.py``): node classification (single or multi-label,
+# as the data has it) or link prediction. The one declaration of the task names.
+TASKS = ("node", "link")
+
 # name -> "module:Class", imported on first use. The one declaration of the strategy names.
 STRATEGIES: dict[str, str] = {
     "minibatch": "graphdist.trainers.minibatch:MinibatchStrategy",
@@ -117,9 +121,13 @@ class Strategy(abc.ABC):
     name: str = ""
 
     def __init__(self, ctx: WorkerContext) -> None:
+        from graphdist.trainers.tasks import make_task
+        from partition.api import read_meta
+
         self.ctx = ctx
         self.model: "torch.nn.Module"
         self.optimizer: "torch.optim.Optimizer"
+        self.task = make_task(ctx.cfg.task, read_meta(ctx.partition_dir), ctx.cfg)  # the loss and the metrics
 
     @abc.abstractmethod
     def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
@@ -226,5 +234,5 @@ def register_strategy(name: str, target: str) -> None:
     STRATEGIES[name] = target
 
 
-__all__ = ["EpochStats", "Predictions", "ProgressCallback", "STRATEGIES", "Strategy", "WorkerContext",
+__all__ = ["EpochStats", "Predictions", "ProgressCallback", "STRATEGIES", "Strategy", "TASKS", "WorkerContext",
            "gradient_allreduce", "register_strategy", "strategy_class", "sync_options"]

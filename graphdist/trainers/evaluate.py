@@ -1,4 +1,4 @@
-"""Evaluation and prediction over partitions: exact full-neighbour outputs, accuracy over all workers.
+"""Evaluation and prediction over partitions: exact full-neighbour outputs (the task scores them).
 
 Models with ``layer_forward`` get :func:`exact_inference`: layer by layer over the whole
 partition, each layer fetching the previous layer's halo embeddings from their owners
@@ -125,23 +125,4 @@ def evaluated_nodes(part: Partition) -> torch.Tensor:
     return wanted.nonzero().view(-1)
 
 
-def accuracy(pred: torch.Tensor, part: Partition) -> dict[str, float]:
-    """Full-neighbour train, val and test accuracy over all workers (one all-reduce of counts).
-
-    ``pred`` holds a class per inner node (-1: not predicted). A mask no worker has gives nan.
-    """
-    y = part.y.to(torch.int64)
-    counts = []
-    for name in MASKS:
-        mask = getattr(part, name)
-        m = mask.to(torch.bool) if mask is not None else torch.zeros_like(y, dtype=torch.bool)
-        counts += [float((pred[m] == y[m]).sum()), float(m.sum())]
-    total = comm.all_reduce(torch.tensor(counts, dtype=torch.float64), tag="eval").tolist()
-
-    def ratio(correct: float, n: float) -> float:
-        return correct / n if n else float("nan")
-
-    return {"train_full_acc": ratio(*total[0:2]), "val_acc": ratio(*total[2:4]), "test_acc": ratio(*total[4:6])}
-
-
-__all__ = ["MASKS", "accuracy", "evaluated_nodes", "exact_inference", "full_block", "sampled_inference"]
+__all__ = ["MASKS", "evaluated_nodes", "exact_inference", "full_block", "sampled_inference"]

@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
                                      gradient_allreduce, sync_options)
-from graphdist.trainers.evaluate import accuracy, exact_inference, full_block
+from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
-from graphdist.trainers.minibatch import broadcast_parameters, build_model, resolve_device
+from graphdist.trainers.minibatch import broadcast_parameters, build_model, class_labels, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +160,7 @@ class FullGraphStrategy(Strategy):
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
         self.partition = part = load_parts(ctx.partition_dir, mine.parts)
-        model = build_model(ctx, int(part.x.shape[1]), int(part.meta.get("num_classes") or 0))
+        model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         _check_layerwise(model)
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         # Under torchrun no launcher checked before the workers started: each rank checks its part.
@@ -203,7 +202,7 @@ class FullGraphStrategy(Strategy):
             degrees = part.in_degrees().to(torch.float32).view(-1, 1)
             block = gcn_norm_block(block, torch.cat([degrees, self.halo.fetch(degrees)]).view(-1))
         self.full_block = self.block = block.to(self.device)
-        self.y = part.y.to(torch.int64).to(self.device) if part.y is not None else None
+        self.y = class_labels(part.y).to(self.device) if part.y is not None else None
         mask = part.train_mask
         self.train = (mask.to(torch.bool).nonzero().view(-1) if mask is not None
                       else torch.arange(part.num_inner)).to(self.device)
@@ -243,8 +242,8 @@ class FullGraphStrategy(Strategy):
         self.sync.begin_step(n)
         out = self.sync.model()
         if n:
-            loss = F.cross_entropy(out.index_select(0, self.train), self.y.index_select(0, self.train),
-                                   reduction="sum") / max(1, self.num_train_total)
+            loss = self.task.loss(out.index_select(0, self.train), self.y.index_select(0, self.train),
+                                  reduction="sum") / max(1, self.num_train_total)
         else:
             loss = out.sum() * 0.0  # still runs backward: its halo gradients and collectives are owed
         loss.backward()
@@ -260,8 +259,8 @@ class FullGraphStrategy(Strategy):
         stats.seeds = n
         stats.step_losses = [stats.loss_sum / max(1, n)]  # this rank's own mean, as train_steps records
         if n:
-            pred = out.detach().index_select(0, self.train).argmax(dim=-1)
-            stats.correct = int((pred == self.y.index_select(0, self.train)).sum())
+            stats.correct = self.task.correct(out.detach().index_select(0, self.train),
+                                              self.y.index_select(0, self.train))
         stats.comm_exposed_s = t_synced - t_wait
         halo_wait = comm.time_counts().get("halo", 0.0) - comm_before
         stats.compute_s = stats.time_s - stats.comm_exposed_s - halo_wait
@@ -277,7 +276,8 @@ class FullGraphStrategy(Strategy):
                                owners=self.owners, keep_hidden=keep_hidden)
 
     def evaluate(self) -> dict[str, float]:
-        return accuracy(self._exact().argmax(dim=-1), self.partition)  # every boundary node, whatever the sampling
+        # every boundary node, whatever the sampling
+        return self.task.metrics(self.task.predict(self._exact()), self.partition)
 
     def predict(self) -> Predictions:
         logits, hidden = self._exact(keep_hidden=True)

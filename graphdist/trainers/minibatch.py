@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
-import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
                                      gradient_allreduce, sync_options)
-from graphdist.trainers.evaluate import accuracy, evaluated_nodes, exact_inference, sampled_inference
+from graphdist.trainers.evaluate import evaluated_nodes, exact_inference, sampled_inference
 from graphdist.trainers.features import GlobalLabels, feature_table, model_inputs
 
 logger = logging.getLogger(__name__)
@@ -115,7 +114,11 @@ def test_slowdown(rank: int) -> Optional[Any]:
 
 
 def build_model(ctx: WorkerContext, in_dim: int, num_classes: int) -> torch.nn.Module:
-    """The user's model, or ``cfg.model`` built with the same initial weights on every rank."""
+    """The user's model, or ``cfg.model`` built with the same initial weights on every rank.
+
+    ``num_classes`` is the model's output width (the task's ``out_dim``: classes, labels, or the
+    embedding width of link prediction).
+    """
     from graphdist.models import build_model as build_reference
 
     if ctx.model is not None:
@@ -179,7 +182,7 @@ class DistributedBatches:
             loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
                                                                           with_degrees, part, table))
         self.train_seeds = part.mask_global_ids("train_mask")
-        self.labels = GlobalLabels(part.y.to(torch.int64), part.inner_local) if part.y is not None else None
+        self.labels = GlobalLabels(class_labels(part.y), part.inner_local) if part.y is not None else None
         self.loader = NodeLoader(
             loader_features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
             shuffle=True, labels=self.labels,
@@ -197,6 +200,11 @@ class DistributedBatches:
         self.neighbor_source.set_state(state["serve"])
 
 
+def class_labels(y: torch.Tensor) -> torch.Tensor:
+    """Labels as training reads them: class ids as int64, a multi-label ``[N, C]`` matrix as it is."""
+    return y if y.dim() == 2 else y.to(torch.int64)
+
+
 def train_steps(
     batches: Any,
     sync: Any,
@@ -207,36 +215,36 @@ def train_steps(
     progress: Optional[Callable[[int, EpochStats, int, float], None]] = None,
     log_interval: int = 0,
     stats: Optional[EpochStats] = None,
+    task: Optional[Any] = None,
 ) -> EpochStats:
-    """Mini-batch steps over ``batches``: forward through ``sync.model``, cross-entropy, backward, sync, step.
+    """Mini-batch steps over ``batches``: forward through ``sync.model``, the task's loss, backward, sync, step.
 
     Args:
         batches: an iterable of ``SampledBatch`` with ``x`` and ``y``.
         sync: a ``GradientSync`` (``NoSync`` for ranks that train alone).
+        task: what the step computes (``trainers/tasks.py``; default single-label node classification).
         after_step: called with the step number and its seed count after each optimizer step (a
             model averager, the rebalancer).
         progress: ``progress(step, stats, seeds since last call, seconds since last call)`` every
             ``log_interval`` steps.
         stats: accumulate into these (default: new ones).
     """
+    from graphdist.trainers.tasks import SingleLabel
+
     stats = stats if stats is not None else EpochStats()
+    task = task if task is not None else SingleLabel()
     model = sync.model
     total = len(batches) if hasattr(batches, "__len__") else None
     interval_start, interval_seeds = time.perf_counter(), 0
     for step, batch in enumerate(batches, start=1):
         t0 = time.perf_counter()
         batch = batch.to(device) if device.type != "cpu" else batch
-        n = int(batch.seed_nodes.numel())
+        n = task.batch_weight(batch)
         optimizer.zero_grad(set_to_none=False)
         sync.begin_step(n)
-        x, blocks = model_inputs(batch.x, batch.blocks, with_degrees)
-        out = model(x, blocks)  # the DDP wrapper in ddp mode
-        if n:
-            loss = F.cross_entropy(out, batch.y)
-        else:
-            # No seeds this step: a zero loss still runs backward, so every layer's
-            # collective is issued as on the other ranks.
-            loss = out.sum() * 0.0
+        # Through sync.model (the DDP wrapper in ddp mode); no seeds this step: a zero loss still
+        # runs backward, so every layer's collective is issued as on the other ranks.
+        loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
         loss.backward()
         t_wait = time.perf_counter()
         synced = sync.finish()
@@ -253,8 +261,7 @@ def train_steps(
         stats.step_losses.append(step_loss)
         stats.loss_sum += step_loss * n
         stats.seeds += n
-        if n:
-            stats.correct += int((out.detach().argmax(dim=-1) == batch.y).sum())
+        stats.correct += correct
         stats.comm_exposed_s += t_synced - t_wait
         stats.compute_s += (t1 - t0) - (t_synced - t_wait)
         interval_seeds += n
@@ -283,7 +290,7 @@ class MinibatchStrategy(Strategy):
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
         self.partition = load_parts(ctx.partition_dir, mine.parts)
-        model = build_model(ctx, int(self.partition.x.shape[1]), int(self.partition.meta.get("num_classes") or 0))
+        model = build_model(ctx, int(self.partition.x.shape[1]), self.task.out_dim(self.partition.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         self.stretch = test_slowdown(rank)
         self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch)
@@ -391,7 +398,7 @@ class MinibatchStrategy(Strategy):
         interval = self.ctx.cfg.log_interval
         stats = train_steps(self.loader, self.sync, self.optimizer, self.device, self.with_degrees,
                             after_step=after_step, progress=progress if on_progress is not None else None,
-                            log_interval=interval, stats=self._stats)
+                            log_interval=interval, stats=self._stats, task=self.task)
         stats.time_s = time.perf_counter() - start
         stats.sample_wait_s = self.loader.stats.wait_s
         stats.sync = self.sync.summary.as_list()
@@ -426,9 +433,9 @@ class MinibatchStrategy(Strategy):
                                owners=self.owners, keep_hidden=keep_hidden)
 
     def evaluate(self) -> dict[str, float]:
-        """Train (full-neighbour), val and test accuracy over all workers."""
+        """The task's train (full-neighbour), val and test metrics over all workers."""
         return evaluate_model(self.model, self.partition, self.batches, self.device, self.with_degrees,
-                              self.ctx.cfg.layers)
+                              self.ctx.cfg.layers, self.task)
 
     def predict(self) -> Predictions:
         """Logits and embeddings of this rank's inner nodes (exact layer-wise inference)."""
@@ -448,19 +455,22 @@ class MinibatchStrategy(Strategy):
 
 
 def evaluate_model(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,
-                   with_degrees: bool, num_layers: int) -> dict[str, float]:
-    """Accuracy over all workers: exact layer-wise inference, or sampled for models without ``layer_forward``."""
+                   with_degrees: bool, num_layers: int, task: Any) -> dict[str, float]:
+    """The task's metrics over all workers: exact layer-wise inference, or sampled for models without
+    ``layer_forward``."""
+    if hasattr(task, "evaluate"):  # link prediction scores pairs of nodes, not nodes
+        return task.evaluate(model, part, batches, device, with_degrees)
     if hasattr(model, "layer_forward"):
-        pred = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
-        pred = pred.argmax(dim=-1)
+        out = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
+        pred = task.predict(out)
     else:
         nodes = evaluated_nodes(part)
-        pred = torch.full((part.num_inner,), -1, dtype=torch.int64)
+        pred = task.empty_prediction(part.num_inner, int(part.meta.get("num_classes") or 0))
         out = sampled_inference(model, batches.neighbor_source, batches.features, part.inner_global_ids()[nodes],
                                 num_layers, device, with_degrees)
         if out.numel():
-            pred[nodes] = out.argmax(dim=-1)
-    return accuracy(pred, part)
+            pred[nodes] = task.predict(out)
+    return task.metrics(pred, part)
 
 
 def predictions(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,

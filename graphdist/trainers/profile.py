@@ -37,7 +37,6 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from graphdist import comm, runlog
 from placement.shares import LinearCost, balanced_shares, fit_cost, imbalance
@@ -217,7 +216,7 @@ def _train_step(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, batc
     optimizer.zero_grad()
     sync.begin_step(n)
     out = sync.model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
-    loss = F.cross_entropy(out, y.to(strategy.device)) if n else out.sum() * 0.0
+    loss = strategy.task.loss(out, y.to(strategy.device)) if n else out.sum() * 0.0
     loss.backward()
     t_wait = time.perf_counter()
     sync.finish()  # the exposed part of the gradient exchange: the simulator's, per link

@@ -26,6 +26,7 @@ from graphdist import comm, runlog
 from graphdist.config import TrainConfig
 from graphdist.config import replace as replace_cfg
 from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
+from graphdist.trainers.tensorboard import open_log as open_tensorboard
 
 logger = logging.getLogger("graphdist")
 
@@ -202,9 +203,11 @@ def save_best(strategy: Strategy, run_dir: Path, record: dict[str, Any]) -> None
     """
     from graphdist.checkpoint import BEST_NAME, save_checkpoint
 
+    key = strategy.task.best_key
     save_checkpoint(run_dir, strategy.model, strategy.optimizer, record["epoch"], name=BEST_NAME,
-                    extra={"val_acc": record["val_acc"], "strategy": strategy.name})
-    runlog.write_status(run_dir, best_epoch=record["epoch"], best_val_acc=record["val_acc"])
+                    extra={key: record[key], "strategy": strategy.name})
+    runlog.write_status(run_dir, best_epoch=record["epoch"], best_metric=key, best_value=record[key],
+                        **({"best_val_acc": record[key]} if key == "val_acc" else {}))
 
 
 def resume(strategy: Strategy, resume_dir: Path) -> int:
@@ -306,7 +309,9 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
             runlog.write_config(run_path, replace_cfg(cfg, resume=None, predict=None).to_dict())
             logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
     history = runlog.read_metrics(run_path) if main else []
-    best = runlog.best_epoch(history).get("val_acc")
+    key = strategy.task.best_key
+    best = runlog.best_epoch(history).get(key)
+    tensorboard = open_tensorboard(run_path, history) if cfg.tensorboard and main else None
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         comm.reset_byte_counts()
         stats = strategy.train_epoch(epoch, on_progress=(lambda step, line: logger.info(line)) if main else None)
@@ -322,8 +327,10 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
         if main:
             runlog.append_metrics(run_path, record)
             history.append(record)
-        if main and record.get("val_acc") is not None and (best is None or record["val_acc"] > best):
-            best = record["val_acc"]
+            if tensorboard is not None:
+                tensorboard.log_epoch(record, stats.step_losses)  # stats is this rank's: rank 0's step losses
+        if main and record.get(key) is not None and (best is None or record[key] > best):
+            best = record[key]
             save_best(strategy, run_path, record)
         if epoch % cfg.checkpoint_every == 0 or epoch == cfg.epochs:
             save(strategy, run_path, epoch)
@@ -335,6 +342,8 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
                                                       f"{strategy.ctx.world_size} workers")
         except OSError as exc:  # the run is complete and checkpointed: missing figures do not fail it
             logger.warning("plots not written: %s", exc)
+    if tensorboard is not None:
+        tensorboard.close()
     return history
 
 
@@ -383,9 +392,11 @@ def epoch_line(r: dict[str, Any]) -> str:
     if r.get("eval_time_s") is not None:
         took += f" + eval {r['eval_time_s']:.1f} s"
     parts = [f"epoch {r['epoch']} done", f"loss {r['loss']:.4f}", took, f"{r['seeds_per_s']:,.0f} seeds/s"]
-    for key in ("val_acc", "test_acc"):
+    for key in ("val_acc", "test_acc", "val_f1", "test_f1", "val_auc", "test_auc"):
         if r.get(key) is not None:
-            parts.append(f"{key.replace('_acc', '')} {100 * r[key]:.2f}%")
+            metric = key.split("_", 1)[1]
+            parts.append(f"{key.split('_')[0]} {100 * r[key]:.2f}%" if metric == "acc"
+                         else f"{key.replace('_', ' ')} {100 * r[key]:.2f}")
     mb = sum(r.get("bytes_sent", {}).values()) / 2**20
     parts.append(f"sent {mb:,.1f} MiB")
     if r.get("hidden_fraction") is not None:

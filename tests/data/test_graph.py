@@ -165,6 +165,9 @@ INDPTR = torch.tensor([0, 0, 1, 2])
 INDICES = torch.tensor([0, 1])
 
 
+Y_SHAPE = "y: expected shape [3] (classes) or [3, C >= 2] (multi-label 0/1)"
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -183,8 +186,10 @@ INDICES = torch.tensor([0, 1])
         ({"x": torch.zeros(2, 4)}, "x: expected shape [3, F] (got (2, 4))"),
         ({"x": torch.zeros(3)}, "x: expected shape [3, F] (got (3,))"),
         ({"x": torch.zeros(3, 4, dtype=torch.float64)}, "x: expected dtype float32 (got torch.float64)"),
-        ({"y": torch.zeros(2, dtype=torch.int64)}, "y: expected shape [3] (got (2,))"),
-        ({"y": torch.zeros(3, 1, dtype=torch.int64)}, "y: expected shape [3] (got (3, 1))"),
+        ({"y": torch.zeros(2, dtype=torch.int64)}, f"{Y_SHAPE} (got (2,))"),
+        ({"y": torch.zeros(3, 1, dtype=torch.int64)}, f"{Y_SHAPE} (got (3, 1))"),
+        ({"y": torch.full((3, 2), 2, dtype=torch.uint8)}, "y: a multi-label matrix holds 0 and 1 only (got 2)"),
+        ({"y": torch.zeros(3, 2)}, "y: expected a multi-label matrix of integers or bools (got dtype torch.float32)"),
         ({"y": torch.zeros(3)}, "y: expected an integer dtype (got torch.float32)"),
         ({"train_mask": torch.ones(3, dtype=torch.int64)}, "train_mask: expected dtype bool (got torch.int64)"),
         ({"val_mask": torch.ones(3, dtype=torch.uint8)}, "val_mask: expected dtype bool (got torch.uint8)"),
@@ -245,3 +250,21 @@ def test_subgraph_errors():
         g.subgraph([0, 10])
     with pytest.raises(ValueError, match=re.escape("nodes: ids must be distinct (got repeated ids)")):
         g.subgraph([1, 2, 1])
+
+
+def test_multilabel_y_is_a_0_1_matrix_with_its_label_count():
+    y = torch.tensor([[1, 0], [1, 1], [0, 0]], dtype=torch.uint8)
+    g = Graph(indptr=INDPTR, indices=INDICES, y=y)
+    assert g.multilabel and g.num_classes == 2
+    assert not Graph(indptr=INDPTR, indices=INDICES, y=torch.tensor([0, 2, 1])).multilabel
+
+
+def test_from_pyg_keeps_a_float_multilabel_matrix_as_uint8():
+    from torch_geometric.data import Data
+
+    data = Data(edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
+                num_nodes=3)
+    g = Graph.from_pyg(data)
+    assert g.y.dtype == torch.uint8 and g.y.tolist() == [[1, 0], [0, 1], [1, 1]]
+    with pytest.raises(ValueError, match="holds 0 and 1 only"):
+        Graph.from_pyg(Data(edge_index=data.edge_index, y=torch.tensor([[0.5, 0.0]] * 3), num_nodes=3))

@@ -52,6 +52,14 @@ def _as_float32(value: Any, where: str) -> np.ndarray:
 
 
 def _labels_array(value: Any, where: str) -> np.ndarray:
+    """Class labels as int64 ``[N]``; a ``[N, C]`` 0/1 matrix (C > 1) is multi-label, kept as uint8."""
+    if np.ndim(value) == 2 and np.shape(value)[1] > 1:
+        arr = np.asarray(value)
+        if arr.dtype != bool and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"{where}: expected a multi-label 0/1 matrix (got dtype {arr.dtype})")
+        if arr.size and not np.isin(arr, (0, 1)).all():
+            raise ValueError(f"{where}: a [N, C] multi-label matrix holds 0 and 1 only")
+        return arr.astype(np.uint8, copy=False)
     arr = np.asarray(value).reshape(-1) if np.ndim(value) == 2 and np.shape(value)[1] == 1 else np.asarray(value)
     if not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{where}: expected integer labels (-1 = unlabelled) (got dtype {arr.dtype})")
