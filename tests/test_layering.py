@@ -19,6 +19,7 @@ ALLOWED = {
     "sampling": {"partition", "graphdist.comm", "graphdist.data"},
     "graphdist.sync": {"graphdist.comm"},
     "graphdist.models": set(),
+    "graphdist.interop": {"graphdist.data", "partition"},
     "graphdist.config": {"graphdist.models", "graphdist.sync", "graphdist.trainers", "partition"},
     "graphdist.trainers": {"graphdist.sync", "sampling", "graphdist.models", "partition", "placement",
                            "graphdist.comm", "graphdist.data", "graphdist.config", "graphdist.checkpoint",

@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("graphdist.cli.train:main", "train a GNN (same as graphdist-train)"),
     "partition": ("graphdist.cli.partition:main", "partition a graph (same as graphdist-partition)"),
     "plan": ("graphdist.cli.plan:main", "place parts and batch shares on workers (same as graphdist-plan)"),
+    "import-dgl": ("graphdist.cli.import_dgl:main",
+                   "turn a DGL graph or DistDGL partition export into a graphdist dataset or partition directory"),
     "env": ("graphdist.cli.env:main", "versions, backends, devices, cores, memory: paste it into a bug report"),
 }
 
