@@ -179,7 +179,8 @@ class Trainer:
         from graphdist.data.loaders import source_key
         from partition.api import PartitionConfig, default_output, partition, read_meta
 
-        config = PartitionConfig(cfg.num_workers, cfg.partition_method, cfg.seed)
+        config = PartitionConfig(cfg.num_workers, cfg.partition_method, cfg.seed, task=cfg.task,
+                                 edge_split=cfg.edge_split, eval_negatives=cfg.eval_negatives)
         key = source_key(cfg.source)
         path = default_output(cfg.source, config, key)
         if (path / "meta.json").exists() and read_meta(path).get("source") == key:
@@ -197,7 +198,8 @@ class Trainer:
                     cfg.partition_method, path)
         try:
             return partition(graph, cfg.num_workers, method=cfg.partition_method, out=path, seed=cfg.seed,
-                             force=True, source=key)
+                             force=True, source=key, task=cfg.task, edge_split=cfg.edge_split,
+                             eval_negatives=cfg.eval_negatives)
         except PermissionError as exc:
             raise PermissionError(f"GRAPHDIST_CACHE {path.parents[1]}: cannot write partitions there ({exc}); "
                                   f"point GRAPHDIST_CACHE at a writable directory") from None
@@ -324,7 +326,10 @@ class Trainer:
         from graphdist.trainers.base import strategy_class
         from partition.api import read_meta
 
+        from graphdist.trainers.tasks import make_task
+
         meta = read_meta(part_dir)
+        make_task(cfg.task, meta, cfg)  # a partition made for the other task is refused here
         strategy = strategy_class(cfg.strategy)
         strategy.check(cfg, meta, self.model)
         if env.rank == 0:

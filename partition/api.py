@@ -38,6 +38,7 @@ from partition.format import (
     verify_files,
     write_partition_files,
 )
+from partition.edges import DEFAULT_EVAL_NEGATIVES, DEFAULT_FRACTIONS, EdgeSplit, check_fractions, split_edges, write_split
 from partition.methods import METHODS, PARTITIONERS
 from partition.views import load_structure, part_edges
 from partition.methods.metis import DEFAULT_BALANCE, validate_balance
@@ -81,6 +82,10 @@ class PartitionConfig:
             directly becomes step-time imbalance in minibatch training.
         force: replace an existing partition directory.
         options: method-specific keyword arguments (e.g. ``num_clusters`` for super).
+        task: ``node`` (default) or ``link``: link prediction splits the edges first
+            (``partition/edges.py``): held-out edges leave the message-passing graph.
+        edge_split: link only: train, val, test shares of the edges.
+        eval_negatives: link only: seeded negatives stored per held-out edge.
     """
 
     num_parts: int
@@ -90,6 +95,9 @@ class PartitionConfig:
     balance: tuple[str, ...] = DEFAULT_BALANCE
     force: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    task: str = "node"
+    edge_split: tuple[float, float, float] = DEFAULT_FRACTIONS
+    eval_negatives: int = DEFAULT_EVAL_NEGATIVES
 
     def __post_init__(self) -> None:
         if isinstance(self.num_parts, bool) or not isinstance(self.num_parts, (int, np.integer)) or self.num_parts < 1:
@@ -101,6 +109,11 @@ class PartitionConfig:
         if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"--seed: expected an integer >= 0 (got {self.seed!r})")
         object.__setattr__(self, "balance", validate_balance(self.balance))
+        if self.task not in ("node", "link"):
+            raise ValueError(f"--task: expected node or link (got {self.task!r})")
+        object.__setattr__(self, "edge_split", check_fractions(self.edge_split))
+        if isinstance(self.eval_negatives, bool) or int(self.eval_negatives) < 1:
+            raise ValueError(f"--eval-negatives: expected an integer >= 1 (got {self.eval_negatives!r})")
 
     def check_graph(self, graph: Graph) -> None:
         """Raises ``ValueError`` when the graph cannot be partitioned this way."""
@@ -129,6 +142,9 @@ def partition(
     command: Optional[Sequence[str]] = None,
     options: Optional[dict[str, Any]] = None,
     source: Optional[str] = None,
+    task: str = "node",
+    edge_split: Sequence[float] = DEFAULT_FRACTIONS,
+    eval_negatives: int = DEFAULT_EVAL_NEGATIVES,
 ) -> Path:
     """Partitions ``graph`` and writes a checksummed partition directory.
 
@@ -150,6 +166,10 @@ def partition(
         options: method-specific keyword arguments.
         source: a key of the input's content (``graphdist.data.loaders.source_key``) recorded in
             ``meta.json`` as ``source``, so a cache of partitions can tell a stale one.
+        task: ``node`` (default) or ``link``: link prediction splits the edges before partitioning
+            (``partition/edges.py``); the parts hold the message-passing graph and the split.
+        edge_split: link only: train, val, test shares of the edges (default 0.85, 0.05, 0.10).
+        eval_negatives: link only: seeded negatives per held-out edge (default 100).
 
     Returns:
         The partition directory.
@@ -168,15 +188,18 @@ def partition(
     """
     config = PartitionConfig(
         num_parts=num_parts, method=method, seed=seed, halo_hops=halo_hops, balance=balance, force=force,
-        options=dict(options or {}),
+        options=dict(options or {}), task=task, edge_split=tuple(edge_split), eval_negatives=eval_negatives,
     )
     graph = _as_graph(graph)
     config.check_graph(graph)
     target = Path(out) if out is not None else default_output(graph.name, config, source)
+    split = None
+    if config.task == "link":  # first: the parts are made of the message-passing graph
+        graph, split = split_edges(graph, config.edge_split, config.seed, config.eval_negatives)
     with staged_directory(target, force=config.force) as tmp:
         parts, info = _run_partitioner(graph, config, progress)
         _refuse_empty_parts(parts, graph, config)
-        _write(tmp, graph, parts, config, info, command, progress, source)
+        _write(tmp, graph, parts, config, info, command, progress, source, split)
     logger.info("wrote %s (%s, %d parts)", target, config.method, config.num_parts)
     return target
 
@@ -201,7 +224,10 @@ def default_output(dataset: str, config: PartitionConfig, source: Optional[str] 
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(dataset)).stem or "graph")
     if source and source != "gen":
         name = f"{name}-{source}"
-    return cache / "partitions" / f"{name}-{config.method}-{config.num_parts}-s{config.seed}-h{config.halo_hops}"
+    suffix = ""
+    if config.task == "link":  # never the node-classification directory: its graph still holds the test edges
+        suffix = "-link-" + "-".join(f"{f:g}" for f in config.edge_split) + f"-n{config.eval_negatives}"
+    return cache / "partitions" / f"{name}-{config.method}-{config.num_parts}-s{config.seed}-h{config.halo_hops}{suffix}"
 
 
 def _as_graph(graph: Union[Graph, str, os.PathLike]) -> Graph:
@@ -234,12 +260,14 @@ def _write(
     command: Optional[Sequence[str]],
     progress: bool,
     source: Optional[str] = None,
+    split: Optional[EdgeSplit] = None,
 ) -> dict[str, Any]:
     from tqdm import tqdm
 
     argv = list(command) if command is not None else list(sys.argv)
     args = asdict(config)
     args["balance"] = list(config.balance)
+    args["edge_split"] = list(config.edge_split)
     extra = {
         "command": shlex.join(argv),
         "args": args,
@@ -253,9 +281,13 @@ def _write(
         # Two bars, one per phase; they advance together because parts are built and written one at a time.
         relabel = stack.enter_context(tqdm(total=config.num_parts, desc="relabel", unit="part", disable=not progress))
         write = stack.enter_context(tqdm(total=config.num_parts, desc="write", unit="part", disable=not progress))
+        def link_split(tmp: Path, ids: Any, part_meta: list[dict[str, Any]], files: dict[str, Any]) -> dict[str, Any]:
+            return write_split(tmp, split, ids.new_ids, ids.part_offsets, part_meta, files)
+
         return write_partition_files(
             root, graph, parts, config.num_parts, config.halo_hops, meta_extra=extra,
             on_relabel=lambda _: relabel.update(1), on_write=lambda _: write.update(1),
+            extras=link_split if split is not None else None,
         )
 
 

@@ -103,6 +103,7 @@ def write_partition_files(
     meta_extra: Optional[dict[str, Any]] = None,
     on_relabel: Optional[Callable[[int], None]] = None,
     on_write: Optional[Callable[[int], None]] = None,
+    extras: Optional[Callable[[Path, Relabel, list[dict[str, Any]], dict[str, dict[str, Any]]], dict[str, Any]]] = None,
 ) -> dict[str, Any]:
     """Writes every array and ``meta.json`` of a partition into ``root``; returns the meta.
 
@@ -117,6 +118,9 @@ def write_partition_files(
         halo_hops: halo depth h >= 1.
         meta_extra: entries merged into ``meta.json`` (command, args, dataset, method, seed...).
         on_relabel, on_write: progress callbacks, called with the part id after it is built / written.
+        extras: writes more files once the parts are written (``extras(root, relabel, part_meta,
+            files)``, e.g. the link split of ``partition/edges.py``), adding to the parts' counts and the
+            checksummed file list; returns entries for ``meta.json``.
     """
     parts = _check_parts(parts, graph.num_nodes, num_parts)
     relabel = Relabel.from_parts(parts, num_parts)
@@ -136,7 +140,10 @@ def write_partition_files(
         del arrays
     save_array(root, "node_map.npy", relabel.node_map(), files)
     save_array(root, "orig_ids.npy", relabel.orig_ids, files)
-    meta = _meta(graph, num_parts, halo_hops, relabel, part_meta, files, meta_extra or {})
+    meta_extra = dict(meta_extra or {})
+    if extras is not None:
+        meta_extra.update(extras(root, relabel, part_meta, files))
+    meta = _meta(graph, num_parts, halo_hops, relabel, part_meta, files, meta_extra)
     with open(root / META, "w") as fh:
         json.dump(meta, fh, indent=1)
         fh.write("\n")

@@ -46,8 +46,9 @@ def part_memory_bytes(num_inner: int, num_halo: int, num_edges: int, feature_dim
 
 
 def part_loads(meta: dict) -> tuple[list[int], list[float]]:
-    """Per part of a ``meta.json`` its train nodes (inner nodes where none are marked) and its bytes
-    on a worker (:func:`part_memory_bytes`): what placement balances and fits.
+    """Per part of a ``meta.json`` its train nodes (inner nodes where none are marked; supervision edges
+    in a link-prediction partition) and its bytes on a worker (:func:`part_memory_bytes`): what placement
+    balances and fits.
 
     Example:
         >>> part_loads({"feature_dim": 10, "parts": [{"num_inner": 1000, "num_halo": 100, "num_edges": 5000,
@@ -55,7 +56,10 @@ def part_loads(meta: dict) -> tuple[list[int], list[float]]:
         ([60], [92008.0])
     """
     parts, dim = meta["parts"], int(meta.get("feature_dim") or 0)
-    train = [int(p["num_train"] if p.get("num_train") is not None else p["num_inner"]) for p in parts]
+    if meta.get("task") == "link":  # link prediction trains on each part's supervision edges
+        train = [int(p["num_train_edges"]) for p in parts]
+    else:
+        train = [int(p["num_train"] if p.get("num_train") is not None else p["num_inner"]) for p in parts]
     memory = [part_memory_bytes(int(p["num_inner"]), int(p["num_halo"]), int(p["num_edges"]), dim) for p in parts]
     return train, memory
 

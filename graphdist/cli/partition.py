@@ -5,7 +5,8 @@ Run book::
     graphdist-partition --dataset cora --num-parts 4 --out parts/cora-4
     graphdist-partition --dataset synthetic-1m --num-parts 8 --method stream --out parts/s1m-8
     graphdist-partition --dataset edges.npz --num-parts 2 --method random --seed 3 --force --out parts/e-2
-    graphdist-partition --stats parts/cora-4
+    graphdist-partition --dataset cora --num-parts 2 --task link --out parts/cora-link-2
+  graphdist-partition --stats parts/cora-4
 
 Prints a memory estimate before partitioning, a progress bar per phase (load,
 partition, relabel, write) on stderr, and the statistics table at the end. Bad
@@ -60,6 +61,9 @@ class CliArgs:
     stats: Optional[Path]
     verify: bool
     progress: bool
+    task: str = "node"
+    edge_split: tuple[float, ...] = (0.85, 0.05, 0.10)
+    eval_negatives: int = 100
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument("--balance", default="nodes,train,edges", metavar="LIST",
                       help="metis balance constraints, a subset of nodes,train,edges (default: all three)")
     part.add_argument("--seed", type=int, default=0, help="random seed; equal seeds give identical files (default: 0)")
+    link = parser.add_argument_group("Link prediction")
+    link.add_argument("--task", default="node", choices=("node", "link"),
+                      help="link: split the edges first (val and test edges leave the message-passing graph) "
+                           "and store the split (default: node)")
+    link.add_argument("--edge-split", "--edge_split", dest="edge_split", default="0.85,0.05,0.10",
+                      metavar="TRAIN,VAL,TEST", help="link: shares of the edges (default: 0.85,0.05,0.10)")
+    link.add_argument("--eval-negatives", "--eval_negatives", dest="eval_negatives", type=int, default=100,
+                      metavar="K", help="link: seeded negatives stored per val/test edge (default: 100)")
     out = parser.add_argument_group("Output")
     out.add_argument("--out", type=Path, metavar="DIR",
                      help="output directory (default: $GRAPHDIST_CACHE/partitions/<dataset>-<method>-<P>-s<seed>-h<H>)")
@@ -122,12 +134,29 @@ def parse_args(argv: Optional[Sequence[str]]) -> CliArgs:
             raise UsageError(str(exc)) from None
         if ns.out is not None:
             _check_out(ns.out, ns.force)
+    edge_split = _edge_split(ns.edge_split)
+    if ns.eval_negatives < 1:
+        raise UsageError(f"--eval-negatives: expected an integer >= 1 (got {ns.eval_negatives})")
     return CliArgs(
         dataset=ns.dataset, num_parts=ns.num_parts, method=ns.method, halo_hops=ns.halo_hops, balance=ns.balance,
         seed=ns.seed, out=ns.out, force=ns.force, stats=ns.stats, verify=ns.verify,
         # Bars only on a terminal by default: in logs they would bury the one-line error.
         progress=sys.stderr.isatty() if ns.progress is None else ns.progress,
+        task=ns.task, edge_split=edge_split, eval_negatives=ns.eval_negatives,
     )
+
+
+def _edge_split(text: str) -> tuple[float, ...]:
+    """``--edge-split`` as three checked shares (``partition.edges.check_fractions``)."""
+    from partition.edges import check_fractions
+
+    try:
+        return check_fractions([float(v) for v in text.split(",")])
+    except ValueError as exc:
+        if "--edge-split" in str(exc):
+            raise UsageError(str(exc)) from None
+        raise UsageError(f"--edge-split: expected three comma-separated shares, e.g. 0.85,0.05,0.10 "
+                         f"(got {text!r})") from None
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -187,7 +216,8 @@ def _run(args: CliArgs, argv: list[str]) -> int:
 
     config = PartitionConfig(
         num_parts=args.num_parts, method=args.method, seed=args.seed, halo_hops=args.halo_hops,
-        balance=args.balance, force=args.force,
+        balance=args.balance, force=args.force, task=args.task, edge_split=args.edge_split,
+        eval_negatives=args.eval_negatives,
     )
     # leave=False: a load that fails clears its bar, so the error stays the only line.
     with tqdm(total=1, desc="load", unit="graph", disable=not args.progress, leave=False) as bar:
@@ -202,7 +232,8 @@ def _run(args: CliArgs, argv: list[str]) -> int:
     _check_free_space(args.out, graph)
     out = partition(
         graph, config.num_parts, config.method, args.out, config.seed, config.halo_hops, config.balance,
-        config.force, progress=args.progress, command=argv,
+        config.force, progress=args.progress, command=argv, task=config.task, edge_split=config.edge_split,
+        eval_negatives=config.eval_negatives,
     )
     if args.verify:
         verify_files(out, read_meta(out))

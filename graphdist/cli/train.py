@@ -61,8 +61,8 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from graphdist.cli.args import OneLineParser
-    from graphdist.config import (ALLREDUCE_MODES, COMPRESS_MODES, FEATURE_NORMS, MODELS, PARTITION_METHODS,
-                                  SACP_MODES, STRATEGIES, SYNC_MODES, TrainConfig)
+    from graphdist.config import (ALLREDUCE_MODES, COMPRESS_MODES, DECODERS, FEATURE_NORMS, MODELS, NEGATIVES,
+                                  PARTITION_METHODS, SACP_MODES, STRATEGIES, SYNC_MODES, TASKS, TrainConfig)
 
     default = TrainConfig.__dataclass_fields__  # the defaults shown in --help come from the config
 
@@ -81,6 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--partitions", metavar="DIR", help="an existing partition directory (graphdist-partition)")
     _add(data, "--partition-method", choices=list(PARTITION_METHODS),
          help=f"how --dataset is partitioned on the fly (default {d('partition_method')})")
+    _add(data, "--task", choices=list(TASKS),
+         help="node: node classification (multi-label when y is a [N, C] 0/1 matrix: BCE, micro-F1); link: "
+              "link prediction on a partition made with --task link (held-out edges, AUC/MRR/Hits@K) "
+              f"(default {d('task')})")
+    link = p.add_argument_group("Link prediction (--task link; --strategy minibatch)")
+    _add(link, "--edge-split", metavar="TRAIN,VAL,TEST",
+         help=f"shares of the edges when --dataset is partitioned on the fly (default {d('edge_split')})")
+    _add(link, "--eval-negatives", type=int, metavar="K",
+         help=f"stored negatives per val/test edge, on the fly (default {d('eval_negatives')})")
+    _add(link, "--num-negatives", type=int, help=f"negatives per positive edge in training (default {d('num_negatives')})")
+    _add(link, "--neg-sampling", choices=list(NEGATIVES),
+         help=f"training negatives: uniform over nodes, or degree ~ degree^0.75 (default {d('neg_sampling')})")
+    _add(link, "--decoder", choices=list(DECODERS),
+         help=f"pair scorer: dot <h_u, h_v>, or mlp over h_u * h_v (default {d('decoder')})")
+    _add(link, "--hits-k", type=int, metavar="K", help=f"report Hits@K (default {d('hits_k')})")
     model = p.add_argument_group("Model")
     _add(model, "--model", choices=list(MODELS), help=f"reference model (default {d('model')})")
     _add(model, "--hidden", type=int, help=f"hidden width (default {d('hidden')})")
@@ -92,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(model, "--feature-norm", choices=list(FEATURE_NORMS),
          help="row: divide each feature row by its sum, as usual for cora/citeseer/pubmed (default none)")
     opt = p.add_argument_group("Optimisation")
-    _add(opt, "--batch-size", type=int, help=f"seeds per step over all workers (default {d('batch_size')})")
+    _add(opt, "--batch-size", type=int, help=f"seeds (positive edges with --task link) per step over all workers (default {d('batch_size')})")
     _add(opt, "--epochs", type=int, help=f"epochs (default {d('epochs')})")
     _add(opt, "--max-steps", type=int, help="cap on steps per epoch (default 0 = every train node once)")
     _add(opt, "--lr", type=float, help=f"Adam learning rate (default {d('lr')})")

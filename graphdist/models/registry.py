@@ -22,6 +22,10 @@ MODELS: dict[str, str] = {
 }
 
 
+# Link prediction's pair decoders (models/link.py): the one declaration, read by the config too.
+DECODERS = ("dot", "mlp")
+
+
 def model_class(name: str) -> Any:
     """The class registered as ``name`` (case-insensitive).
 

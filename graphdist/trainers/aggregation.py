@@ -32,7 +32,6 @@ from graphdist.trainers.minibatch import (
     DistributedBatches,
     broadcast_parameters,
     build_model,
-    evaluate_model,
     loader_seed,
     predictions,
     resolve_device,
@@ -122,7 +121,8 @@ class AggregationStrategy(Strategy):
                                  batch_size=mine.batch_share, num_batches=ctx.plan.steps_per_epoch,
                                  prefetch=use_prefetch(cfg.prefetch, cfg.threads), seed=loader_seed(cfg.seed, rank))
         # Evaluation (and correction steps) read the whole graph: the distributed sources, global degrees.
-        self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps))
+        self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps),
+                                          task=self.task)
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -200,8 +200,7 @@ class AggregationStrategy(Strategy):
     # ------------------------------------------------------------- evaluation
 
     def evaluate(self) -> dict[str, float]:
-        return evaluate_model(self.model, self.partition, self.batches, self.device, self.with_degrees,
-                              self.ctx.cfg.layers, self.task)
+        return self.task.evaluate(self.model, self.partition, self.batches, self.device, self.with_degrees)
 
     def predict(self) -> Predictions:
         return predictions(self.model, self.partition, self.batches, self.device, self.with_degrees)

@@ -151,9 +151,11 @@ class Strategy(abc.ABC):
     @classmethod
     def planned_steps(cls, cfg: "TrainConfig", meta: dict[str, Any]) -> int:
         """Optimizer steps per epoch this strategy will make (before any worker starts; for the launcher's
-        warning about runs too short to learn). Default: one per global batch of train nodes."""
-        parts = meta.get("parts", [])
-        train = sum(int(p.get("num_train") or p.get("num_inner") or 0) for p in parts)
+        warning about runs too short to learn). Default: one per global batch of train nodes (of supervision
+        edges in a link-prediction partition)."""
+        from placement.assign import part_loads
+
+        train = sum(part_loads(meta)[0]) if meta.get("parts") else 0
         steps = max(1, -(-train // max(1, cfg.batch_size)))
         return min(steps, cfg.max_steps) if cfg.max_steps else steps
 

@@ -24,8 +24,8 @@ import torch
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
                                      gradient_allreduce, sync_options)
-from graphdist.trainers.evaluate import evaluated_nodes, exact_inference, sampled_inference
-from graphdist.trainers.features import GlobalLabels, feature_table, model_inputs
+from graphdist.trainers.evaluate import exact_inference
+from graphdist.trainers.features import feature_table
 
 logger = logging.getLogger(__name__)
 
@@ -147,13 +147,16 @@ class DistributedBatches:
     """
 
     def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None,
-                 stretch: Optional[Any] = None) -> None:
+                 stretch: Optional[Any] = None, task: Optional[Any] = None) -> None:
         from sampling import LocalFeatureSource, NeighborSampler, NodeLoader
         from sampling.distributed import DistFeatureSource, DistNeighborSource
         from sampling.owners import OwnerMap
 
+        from graphdist.trainers.tasks import SingleLabel
+
         cfg = ctx.cfg
-        self.partition = part
+        task = task if task is not None else SingleLabel()
+        self.ctx, self.partition = ctx, part
         # Sampling and feature fetch may run in the prefetch thread: their collectives get a
         # group of their own, so they never interleave with gradient sync on the default group.
         self.group = comm.new_group(cfg.timeout)
@@ -181,10 +184,12 @@ class DistributedBatches:
         if cfg.replicate == "graph":
             loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
                                                                           with_degrees, part, table))
-        self.train_seeds = part.mask_global_ids("train_mask")
-        self.labels = GlobalLabels(class_labels(part.y), part.inner_local) if part.y is not None else None
+        # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
+        self.train_seeds = task.train_items(ctx, part)
+        self.labels = task.train_labels(part)
         self.loader = NodeLoader(
-            loader_features, self.train_seeds, self.sampler, batch_size=ctx.plan.of(ctx.rank).batch_share,
+            loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
+            batch_size=ctx.plan.of(ctx.rank).batch_share,
             shuffle=True, labels=self.labels,
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, cfg.threads), seed=loader_seed(cfg.seed, ctx.rank),
@@ -293,8 +298,8 @@ class MinibatchStrategy(Strategy):
         model = build_model(ctx, int(self.partition.x.shape[1]), self.task.out_dim(self.partition.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
         self.stretch = test_slowdown(rank)
-        self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch)
-        self.model = model.to(self.device)
+        self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch, task=self.task)
+        self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sync = self._build_sync()
@@ -356,9 +361,9 @@ class MinibatchStrategy(Strategy):
         if comm.is_main_process():
             part = self.partition
             logger.info(
-                "%s: %s inner, %s halo, %s train seeds, batch share %d, %d steps/epoch, cache %d of %d remote "
+                "%s: %s inner, %s halo, %s train %s, batch share %d, %d steps/epoch, cache %d of %d remote "
                 "rows, prefetch %s", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
-                f"{int(self.train_seeds.numel()):,}", self.loader.batch_size, len(self.loader),
+                f"{int(self.train_seeds.numel()):,}", self.task.items, self.loader.batch_size, len(self.loader),
                 int(self.features.cache_ids.numel()), part.num_halo, "on" if self.loader.prefetch else "off",
             )
 
@@ -434,8 +439,7 @@ class MinibatchStrategy(Strategy):
 
     def evaluate(self) -> dict[str, float]:
         """The task's train (full-neighbour), val and test metrics over all workers."""
-        return evaluate_model(self.model, self.partition, self.batches, self.device, self.with_degrees,
-                              self.ctx.cfg.layers, self.task)
+        return self.task.evaluate(self.model, self.partition, self.batches, self.device, self.with_degrees)
 
     def predict(self) -> Predictions:
         """Logits and embeddings of this rank's inner nodes (exact layer-wise inference)."""
@@ -454,25 +458,6 @@ class MinibatchStrategy(Strategy):
         self.sync.close()
 
 
-def evaluate_model(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,
-                   with_degrees: bool, num_layers: int, task: Any) -> dict[str, float]:
-    """The task's metrics over all workers: exact layer-wise inference, or sampled for models without
-    ``layer_forward``."""
-    if hasattr(task, "evaluate"):  # link prediction scores pairs of nodes, not nodes
-        return task.evaluate(model, part, batches, device, with_degrees)
-    if hasattr(model, "layer_forward"):
-        out = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
-        pred = task.predict(out)
-    else:
-        nodes = evaluated_nodes(part)
-        pred = task.empty_prediction(part.num_inner, int(part.meta.get("num_classes") or 0))
-        out = sampled_inference(model, batches.neighbor_source, batches.features, part.inner_global_ids()[nodes],
-                                num_layers, device, with_degrees)
-        if out.numel():
-            pred[nodes] = task.predict(out)
-    return task.metrics(pred, part)
-
-
 def predictions(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,
                 with_degrees: bool) -> Predictions:
     """Logits and last hidden layer of this rank's inner nodes, keyed by original id."""
@@ -484,5 +469,5 @@ def predictions(model: torch.nn.Module, part: Any, batches: DistributedBatches, 
     return Predictions(orig_ids=orig, logits=logits, embeddings=hidden)
 
 
-__all__ = ["DistributedBatches", "MinibatchStrategy", "broadcast_parameters", "build_model", "evaluate_model",
+__all__ = ["DistributedBatches", "MinibatchStrategy", "broadcast_parameters", "build_model", "class_labels",
            "loader_seed", "predictions", "resolve_device", "sampler_seed", "train_steps", "use_prefetch"]

@@ -43,6 +43,7 @@ class Task(abc.ABC):
 
     name: str = ""
     best_key: str = "val_acc"
+    items: str = "seeds"  # what a batch is made of (logs; a link batch's items are edges)
 
     def out_dim(self, meta: dict[str, Any], hidden: int) -> int:
         """The model's output width for a partition's ``meta.json`` (classes by default)."""
@@ -71,6 +72,45 @@ class Task(abc.ABC):
     def batch_weight(self, batch: Any) -> int:
         """What a step's gradient is averaged over (its seeds): the seed-weighted sync's weight."""
         return int(batch.seed_nodes.numel())
+
+    # What a mini-batch worker trains on: node tasks keep the node loader's seeds, sampler and labels;
+    # link prediction batches edges instead (trainers/link.py).
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model trained for this task, built around the node model (node tasks: the model itself)."""
+        return model
+
+    def train_items(self, ctx: Any, part: Partition) -> torch.Tensor:
+        """What this worker's loader batches: its train nodes (global ids)."""
+        return part.mask_global_ids("train_mask")
+
+    def train_sampler(self, sampler: Any, ctx: Any, seed: int) -> Any:
+        """The sampler the loader calls on a batch of items (node tasks: the node sampler)."""
+        return sampler
+
+    def train_labels(self, part: Partition) -> Optional[Any]:
+        """Labels by global id of the worker's train nodes (and seeds handed over later)."""
+        from graphdist.trainers.features import GlobalLabels
+
+        if part.y is None:
+            return None
+        return GlobalLabels(part.y if part.y.dim() == 2 else part.y.to(torch.int64), part.inner_local)
+
+    def evaluate(self, model: torch.nn.Module, part: Partition, batches: Any, device: torch.device,
+                 with_degrees: bool) -> dict[str, float]:
+        """Metrics over all workers (collective): exact layer-wise inference, or full-neighbour blocks for
+        models without ``layer_forward``."""
+        from graphdist.trainers.evaluate import evaluated_nodes, exact_inference, sampled_inference
+
+        if hasattr(model, "layer_forward"):
+            out = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
+            return self.metrics(self.predict(out), part)
+        nodes = evaluated_nodes(part)
+        pred = self.empty_prediction(part.num_inner, int(part.meta.get("num_classes") or 0))
+        out = sampled_inference(model, batches.neighbor_source, batches.features, part.inner_global_ids()[nodes],
+                                batches.ctx.cfg.layers, device, with_degrees)
+        if out.numel():
+            pred[nodes] = self.predict(out)
+        return self.metrics(pred, part)
 
     def batch_loss(self, model: torch.nn.Module, batch: Any, with_degrees: bool,
                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor, float]:
