@@ -2,7 +2,7 @@
 
 ``partition.api.partition`` runs one of graphdist's partitioners; this takes the part of every
 node as given and writes the same checksummed directory (same ``write_partition_files``, same
-staging), with ``method`` in ``meta.json`` naming where the assignment came from. The halo is
+staging in graphdist/data/staging.py), with ``method`` in ``meta.json`` naming where the assignment came from. The halo is
 graphdist's own, built from the whole graph: every in-neighbour of an inner node is local.
 
 Example:
@@ -28,7 +28,7 @@ import numpy as np
 
 from graphdist.data.graph import Graph
 from partition.format import write_partition_files
-from partition.staging import staged_directory
+from graphdist.data.staging import staged_directory
 
 logger = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from graphdist.data.graph import MASK_NAMES, Graph
 from partition.csr import graph_arrays
 from partition.halo import PartArrays, Relabel, build_part, edges_by_source_part
 from partition.part import Partition
-from partition.staging import META, PathLike, clean_stale_siblings, staged_directory  # noqa: F401 - re-exported
+from graphdist.data.staging import META, PathLike, clean_stale_siblings, staged_directory  # noqa: F401 - re-exported
 
 FORMAT_VERSION = 2
 # What the reader accepts: version 2 added multi-label y (uint8 [N, C], meta "multilabel") and the

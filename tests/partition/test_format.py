@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import partition.format as fmt
-import partition.staging as staging
+import graphdist.data.staging as staging
 from graphdist.data.graph import Graph
 from graphdist.testing import random_graph, tiny_graph
 from partition.api import PartitionFormatError, default_output, load_partition, partition, read_meta, PartitionConfig

@@ -19,11 +19,11 @@ from typing import Iterator, Union
 from graphdist.data.paths import write_error
 
 PathLike = Union[str, os.PathLike]
-META = "meta.json"  # what makes a directory a partition directory
+META = "meta.json"  # what makes a directory one of ours: a partition directory, a generated graph
 
 
 @contextlib.contextmanager
-def staged_directory(out: PathLike, force: bool = False) -> Iterator[Path]:
+def staged_directory(out: PathLike, force: bool = False, what: str = "partition directory") -> Iterator[Path]:
     """Yields a fresh temporary sibling of ``out``; renames it to ``out`` if the block succeeds.
 
     Checks happen on entry, before any expensive work: ``out`` exists (and no
@@ -32,10 +32,11 @@ def staged_directory(out: PathLike, force: bool = False) -> Iterator[Path]:
 
     Args:
         out: the final directory.
-        force: replace an existing partition directory (one with ``meta.json``) or empty directory.
+        force: replace an existing directory of ours (one with ``meta.json``) or an empty one.
+        what: what the directory is, in messages (default ``partition directory``).
 
     Raises:
-        FileExistsError: ``out`` exists and ``force`` is False, or is not a partition directory.
+        FileExistsError: ``out`` exists and ``force`` is False, or is not one of ours.
         PermissionError / OSError: the parent is not writable.
 
     Example:
@@ -47,23 +48,23 @@ def staged_directory(out: PathLike, force: bool = False) -> Iterator[Path]:
         ['meta.json']
     """
     out = Path(out)
-    _check_replaceable(out, force)
+    _check_replaceable(out, force, what)
     out.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise PermissionError(f"--out: cannot write into {out.parent} (permission denied); choose another --out")
     clean_stale_siblings(out)
-    _check_replaceable(out, force)  # a stale sibling may have been the previous ``out``, now restored
+    _check_replaceable(out, force, what)  # a stale sibling may have been the previous ``out``, now restored
     token = f"{os.getpid()}-{secrets.token_hex(4)}"
     tmp = out.parent / f".{out.name}.tmp-{token}"
     with _held_directory(out.parent / f".{out.name}.new-{token}", tmp):
         try:
             yield tmp
-            _commit(tmp, out, force, token)
+            _commit(tmp, out, force, token, what)
         except BaseException as exc:
             error = None
             if isinstance(exc, OSError) and not isinstance(exc, (FileExistsError, PermissionError)):
                 kept = "the previous one is intact" if out.exists() else "nothing was written"
-                error = write_error(exc, out, "partition directory", kept)
+                error = write_error(exc, out, what, kept)
             shutil.rmtree(tmp, ignore_errors=True)
             if error is not None:
                 raise error from exc
@@ -144,7 +145,7 @@ def _is_stale(tmp: Path) -> bool:
         os.close(fd)
 
 
-def _check_replaceable(out: Path, force: bool) -> None:
+def _check_replaceable(out: Path, force: bool, what: str = "partition directory") -> None:
     if not out.exists() and not out.is_symlink():
         return
     if not force:
@@ -155,16 +156,16 @@ def _check_replaceable(out: Path, force: bool) -> None:
     if out.is_dir() and not out.is_symlink() and ((out / META).exists() or not any(out.iterdir())):
         return
     raise FileExistsError(
-        f"out={str(out)!r} exists and is not a partition directory (no {META}); refusing to replace it even with "
+        f"out={str(out)!r} exists and is not a {what} (no {META}); refusing to replace it even with "
         f"force=True"
     )
 
 
-def _commit(tmp: Path, out: Path, force: bool, token: str) -> None:
+def _commit(tmp: Path, out: Path, force: bool, token: str, what: str = "partition directory") -> None:
     """Renames ``tmp`` to ``out``; an existing ``out`` (force) is moved aside first, then removed."""
     old = None
     if out.exists():
-        _check_replaceable(out, force)  # it may have appeared while we worked
+        _check_replaceable(out, force, what)  # it may have appeared while we worked
         old = out.parent / f".{out.name}.old-{token}"  # the token ties it to tmp's lock
         os.replace(out, old)
     os.replace(tmp, out)
