@@ -10,7 +10,10 @@ PyG ``Data``                    converted with ``Graph.from_pyg``
                                 online, fetched with torch_geometric's ``Planetoid``
                                 into the cache and converted once
 ``"synthetic-<N>"``             ``synthetic(N)`` with the documented defaults (e.g.
-                                ``synthetic-100k``, ``synthetic-1m``, ``synthetic-2500``)
+                                ``synthetic-100k``, ``synthetic-1m``, ``synthetic-2500``);
+                                from 2M nodes on generated out of core once into
+                                ``GRAPHDIST_CACHE/graphs/<name>`` and memory-mapped
+                                (``synthetic_disk.py``); ``-multilabel`` suffix: multi-label y
 ``*.npz`` file                  the graphdist format of ``datasets/README.md``: ``edge_index``,
                                 dense ``x`` or CSR ``x_indptr/x_indices/x_data/x_shape``,
                                 ``y``, masks
@@ -150,7 +153,11 @@ def load_graph(
 
             _warn_ignored(f"dataset {key!r}", **edge_list_args, **ogb_args)
             from graphdist.data.synthetic import MULTILABEL_SUFFIX
+            from graphdist.data.synthetic_disk import OUT_OF_CORE_NODES
 
+            if size >= OUT_OF_CORE_NODES and not key.endswith(MULTILABEL_SUFFIX):
+                # Too large for memory on a small machine: generated once into the cache, memory-mapped.
+                return synthetic(size, name=key, out=cache_dir() / "graphs" / key)
             return synthetic(size, name=key, multilabel=key.endswith(MULTILABEL_SUFFIX))
 
     path = Path(text).expanduser()

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import warnings
 from typing import Optional
@@ -106,6 +107,7 @@ def synthetic(
     max_degree: Optional[float] = None,
     name: Optional[str] = None,
     multilabel: bool = False,
+    out: Optional[str | os.PathLike] = None,
 ) -> Graph:
     """Generates a community-structured, power-law graph with label-dependent features.
 
@@ -133,6 +135,9 @@ def synthetic(
             label and, with probability 1/2, a second label drawn uniformly, which also adds
             that label's own centroid to its features (so both are learnable). The graph,
             the masks and the single-label draws are the same as without it.
+        out: generate out of core into this directory (``graphdist/data/synthetic_disk.py``: chunked,
+            memory-mapped ``.npy`` files, reused when the arguments match) and return the graph
+            memory-mapped; the same model, drawn in another order (not the in-memory graph).
 
     Returns:
         A ``Graph`` with ``x`` (float32), ``y`` (int64, or uint8 ``[N, C]`` multi-label) and the three masks.
@@ -147,6 +152,13 @@ def synthetic(
     """
     _check_args(num_nodes, avg_degree, num_features, num_classes, homophily, degree_exponent,
                 feature_signal, train_frac, val_frac, max_degree)
+    if out is not None:
+        if multilabel:
+            raise ValueError("multilabel: not available out of core (out=); generate it in memory")
+        from graphdist.data.synthetic_disk import synthetic_to_disk
+
+        return synthetic_to_disk(num_nodes, out, avg_degree, num_features, num_classes, seed, homophily,
+                                 degree_exponent, feature_signal, train_frac, val_frac, max_degree, name)
     n = int(num_nodes)
     gen = torch.Generator().manual_seed(int(seed))
 
