@@ -52,6 +52,7 @@ import torch
 from graphdist.data.graph import MASK_NAMES, Graph
 from partition.csr import graph_arrays
 from partition.halo import PartArrays, Relabel, build_part, edges_by_source_part
+from partition.scan import write_one_hop_parts
 from partition.part import Partition
 from graphdist.data.staging import META, PathLike, clean_stale_siblings, staged_directory  # noqa: F401 - re-exported
 
@@ -104,10 +105,13 @@ def write_partition_files(
     on_relabel: Optional[Callable[[int], None]] = None,
     on_write: Optional[Callable[[int], None]] = None,
     extras: Optional[Callable[[Path, Relabel, list[dict[str, Any]], dict[str, dict[str, Any]]], dict[str, Any]]] = None,
+    on_rows: Optional[Callable[[int], None]] = None,
 ) -> dict[str, Any]:
     """Writes every array and ``meta.json`` of a partition into ``root``; returns the meta.
 
-    Parts are built and written one at a time, so memory holds one part's
+    Halo depth 1 (the default): every part at once by sequential scans of the graph
+    (``partition/scan.py``: bounded memory, graphs larger than RAM, memory maps released as
+    read). Deeper halos: parts are built and written one at a time, so memory holds one part's
     arrays at once, never the whole relabelled graph.
 
     Args:
@@ -121,23 +125,32 @@ def write_partition_files(
         extras: writes more files once the parts are written (``extras(root, relabel, part_meta,
             files)``, e.g. the link split of ``partition/edges.py``), adding to the parts' counts and the
             checksummed file list; returns entries for ``meta.json``.
+        on_rows: progress of the one-hop scan, called with the rows of each block it wrote.
     """
     parts = _check_parts(parts, graph.num_nodes, num_parts)
     relabel = Relabel.from_parts(parts, num_parts)
-    indptr, indices = graph_arrays(graph)
     files: dict[str, dict[str, Any]] = {}
     part_meta = []
-    scratch = np.full(graph.num_nodes, -1, dtype=np.int64)
+    structure = (write_one_hop_parts(root, graph, parts, num_parts, relabel, files, on_block=on_rows)
+                 if halo_hops == 1 else None)
+    if structure is None:
+        indptr, indices = graph_arrays(graph)
+        scratch = np.full(graph.num_nodes, -1, dtype=np.int64)
     for p in range(num_parts):
-        arrays = build_part(indptr, indices, relabel, p, halo_hops, scratch)
+        inner = relabel.orig_ids[relabel.part_offsets[p] : relabel.part_offsets[p + 1]]
+        if structure is None:
+            arrays = build_part(indptr, indices, relabel, p, halo_hops, scratch)
+            _write_structure(root, p, arrays, graph, inner, files)
+            counts = _structure_counts(arrays, num_parts, p)
+            del arrays
+        else:
+            counts = structure[p]
         if on_relabel:
             on_relabel(p)
-        inner = relabel.orig_ids[relabel.part_offsets[p] : relabel.part_offsets[p + 1]]
-        _write_part(root, p, arrays, graph, inner, files)
-        part_meta.append(_part_counts(arrays, graph, inner, num_parts, p))
+        _write_labels(root, p, graph, inner, files)
+        part_meta.append({**counts, **_label_counts(graph, inner)})
         if on_write:
             on_write(p)
-        del arrays
     save_array(root, "node_map.npy", relabel.node_map(), files)
     save_array(root, "orig_ids.npy", relabel.orig_ids, files)
     meta_extra = dict(meta_extra or {})
@@ -161,7 +174,7 @@ def _check_parts(parts: Any, num_nodes: int, num_parts: int) -> np.ndarray:
     return parts.astype(np.int64, copy=False)
 
 
-def _write_part(
+def _write_structure(
     root: Path, p: int, arrays: PartArrays, graph: Graph, inner: np.ndarray, files: dict[str, dict[str, Any]]
 ) -> None:
     d = f"part-{p}"
@@ -172,6 +185,10 @@ def _write_part(
     # Inner rows only: halo features live on their owner and are fetched at run time.
     if graph.x is not None:
         save_array(root, f"{d}/x.npy", graph.x.numpy()[inner], files)
+
+
+def _write_labels(root: Path, p: int, graph: Graph, inner: np.ndarray, files: dict[str, dict[str, Any]]) -> None:
+    d = f"part-{p}"
     if graph.y is not None:
         y_dtype = np.uint8 if graph.multilabel else np.int64
         save_array(root, f"{d}/y.npy", graph.y.numpy()[inner].astype(y_dtype, copy=False), files)
@@ -185,7 +202,7 @@ def _write_part(
         save_array(root, f"{d}/masks.npy", stacked, files)
 
 
-def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray, num_parts: int, part_id: int) -> dict[str, Any]:
+def _structure_counts(arrays: PartArrays, num_parts: int, part_id: int) -> dict[str, Any]:
     inner_edges = int(arrays.indptr[arrays.num_inner])
     counts: dict[str, Any] = {
         "num_inner": arrays.num_inner,
@@ -201,6 +218,12 @@ def _part_counts(arrays: PartArrays, graph: Graph, inner: np.ndarray, num_parts:
         "edges_from_parts": edges_by_source_part(arrays.indptr, arrays.indices, arrays.halo_owner,
                                                  arrays.num_inner, num_parts, part_id),
     }
+    return counts
+
+
+def _label_counts(graph: Graph, inner: np.ndarray) -> dict[str, Any]:
+    """A part's train/val/test node counts and its label histogram (per-label carriers when multi-label)."""
+    counts: dict[str, Any] = {}
     for name in MASK_NAMES:
         mask = getattr(graph, name)
         counts[f"num_{name.split('_')[0]}"] = None if mask is None else int(mask.numpy()[inner].sum())
