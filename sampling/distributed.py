@@ -44,11 +44,20 @@ from torch import Tensor
 
 from graphdist import comm
 from graphdist.data.graph import ranges
+from graphdist.data.npy import is_mapped
 from partition.format import Partition
 from sampling.base import LocalFeatureSource, NeighborSource, run_steps
 from sampling.kernels import sample_csr, sample_csr_padded, unpad
 from sampling.owners import OwnerMap
 from sampling.relabel import DENSE_MAX_NODES
+
+# --cache-rows -1 (the default): every halo row while they fit in this much memory per worker, the
+# hottest that fit beyond. Small graphs cache their whole halo; a 10M-node graph in 4 parts would
+# need ~2.8 GB per worker for it.
+AUTO_CACHE_MIB = 512
+# Own rows that are a memory map larger than this stay mapped (not copied into the worker's memory);
+# smaller ones are copied once into one table with the cache, which gathers in one index_select.
+MAPPED_COPY_MAX_BYTES = 256 << 20
 
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
 
@@ -255,16 +264,20 @@ class DistFeatureSource(LocalFeatureSource):
     """Feature rows of any global node: own rows locally, hot remote rows from a cache, the rest fetched.
 
     A :class:`LocalFeatureSource` over the partition's own rows (``x[inner_local(global)]``),
-    extended with the cache and the fetch from the other workers. Own rows and cached rows
-    live in one table (``table``; ``x`` and ``cached`` are views of it), so a batch's
-    local and cached rows come in one ``index_select``; building it copies ``x`` once.
+    extended with the cache and the fetch from the other workers. Own rows held in memory and
+    cached rows live in one table (``table``; ``x`` and ``cached`` are views of it), so a
+    batch's local and cached rows come in one ``index_select``; building it copies ``x`` once.
+    Own rows that are a large memory map (a partition's ``x.npy`` above ``MAPPED_COPY_MAX_BYTES``)
+    stay one: never copied into the worker's private memory, pages read in as batches touch
+    them; the cache is then its own tensor and a gather reads the two apart.
 
     Args:
         partition: this worker's ``Partition``.
         group: process group (one per thread that gathers).
-        cache_rows: remote rows to cache: ``-1`` every halo node (default), ``0`` none, ``n``
-            the ``n`` hottest (``cache_mib`` permitting). The same meaning as ``--cache-rows``.
-        cache_mib: a cap on the cache's memory in MiB (None = no cap).
+        cache_rows: remote rows to cache: ``-1`` (default) every halo node while their rows fit
+            in ``AUTO_CACHE_MIB`` (the hottest that fit beyond), ``0`` none, ``n`` the ``n``
+            hottest (``cache_mib`` permitting). The same meaning as ``--cache-rows``.
+        cache_mib: a cap on the cache's memory in MiB (None: ``AUTO_CACHE_MIB`` for ``-1``, else none).
         features: the ``[num_inner, F]`` table to serve instead of ``partition.x`` (e.g.
             normalised features, or embeddings during layer-wise inference).
         owners: which rank serves each node (default: part ``p`` on rank ``p``).
@@ -308,6 +321,8 @@ class DistFeatureSource(LocalFeatureSource):
     def _build_cache(self, cache_rows: int, cache_mib: Optional[float]) -> None:
         num_halo = self.partition.num_halo
         limit = num_halo if cache_rows == -1 else min(int(cache_rows), num_halo)
+        if cache_rows == -1 and cache_mib is None:
+            cache_mib = AUTO_CACHE_MIB
         if cache_mib is not None:
             row_bytes = self.num_features * self.x.element_size()
             limit = min(limit, int(cache_mib * 2**20 // max(row_bytes, 1)))
@@ -317,9 +332,15 @@ class DistFeatureSource(LocalFeatureSource):
         num_inner = int(self.partition.num_inner)
         # One table, own rows then cached rows: a gather reads both with a single index_select
         # straight into the batch buffer (no second copy of the cached rows, no masked writes).
-        self.table = torch.cat([self.x, cached]) if cached.shape[0] else self.x
-        self.x = self.table[:num_inner]
-        self.cached = self.table[num_inner:]
+        # Mapped own rows are not copied into private memory: the cache stays apart.
+        self.split = (bool(cached.shape[0]) and self.x.numel() * self.x.element_size() > MAPPED_COPY_MAX_BYTES
+                      and is_mapped(self.x))
+        if self.split:
+            self.table, self.cached = None, cached
+        else:
+            self.table = torch.cat([self.x, cached]) if cached.shape[0] else self.x
+            self.x = self.table[:num_inner]
+            self.cached = self.table[num_inner:]
         # Table row of every global id (-1: fetch it), one int32 gather per batch. Above
         # DENSE_MAX_NODES nodes the map would cost too much memory: a binary search over the
         # sorted cache ids does the same.
@@ -327,7 +348,7 @@ class DistFeatureSource(LocalFeatureSource):
         if self.num_ranks > 1 and self.owners.num_nodes <= DENSE_MAX_NODES:
             row_of = torch.full((self.owners.num_nodes,), -1, dtype=torch.int32)
             row_of[self.partition.inner_global_ids()] = torch.arange(num_inner, dtype=torch.int32)
-            row_of[self.cache_ids] = torch.arange(num_inner, self.table.shape[0], dtype=torch.int32)
+            row_of[self.cache_ids] = torch.arange(num_inner, num_inner + self.cache_ids.numel(), dtype=torch.int32)
             self._row_of = row_of
         self.stats = CacheStats()
 
@@ -366,7 +387,13 @@ class DistFeatureSource(LocalFeatureSource):
         num_local = int((rows < int(self.partition.num_inner)).sum()) - num_miss
         # Own and cached rows in one index_select into `out`; the misses read a placeholder
         # row there and are overwritten with the fetched ones.
-        if self.table.shape[0]:
+        if self.split:
+            num_inner = int(self.partition.num_inner)
+            own_idx = ((rows >= 0) & (rows < num_inner)).nonzero().view(-1)
+            hit_idx = (rows >= num_inner).nonzero().view(-1)
+            out[own_idx] = self.x.index_select(0, rows.index_select(0, own_idx))
+            out[hit_idx] = self.cached.index_select(0, rows.index_select(0, hit_idx) - num_inner)
+        elif self.table.shape[0]:
             torch.index_select(self.table, 0, rows.clamp_(min=0) if num_miss else rows, out=out)
         if self.num_ranks > 1:
             out[miss_idx] = self._fetch(nodes.index_select(0, miss_idx))

@@ -115,6 +115,22 @@ def _file_mapping(address: int) -> Optional[tuple[int, int, str]]:
     return None
 
 
+def is_mapped(array: Any) -> bool:
+    """Whether ``array`` (numpy or tensor) lies in a memory-mapped file.
+
+    Example:
+        >>> is_mapped(np.zeros(4096))
+        False
+    """
+    if hasattr(array, "numpy") and not isinstance(array, np.ndarray):
+        if array.device.type != "cpu" or not array.numel():
+            return False
+        array = array.detach().numpy()
+    if not array.size:
+        return False
+    return _file_mapping(array.__array_interface__["data"][0]) is not None
+
+
 def release(array: Any, unwritten: bool = False) -> None:
     """Drops the resident pages of ``array`` (a numpy array or tensor) where they only mirror a file.
 
@@ -143,4 +159,4 @@ def release(array: Any, unwritten: bool = False) -> None:
                                                   ctypes.c_int(_MADV_DONTNEED))
 
 
-__all__ = ["NpyWriter", "release"]
+__all__ = ["NpyWriter", "is_mapped", "release"]

@@ -66,6 +66,18 @@ def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) ->
                                                                         cached.stats.fetched_rows)
     assert cached.stats.cache_hits > 0 and uncached.stats.cache_hits == 0
     assert cached.stats.fetched_rows < uncached.stats.fetched_rows
+    # Large mapped own rows stay mapped (no copy into the worker): the cache apart, the same rows.
+    import sampling.distributed as dist
+    from graphdist.data.npy import is_mapped
+
+    saved, dist.MAPPED_COPY_MAX_BYTES = dist.MAPPED_COPY_MAX_BYTES, 0
+    try:
+        mapped = DistFeatureSource(part, cache_rows=-1)
+    finally:
+        dist.MAPPED_COPY_MAX_BYTES = saved
+    assert mapped.split and is_mapped(mapped.x) and not cached.split and not is_mapped(cached.x)
+    assert torch.equal(mapped.gather(nodes), a)
+    assert (mapped.stats.cache_hits, mapped.stats.fetched_rows) == (cached.stats.cache_hits, cached.stats.fetched_rows)
 
 
 def _uniform_body(
