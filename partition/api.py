@@ -55,6 +55,7 @@ __all__ = [
     "PartitionStats",
     "content_checksum",
     "default_output",
+    "check_memory_fits",
     "estimate_memory",
     "format_table",
     "load_partition",
@@ -192,6 +193,7 @@ def partition(
     )
     graph = _as_graph(graph)
     config.check_graph(graph)
+    check_memory_fits(graph, config)
     target = Path(out) if out is not None else default_output(graph.name, config, source)
     split = None
     if config.task == "link":  # first: the parts are made of the message-passing graph
@@ -340,6 +342,37 @@ def estimate_memory(
         "random": 16 * n,
         "stream": 32 * n,
     }
-    part_edges = e / max(num_parts, 1) * (1 if halo_hops == 1 else 4 * (halo_hops - 1))
-    write = int(32 * n + 40 * part_edges + 4 * (n / max(num_parts, 1)) * int(feature_dim))
+    if halo_hops == 1:
+        # partition/scan.py: id maps and halo marks (~40 B/node), one block of edges and of features.
+        from partition.scan import BLOCK_BYTES, BLOCK_EDGES
+
+        write = int(40 * n + 48 * min(e, BLOCK_EDGES) + min(BLOCK_BYTES, 4 * n * int(feature_dim)))
+    else:
+        part_edges = e / max(num_parts, 1) * 4 * (halo_hops - 1)
+        write = int(32 * n + 40 * part_edges + 4 * (n / max(num_parts, 1)) * int(feature_dim))
     return MemoryEstimate(graph=graph, partition=int(by_method.get(method, metis_work)), write=write)
+
+
+def check_memory_fits(graph: Graph, config: PartitionConfig) -> None:
+    """Refuses, before any work, a METIS-based partitioning whose working set exceeds the memory available.
+
+    METIS holds its own copy of the symmetric graph plus its coarsening levels
+    (:func:`estimate_memory`); the streaming methods need O(N) beside one block of edges and fit.
+    A memory-mapped graph's arrays are not counted: they page in as read.
+
+    Raises:
+        ValueError: naming the estimate, what is available, and the methods that fit (before any work).
+    """
+    if config.method not in ("metis", "super"):
+        return
+    import psutil
+
+    est = estimate_memory(graph.num_nodes, graph.num_edges, config.num_parts, config.method, graph.num_features,
+                          config.halo_hops)
+    needed = est.partition + 8 * (graph.num_nodes + 1) + 8 * graph.num_edges  # METIS's int64 copy of the CSR
+    available = psutil.virtual_memory().available
+    if needed > available:
+        raise ValueError(
+            f"--method {config.method}: METIS needs about {needed / 2**30:.1f} GiB for {graph.num_nodes:,} nodes and "
+            f"{graph.num_edges:,} edges and {available / 2**30:.1f} GiB is available; use --method stream (one-pass, "
+            f"O(N) memory) or random, or a machine with more memory")

@@ -20,6 +20,7 @@ PyG ``Data``                    converted with ``Graph.from_pyg``
 OGB node-property directory     ``raw/edge.csv.gz`` + ``num-node-list.csv.gz`` (+ ``node-feat``,
                                 ``node-label``) or binary ``raw/data.npz`` + ``node-label.npz``;
                                 ``split/<type>/{train,valid,test}.csv.gz``; no ``ogb`` import
+generated graph directory       ``synthetic(N, out=DIR)``'s ``meta.json`` + ``.npy`` files, memory-mapped
 saved PyG dataset directory     ``processed/*.pt`` of an ``InMemoryDataset``, or a Planetoid
                                 ``raw/ind.<name>.*`` folder (best effort, offline)
 edge list (``.csv``, ``.tsv``,  ``src,dst`` per line (comma, tab, space or ``;``), optional
@@ -75,6 +76,7 @@ KNOWN_NAMES = tuple(PLANETOID_NAMES)
 _PATH_FORMATS = (
     "a .npz file in the graphdist format (datasets/README.md), an OGB node-property directory "
     "(raw/edge.csv.gz or raw/data.npz), a saved PyG dataset directory (processed/*.pt), "
+    "a generated graph directory (synthetic(N, out=DIR)), "
     "or an edge-list file (.csv/.tsv/.txt/.edges/.el, optionally .gz)"
 )
 ACCEPTED_FORMATS = (
@@ -232,6 +234,10 @@ def _warn_ignored(what: str, **given: Any) -> None:
 
 
 def _load_directory(path: Path, split: Optional[str], add_inverse_edge: Optional[bool]) -> Graph:
+    if (path / "meta.json").is_file() and (path / "indices.npy").is_file():  # synthetic(N, out=path)
+        from graphdist.data.synthetic_disk import load_generated
+
+        return load_generated(path)
     raw = path / "raw"
     if (raw / "edge.csv.gz").is_file() or (raw / "data.npz").is_file():
         return load_ogb(path, split=split, add_inverse_edge=add_inverse_edge)

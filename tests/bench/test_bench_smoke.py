@@ -26,8 +26,9 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_cluster.py", "bench_comm.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py",
-          "bench_models.py", "bench_partition.py", "bench_partition_faults.py", "bench_parts.py", "bench_placement.py",
-          "bench_sampler.py", "bench_simulator.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
+          "bench_link.py", "bench_models.py", "bench_partition.py", "bench_partition_faults.py", "bench_parts.py",
+          "bench_placement.py", "bench_sampler.py", "bench_scale.py", "bench_simulator.py", "bench_strategies.py",
+          "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -301,3 +302,42 @@ def test_bench_parts(tmp_path):
     doc = _read(out, "started", "runs", "mean_diff_points")
     assert len(doc["runs"]["many"]) == len(doc["runs"]["two"]) == 1
     assert 0 < doc["runs"]["many"][0]["test_acc"] <= 100
+
+
+def test_bench_link(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    cora = find_dataset("cora")
+    out = tmp_path / "link.json"
+    res = _bench("bench_link.py", "--datasets", "cora", "--seeds", 1, "--epochs", 1, "--workers", 1, 2, "--out", out,
+                 env={"GRAPHDIST_DATA": str(cora.parent)})
+    _ok(res)
+    assert "cora: link prediction" in res.stdout and "Hits@10" in res.stdout
+    assert "within 1 point of the PyG reference" in res.stdout and "within 1 point of 1 worker" in res.stdout
+    doc = _read(out, "started", "machine", "recipe", "datasets", "checks")
+    cora_runs = doc["datasets"]["cora"]
+    assert doc["datasets"]["cora"]["epochs"] == 1 and sorted(cora_runs["runs"]) == [
+        "graphdist 1 worker", "graphdist 2 workers", "reference"]
+    for rows in cora_runs["runs"].values():
+        [row] = rows
+        # better than chance even after one epoch (9 steps), on both sides of the comparison
+        assert row["seed"] == 0 and row["best_epoch"] == 1 and 0.6 < row["test_auc"] <= 1, row
+        assert 0 < row["test_mrr"] <= 1 and 0 <= row["test_hits@10"] <= 1 and row["wall_s"] > 0, row
+    assert [c["check"] for c in doc["checks"]["cora"]] == [
+        "GraphSAGE 1 worker within 1 point of the PyG reference", "graphdist 2 workers within 1 point of 1 worker"]
+
+
+def test_bench_scale(tmp_path):
+    out, png = tmp_path / "scale.json", tmp_path / "scale.png"
+    res = _bench("bench_scale.py", "--sizes", 2000, 4000, "--methods", "stream", "--workers", 2, "--steps", 1,
+                 "--out", out, "--png", png)
+    _ok(res)
+    assert "peak PSS GiB" in res.stdout and "growth generate" in res.stdout and "ogbn-papers100M" in res.stdout
+    doc = _read(out, "rows", "growth", "papers100m", "machine")
+    assert [r["nodes"] for r in doc["rows"]] == [2000, 4000]
+    for row in doc["rows"]:
+        gen, part, train = (row["phases"][k] for k in ("generate", "partition/stream", "train/stream"))
+        assert gen["edges"] > 0 and gen["peak_rss_bytes"] > 0 and gen["disk_bytes"] > 0
+        assert part["peak_rss_bytes"] > 0 and part["disk_bytes"] > 0
+        assert train["steps"] == 1 and train["seeds_per_s"] > 0 and train["peak_pss_bytes"] > 0
+    assert set(doc["growth"]) == {"generate", "partition/stream", "train/stream"} and png.exists()

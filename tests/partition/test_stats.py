@@ -43,3 +43,20 @@ def test_memory_estimate_grows_with_the_graph_and_fits_the_target():
     assert estimate_memory(1_000_000, 20_000_000, 8, "random").peak < big.peak
     assert 1.5 * 2**30 < big.peak < 4 * 2**30
     assert "GiB" in big.describe()
+
+
+def test_metis_that_cannot_fit_is_refused_before_any_work(monkeypatch):
+    import psutil
+
+    from graphdist.testing import random_graph
+    from partition.api import PartitionConfig, check_memory_fits
+
+    graph = random_graph(500, avg_degree=8)
+
+    class Little:
+        available = 1 << 10  # 1 KiB
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Little())
+    with pytest.raises(ValueError, match=r"--method metis: METIS needs about .* GiB .* use --method stream"):
+        partition(graph, 2, method="metis")
+    check_memory_fits(graph, PartitionConfig(2, method="stream"))  # the streaming methods are not refused
