@@ -112,7 +112,7 @@ def child_report(output: str) -> dict[str, Any]:
 
 def generate(n: int, out: Path, timeout: float) -> dict[str, Any]:
     code = ("import json; from graphdist.data.synthetic import synthetic; "
-            "from graphdist.data.synthetic_disk import peak_rss_bytes; "
+            "from graphdist.data.memory import peak_rss_bytes; "
             f"g = synthetic({n}, out={str(out)!r}); "
             "print(json.dumps({'peak_rss_bytes': peak_rss_bytes(), 'edges': g.num_edges}))")
     res = run_phase([sys.executable, "-c", code], timeout)
@@ -126,7 +126,7 @@ PEAK_LINE = "peak RSS"
 
 def partition_phase(graph: Path, method: str, out: Path, timeout: float) -> dict[str, Any]:
     code = ("import json, sys; from graphdist.cli.partition import main; "
-            "from graphdist.data.synthetic_disk import peak_rss_bytes; "
+            "from graphdist.data.memory import peak_rss_bytes; "
             f"code = main(['--dataset', {str(graph)!r}, '--num-parts', '4', '--method', {method!r}, '--out', "
             f"{str(out)!r}, '--force']); "
             "print(json.dumps({'peak_rss_bytes': peak_rss_bytes()})); sys.exit(code)")

@@ -280,16 +280,22 @@ def _write(
         "source": source,
     }
     with ExitStack() as stack:
-        # Two bars, one per phase; they advance together because parts are built and written one at a time.
-        relabel = stack.enter_context(tqdm(total=config.num_parts, desc="relabel", unit="part", disable=not progress))
-        write = stack.enter_context(tqdm(total=config.num_parts, desc="write", unit="part", disable=not progress))
+        # Halo depth 1: the two scans over every row (rows/s, ETA); deeper: one bar per phase,
+        # advancing together because parts are built and written one at a time.
+        scan = stack.enter_context(tqdm(total=2 * graph.num_nodes, desc="scan (halo, rows)", unit="row",
+                                        unit_scale=True, disable=not progress or config.halo_hops != 1))
+        relabel = stack.enter_context(tqdm(total=config.num_parts, desc="relabel", unit="part",
+                                           disable=not progress or config.halo_hops == 1))
+        write = stack.enter_context(tqdm(total=config.num_parts, desc="write", unit="part",
+                                         disable=not progress or config.halo_hops == 1))
+
         def link_split(tmp: Path, ids: Any, part_meta: list[dict[str, Any]], files: dict[str, Any]) -> dict[str, Any]:
             return write_split(tmp, split, ids.new_ids, ids.part_offsets, part_meta, files)
 
         return write_partition_files(
             root, graph, parts, config.num_parts, config.halo_hops, meta_extra=extra,
             on_relabel=lambda _: relabel.update(1), on_write=lambda _: write.update(1),
-            extras=link_split if split is not None else None,
+            extras=link_split if split is not None else None, on_rows=scan.update,
         )
 
 

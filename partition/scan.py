@@ -66,7 +66,7 @@ def write_one_hop_parts(
         num_parts: P.
         relabel: the id maps (``Relabel.from_parts(parts, P)``).
         files: the checksummed file list, updated.
-        on_block: progress callback, called with the rows of each block of the second scan.
+        on_block: progress callback, called with the rows of each block of either scan (2 N in all).
 
     Returns:
         Per part the structure counts ``meta.json`` records (``partition.format._part_counts``'s).
@@ -77,7 +77,7 @@ def write_one_hop_parts(
     offsets = relabel.part_offsets
     inner_counts = np.diff(offsets)
     blocks = _row_blocks(indptr, graph.num_features * 4 if graph.x is not None else 0)
-    halos = _halos(indices, indptr, blocks, parts, relabel.new_ids, num_parts, n)
+    halos = _halos(indices, indptr, blocks, parts, relabel.new_ids, num_parts, n, on_block)
     counts = [_start_part(root, p, relabel, degree, halos[p], files) for p in range(num_parts)]
     edges = np.bincount(parts, weights=degree, minlength=num_parts).astype(np.int64)
     writers = [NpyWriter(root / f"part-{p}/indices.npy", (int(edges[p]),), np.int64) for p in range(num_parts)]
@@ -126,9 +126,11 @@ def _block(indptr: np.ndarray, indices: np.ndarray, parts: np.ndarray, a: int, b
 
 
 def _halos(indices: np.ndarray, indptr: np.ndarray, blocks: list[tuple[int, int]], parts: np.ndarray,
-           new_ids: np.ndarray, num_parts: int, n: int) -> list[np.ndarray]:
+           new_ids: np.ndarray, num_parts: int, n: int,
+           on_block: Optional[Callable[[int], None]] = None) -> list[np.ndarray]:
     """Each part's halo: the sources of its cut in-edges, as sorted new ids (one CSR scan per group of parts)."""
     group = max(1, MARK_BYTES // max(n, 1))
+    groups = -(-num_parts // group)
     halos: list[np.ndarray] = []
     for first in range(0, num_parts, group):
         last = min(num_parts, first + group)
@@ -137,6 +139,8 @@ def _halos(indices: np.ndarray, indptr: np.ndarray, blocks: list[tuple[int, int]
             src, dst_part, src_part = _block(indptr, indices, parts, a, b)
             cut = (src_part != dst_part) & (dst_part >= first) & (dst_part < last)
             marks[dst_part[cut] - first, new_ids[src[cut]]] = True
+            if on_block is not None:  # the rows once over all groups
+                on_block((b - a) // groups + (1 if first == 0 else 0) * ((b - a) % groups))
         halos += [np.flatnonzero(row) for row in marks]
     return halos
 

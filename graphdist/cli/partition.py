@@ -238,7 +238,9 @@ def _run(args: CliArgs, argv: list[str]) -> int:
     if args.verify:
         verify_files(out, read_meta(out))
     print(partition_stats(out).table())
-    print(f"wrote {out}")
+    from graphdist.data.memory import describe_peak
+
+    print(f"wrote {out} ({describe_peak()})")
     return 0
 
 

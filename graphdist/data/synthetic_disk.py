@@ -49,6 +49,7 @@ from typing import Any, Optional
 import numpy as np
 
 from graphdist.data.graph import Graph, counts_to_indptr
+from graphdist.data.memory import peak_rss_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -59,23 +60,6 @@ FORMAT_VERSION = 1
 OUT_OF_CORE_NODES = 2_000_000
 _CHUNK_STUBS = 1 << 22  # stubs per chunk of source nodes: ~4M, ~400 MB of temporaries
 _BUCKET_KEYS = 1 << 24  # directed edges per bucket: 16M keys, 128 MB to sort (twice that while sorting)
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set (``VmHWM``), in bytes; 0 where ``/proc`` has no such line.
-
-    Example:
-        >>> peak_rss_bytes() > 0
-        True
-    """
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def expected_bytes(num_nodes: int, avg_degree: float, num_features: int) -> int:
@@ -358,4 +342,4 @@ def _write_masks(root: Path, n: int, args: dict[str, Any], gen: Any) -> None:
         np.save(root / f"{name}.npy", mask)
 
 
-__all__ = ["OUT_OF_CORE_NODES", "expected_bytes", "load_generated", "peak_rss_bytes", "synthetic_to_disk"]
+__all__ = ["OUT_OF_CORE_NODES", "expected_bytes", "load_generated", "synthetic_to_disk"]

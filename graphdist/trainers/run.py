@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from graphdist import comm, runlog
+from graphdist.data.memory import peak_rss_bytes
 from graphdist.config import TrainConfig
 from graphdist.config import replace as replace_cfg
 from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
@@ -315,6 +316,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         comm.reset_byte_counts()
         stats = strategy.train_epoch(epoch, on_progress=(lambda step, line: logger.info(line)) if main else None)
+        stats.per_rank["peak_rss_bytes"] = peak_rss_bytes()  # each worker's own (VmHWM)
         record = {"epoch": epoch, **reduce_epoch(stats), **_traffic()}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
             comm.injection_point("evaluate")
