@@ -98,9 +98,13 @@ class DistNeighborSource(NeighborSource):
         self.owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
         self.num_ranks = self.owners.world_size
         # Rows are inner nodes in global-id order; columns mapped to global ids once, here,
-        # so answers need no translation per request.
+        # so answers need no translation per request. A large memory-mapped CSR is not copied
+        # (the copy would be 8 bytes per edge of private memory): its local columns are sampled
+        # and only the sampled ones translated.
         self.indptr = partition.indptr[: partition.num_inner + 1]
-        self.indices = partition.global_indices(inner_only=True)
+        inner_indices = partition.indices[: int(self.indptr[-1])]
+        self.translate = inner_indices.numel() * 8 > MAPPED_COPY_MAX_BYTES and is_mapped(inner_indices)
+        self.indices = inner_indices if self.translate else partition.global_indices(inner_only=True)
         self.serve_generator = torch.Generator().manual_seed(serving_seed(seed, partition.part_id))
         # With other workers each hop pauses while its exchanges travel, so
         # ``NeighborSampler.sample_stream`` interleaves batches; alone there is nothing to wait for.
@@ -136,7 +140,7 @@ class DistNeighborSource(NeighborSource):
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
         if self.num_ranks == 1:  # one worker: nothing to exchange, already in order
-            return sample_csr(self.indptr, self.indices, own, fanout, replace, generator)
+            return self._sample(own, fanout, replace, generator)
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
@@ -151,10 +155,10 @@ class DistNeighborSource(NeighborSource):
         # reply needs no size exchange, and one compaction at the end gives the edges.
         if fanout >= 0:
             table = torch.empty((nodes.numel(), fanout), dtype=torch.int64)
-            mine = sample_csr_padded(self.indptr, self.indices, own, fanout, replace, generator)
+            mine = self._sample_padded(own, fanout, replace, generator)
             table.index_copy_(0, own_idx, mine)
         else:
-            mine_all = sample_csr(self.indptr, self.indices, own, -1)
+            mine_all = self._sample(own, -1)
         yield  # 2: the requests travel
         asked = pending.wait()
         if fanout >= 0:
@@ -163,7 +167,7 @@ class DistNeighborSource(NeighborSource):
                 replies, group=self.group, tag="sample", recv_rows=[r.numel() for r in requests]
             )
         else:  # every neighbour: variable-size answers [counts..., neighbours...]
-            replies = [torch.cat(sample_csr(self.indptr, self.indices, self.partition.inner_local(ids), -1)[::-1]) for ids in asked]
+            replies = [torch.cat(self._sample(self.partition.inner_local(ids), -1)[::-1]) for ids in asked]
             answering = comm.all_to_all_v_async(replies, group=self.group, tag="sample")
         yield  # 3: the answers travel
         answers = answering.wait()
@@ -175,8 +179,24 @@ class DistNeighborSource(NeighborSource):
 
     def _serve_padded(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
         """``[len(ids), fanout]`` sampled neighbours (``-1``-padded) for another rank's request."""
-        return sample_csr_padded(self.indptr, self.indices, self.partition.inner_local(ids), fanout, replace,
-                                 self.serve_generator)
+        return self._sample_padded(self.partition.inner_local(ids), fanout, replace, self.serve_generator)
+
+    def _sample(self, rows: Tensor, fanout: int, replace: bool = False,
+                generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+        """Neighbours (global ids) and counts of own rows (local ids)."""
+        neighbors, counts = sample_csr(self.indptr, self.indices, rows, fanout, replace, generator)
+        return (self.partition.global_ids.index_select(0, neighbors.to(torch.int64)) if self.translate
+                else neighbors), counts
+
+    def _sample_padded(self, rows: Tensor, fanout: int, replace: bool,
+                       generator: Optional[torch.Generator]) -> Tensor:
+        """``[len(rows), fanout]`` neighbours in global ids, ``-1``-padded."""
+        table = sample_csr_padded(self.indptr, self.indices, rows, fanout, replace, generator)
+        if not self.translate:
+            return table
+        valid = table >= 0
+        table[valid] = self.partition.global_ids.index_select(0, table[valid].to(torch.int64))
+        return table
 
 
 def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tensor, Tensor]:

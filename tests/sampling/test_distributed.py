@@ -42,6 +42,21 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph,
         expected = local.sample(orig.index_select(0, seeds))
         assert _edge_sets(batch, orig) == _edge_sets(expected, torch.arange(graph.num_nodes))
         assert orig.index_select(0, batch.input_nodes).tolist()[: seeds.numel()] == orig.index_select(0, seeds).tolist()
+    # A large mapped CSR is sampled in local ids and only the sampled ones translated: the same samples.
+    import sampling.distributed as dist
+
+    saved, dist.MAPPED_COPY_MAX_BYTES = dist.MAPPED_COPY_MAX_BYTES, 0
+    try:
+        translated = DistNeighborSource(part, seed=5)
+    finally:
+        dist.MAPPED_COPY_MAX_BYTES = saved
+    copied = DistNeighborSource(part, seed=5)
+    assert translated.translate and not copied.translate
+    for fanout in (3, -1):
+        a = NeighborSampler(translated, [fanout, 2], seed=rank).sample(batches[0])
+        b = NeighborSampler(copied, [fanout, 2], seed=rank).sample(batches[0])
+        assert torch.equal(a.input_nodes, b.input_nodes)
+        assert all(torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) for x, y in zip(a.blocks, b.blocks))
 
 
 def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) -> None:
