@@ -58,6 +58,7 @@ AUTO_CACHE_MIB = 512
 # Own rows that are a memory map larger than this stay mapped (not copied into the worker's memory);
 # smaller ones are copied once into one table with the cache, which gathers in one index_select.
 MAPPED_COPY_MAX_BYTES = 256 << 20
+FILL_BYTES = 32 << 20  # the cache is filled in pieces of this many bytes of rows
 
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
 
@@ -348,7 +349,7 @@ class DistFeatureSource(LocalFeatureSource):
             limit = min(limit, int(cache_mib * 2**20 // max(row_bytes, 1)))
         hot = self._hot_halo_nodes(limit)
         self.cache_ids, _ = torch.sort(hot)
-        cached = self._fetch(self.cache_ids)
+        cached = self._fill(self.cache_ids)
         num_inner = int(self.partition.num_inner)
         # One table, own rows then cached rows: a gather reads both with a single index_select
         # straight into the batch buffer (no second copy of the cached rows, no masked writes).
@@ -390,6 +391,20 @@ class DistFeatureSource(LocalFeatureSource):
             hit = self.cache_ids.index_select(0, slot) == remote
             rows[remote_idx[hit]] = num_inner + slot[hit]
         return rows
+
+    def _fill(self, ids: Tensor) -> Tensor:
+        """The cache's rows, fetched in pieces of ``FILL_BYTES`` (every rank the same number of pieces):
+        one fetch of a 512 MiB cache would hold its requests, replies and answers at once."""
+        rows = max(1, FILL_BYTES // max(1, self.num_features * self.x.element_size()))
+        mine = torch.tensor([-(-ids.numel() // rows)], dtype=torch.int64)
+        pieces = int(comm.all_reduce(mine, op="max", group=self.group, tag="init")) if self.num_ranks > 1 else 1
+        out = torch.empty((ids.numel(), self.num_features), dtype=self.x.dtype)
+        for i in range(max(pieces, 1)):
+            chunk = ids[i * rows : (i + 1) * rows]
+            got = self._fetch(chunk)
+            if chunk.numel():
+                out[i * rows : i * rows + chunk.numel()] = got
+        return out
 
     # ---------------------------------------------------------------- fetch
     def _fetch(self, nodes: Tensor) -> Tensor:
