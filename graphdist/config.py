@@ -441,6 +441,9 @@ def _merge(
     if "layers" in values and "fanouts" not in values:
         # The default fan-outs fit the default depth only: derive a matching list.
         values["fanouts"] = tuple((15, 10, 5, 5, 5, 5, 5, 5)[: int(values["layers"])])
+    if "num_workers" not in values and len(values.get("devices", ())) > 1:
+        # One device per worker says how many workers there are (under torchrun, before WORLD_SIZE is read).
+        values["num_workers"] = len(values["devices"])
     return values, origin
 
 

@@ -48,3 +48,14 @@ def test_help_documents_exit_codes_and_the_environment(capsys):
     out = capsys.readouterr().out
     assert "exit codes:" in out and "2    refused before any worker started" in out and "130  interrupted" in out
     assert "GRAPHDIST_DATA" in out and "GRAPHDIST_<NAME>" in out
+
+
+def test_a_device_per_worker_sets_the_worker_count():
+    import pytest
+
+    from graphdist.config import resolve
+
+    assert resolve({"devices": "cpu,cpu,cpu,cpu"}, environ={}).num_workers == 4  # torchrun: before WORLD_SIZE
+    assert resolve({"devices": "cpu"}, environ={}).num_workers == 2
+    with pytest.raises(ValueError, match="--devices needs 1 entry or one per worker"):
+        resolve({"devices": "cpu,cpu,cpu", "num_workers": 2}, environ={})
