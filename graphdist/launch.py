@@ -310,6 +310,9 @@ def die_with(pid: int, poll_s: float = 1.0) -> None:
 
 FAILURE_GRACE_S = 2.0  # enough for a peer that saw a connection close to write its error
 PEER_SYMPTOM = re.compile(r"^graphdist\.comm\.group\.CommError: ", re.MULTILINE)
+# A CommError that found out which rank went silent (comm/heartbeat.py, comm/group.py) says more than
+# one that only saw a connection close: of the symptoms, it is the one to show.
+DIAGNOSIS = re.compile(r"stopped beating|never joined|store does not answer")
 
 
 def describe_failure(processes: Sequence[Any], error_files: Sequence[str], exited: Optional[set[int]] = None) -> str:
@@ -319,7 +322,9 @@ def describe_failure(processes: Sequence[Any], error_files: Sequence[str], exite
     connection close or time out): that is a symptom. The cause is a rank that raised
     anything else, or else one that died without a traceback (killed, or exited
     non-zero) by itself (``exited``: the ranks that ended before the launcher stopped
-    any; default all); only when every failure is a ``CommError`` is the first one named.
+    any; default all); only when every failure is a ``CommError`` is one of those named: the first
+    that says which rank went silent (a stopped rank's peers time out at slightly different moments,
+    and one that saw another peer's connection close first knows less), else the lowest rank.
     """
     if exited is None:
         exited = set(range(len(processes)))
@@ -341,7 +346,8 @@ def describe_failure(processes: Sequence[Any], error_files: Sequence[str], exite
         how = f" (signal {signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else ""
         message = f"worker rank {rank} exited with code {code}{how}"
     elif raised:
-        rank = min(raised)
+        diagnosed = sorted(r for r, tb in raised.items() if DIAGNOSIS.search(tb))
+        rank = diagnosed[0] if diagnosed else min(raised)
         message = f"worker rank {rank} raised:\n{raised[rank]}"
     else:
         return "a worker failed without an exit code or a traceback"

@@ -229,7 +229,6 @@ def _run(args: CliArgs, argv: list[str]) -> int:
     )
     print(f"{graph!r}", file=sys.stderr)
     print(estimate.describe(), file=sys.stderr)
-    _check_free_space(args.out, graph)
     out = partition(
         graph, config.num_parts, config.method, args.out, config.seed, config.halo_hops, config.balance,
         config.force, progress=args.progress, command=argv, task=config.task, edge_split=config.edge_split,
@@ -242,19 +241,6 @@ def _run(args: CliArgs, argv: list[str]) -> int:
 
     print(f"wrote {out} ({describe_peak()})")
     return 0
-
-
-def _check_free_space(out: Optional[Path], graph) -> None:
-    """Refuses before partitioning when the output cannot fit: features and edge lists are written once
-    whatever the method, so their size is a lower bound of the directory's."""
-    from graphdist.data.paths import cache_dir, free_bytes, human_bytes
-
-    target = out if out is not None else cache_dir()
-    needed = graph.num_edges * 8 + (graph.x.numel() * graph.x.element_size() if graph.x is not None else 0)
-    free = free_bytes(target)
-    if free is not None and free < needed:
-        raise UsageError(f"--out {target}: the partition directory needs at least {human_bytes(needed)} and "
-                         f"{human_bytes(free)} is free there; free space or choose another --out")
 
 
 def _load(dataset: str):  # -> Graph; untyped here so --help never imports torch

@@ -16,7 +16,7 @@ Example:
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.npy"
     >>> with NpyWriter(path, (4, 2), np.float32) as w:
     ...     w.write(np.ones((3, 2), np.float32)); w.write(np.zeros((1, 2), np.float32))
-    >>> np.load(path).sum(), len(w.sha256)
+    >>> float(np.load(path).sum()), len(w.sha256)
     (6.0, 64)
 """
 

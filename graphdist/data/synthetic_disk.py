@@ -67,7 +67,7 @@ def expected_bytes(num_nodes: int, avg_degree: float, num_features: int) -> int:
 
     Example:
         >>> round(expected_bytes(10_000_000, 20, 100) / 2**30, 1)
-        6.6
+        6.1
     """
     n, e = int(num_nodes), int(num_nodes * avg_degree)
     index_bytes = 4 if n < 2**31 else 8

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 
@@ -23,6 +23,7 @@ def stream(
     slack: float = 0.05,
     block_size: Optional[int] = None,
     gamma: float = 1.5,
+    on_block: Optional[Callable[[int], None]] = None,
 ) -> np.ndarray:
     """One-pass streaming partition (LDG or Fennel), in vectorised blocks of nodes.
 
@@ -44,6 +45,7 @@ def stream(
         slack: parts hold at most ``(1 + slack) * N / P`` nodes (default 0.05).
         block_size: nodes scored together (default as above).
         gamma: Fennel's exponent (default 1.5, as in the paper).
+        on_block: progress callback, called with the nodes of each block placed.
 
     Example:
         >>> from graphdist.testing import random_graph
@@ -74,6 +76,8 @@ def stream(
         choice = _choose(score, conn, sizes, capacity, rng)
         assign[nodes] = choice
         sizes += np.bincount(choice, minlength=num_parts)
+        if on_block is not None:
+            on_block(int(nodes.size))
     return assign
 
 

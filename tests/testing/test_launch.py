@@ -82,3 +82,13 @@ def test_failure_with_only_comm_errors_names_the_first(tmp_path):
 
     files = _error_files(tmp_path, {1: PEER_LOST.replace("rank 0", "rank 1"), 0: PEER_LOST}, 2)
     assert describe_failure([_Exited(1), _Exited(1)], files).startswith("worker rank 0 raised:")
+
+
+def test_of_comm_errors_the_one_that_names_the_silent_rank_is_shown(tmp_path):
+    from graphdist.launch import describe_failure
+
+    silent = PEER_LOST.replace("rank 0", "rank 1").replace("Connection closed by peer", "timed out. Rank 2 stopped "
+                                                           "beating (127.0.0.1 = rank 2): stopped or hung")
+    files = _error_files(tmp_path, {0: PEER_LOST, 1: silent}, 3)
+    message = describe_failure([_Exited(1), _Exited(1), _Exited(-15)], files, exited={0, 1})
+    assert message.startswith("worker rank 1 raised:") and "Rank 2 stopped beating" in message

@@ -23,7 +23,8 @@ def _leftovers(root):
     return sorted(p.name for p in root.rglob("*") if ".tmp" in p.name or ".new-" in p.name or ".old-" in p.name)
 
 
-def test_partitioning_onto_a_full_disk_is_refused_or_fails_leaving_nothing(tmp_path, capsys):
+def test_partitioning_onto_a_full_disk_is_refused_or_fails_leaving_nothing(tmp_path, capsys, monkeypatch):
+    import partition.api as api
     from graphdist.data import load_graph
     from partition.api import partition
 
@@ -33,7 +34,11 @@ def test_partitioning_onto_a_full_disk_is_refused_or_fails_leaving_nothing(tmp_p
         assert partition_main(["--dataset", "synthetic-2000", "--num-parts", "2", "--out", str(disk / "p")]) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert "--out" in err and "needs at least" in err and "is free there" in err
-        # One that fails while writing says so and removes its temporary directory.
+        # The API refuses up front as well (graphdist-train partitioning on the fly).
+        with pytest.raises(ValueError, match="needs at least .* is free there"):
+            partition(graph, 2, method="random", out=disk / "p")
+        # One whose estimate passes but fails while writing says so and removes its temporary directory.
+        monkeypatch.setattr(api, "check_disk_fits", lambda out, graph: None)
         with pytest.raises(OSError, match=r"could not write partition directory .*no space left on device.*"
                                           r"nothing was written"):
             partition(graph, 2, method="random", out=disk / "p")
