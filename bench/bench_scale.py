@@ -212,7 +212,7 @@ def bench(a: argparse.Namespace, cache: Path) -> dict[str, Any]:
             parts = cache / "parts" / f"scale-{n}-{method}-4"
             print(f"[{n:,} nodes] partition {method}", flush=True)
             row["phases"][f"partition/{method}"] = partition_phase(graph, method, parts, a.timeout)
-            if a.train:
+            if a.train and n >= a.train_from:
                 print(f"[{n:,} nodes] train {method}", flush=True)
                 row["phases"][f"train/{method}"] = train_phase(parts, cache / "runs" / f"{n}-{method}", a.workers,
                                                                a.steps, a.timeout)
@@ -292,6 +292,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--steps", type=int, default=100, help="training steps (--max-steps; default 100)")
     p.add_argument("--no-train", dest="train", action="store_false", help="generate and partition only")
+    p.add_argument("--train-from", type=int, default=0, metavar="NODES", help="train only sizes from NODES on")
     p.add_argument("--keep", action="store_true", help="keep the graphs and partitions (default: removed)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per phase")
     p.add_argument("--out", default=str(RESULTS / "scale.json"))

@@ -330,14 +330,16 @@ def test_bench_link(tmp_path):
 def test_bench_scale(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
     res = _bench("bench_scale.py", "--sizes", 2000, 4000, "--methods", "stream", "--workers", 2, "--steps", 1,
-                 "--out", out, "--png", png)
+                 "--train-from", 4000, "--out", out, "--png", png)
     _ok(res)
     assert "peak PSS GiB" in res.stdout and "growth generate" in res.stdout and "ogbn-papers100M" in res.stdout
     doc = _read(out, "rows", "growth", "papers100m", "machine")
     assert [r["nodes"] for r in doc["rows"]] == [2000, 4000]
     for row in doc["rows"]:
-        gen, part, train = (row["phases"][k] for k in ("generate", "partition/stream", "train/stream"))
+        gen, part = (row["phases"][k] for k in ("generate", "partition/stream"))
         assert gen["edges"] > 0 and gen["peak_rss_bytes"] > 0 and gen["disk_bytes"] > 0
         assert part["peak_rss_bytes"] > 0 and part["disk_bytes"] > 0
-        assert train["steps"] == 1 and train["seeds_per_s"] > 0 and train["peak_pss_bytes"] > 0
+    assert "train/stream" not in doc["rows"][0]["phases"]  # --train-from 4000
+    train = doc["rows"][1]["phases"]["train/stream"]
+    assert train["steps"] == 1 and train["seeds_per_s"] > 0 and train["peak_pss_bytes"] > 0
     assert set(doc["growth"]) == {"generate", "partition/stream", "train/stream"} and png.exists()
