@@ -34,7 +34,7 @@ off by epoch 5-6 and drifts down after, so 5 epochs compares converged models.
 
 Run book (2 CPU cores; graphdist's runs use 1 thread per worker, the reference 1 thread):
     export GRAPHDIST_DATA=/path/to/datasets   # cora.npz, pubmed.npz
-    python bench/bench_link.py --datasets cora pubmed --seeds 5 --workers 1 2 4   # ~30 min
+    python bench/bench_link.py --datasets cora pubmed --seeds 5 --workers 1 2 4   # ~25 min
     python bench/bench_link.py --datasets cora --seeds 5                          # ~3 min
     python bench/bench_link.py --datasets cora --seeds 5 --fanouts=-1,-1          # graphdist without sampling
     python bench/bench_link.py --datasets cora --seeds 1 --epochs 1 --workers 1 2 # seconds
@@ -413,11 +413,18 @@ def print_tables(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
+    import subprocess
+
     import torch
     import torch_geometric
 
+    try:  # the code measured: other work may land in the tree while a long bench runs
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-            "torch": torch.__version__, "torch_geometric": torch_geometric.__version__}
+            "torch": torch.__version__, "torch_geometric": torch_geometric.__version__, "commit": commit}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
