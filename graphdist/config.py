@@ -274,18 +274,14 @@ def _coerce(name: str, value: Any, source: Optional[str] = None) -> Any:
         else:  # a YAML scalar: one layer's fan-out, one device
             items = [value]
         items = [str(i).strip() for i in items if str(i).strip()]
-        if name == "fanouts":
+        numbers = {"fanouts": (int, "comma-separated integers, e.g. 15,10,5"),
+                   "edge_split": (float, "three comma-separated shares, e.g. 0.85,0.05,0.10")}
+        if name in numbers:
+            kind, words = numbers[name]
             try:
-                return tuple(int(i) for i in items)
+                return tuple(kind(i) for i in items)
             except ValueError:
-                raise ValueError(f"{source or '--fanouts'} must be comma-separated integers, e.g. 15,10,5 "
-                                 f"(got {value!r})") from None
-        if name == "edge_split":
-            try:
-                return tuple(float(i) for i in items)
-            except ValueError:
-                raise ValueError(f"{source or '--edge-split'} must be three comma-separated shares, e.g. "
-                                 f"0.85,0.05,0.10 (got {value!r})") from None
+                raise ValueError(f"{source or '--' + name.replace('_', '-')} must be {words} (got {value!r})") from None
         return tuple(items)
     try:
         if typ in ("int", "Optional[int]"):

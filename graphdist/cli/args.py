@@ -9,6 +9,15 @@ class UsageError(ValueError):
     """A bad flag, value or input found before any work starts: one line on stderr, exit status 2."""
 
 
+def finish(code: int) -> None:
+    """Ends a command: stops this process's fork server, then a fast exit with ``code``
+    (``graphdist.launch.fast_exit``: atexit handlers and flushed output, no interpreter teardown)."""
+    from graphdist.launch import fast_exit, stop_forkserver
+
+    stop_forkserver()
+    fast_exit(code)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors raise ``UsageError`` (one line) instead of printing usage.
 
@@ -58,4 +67,4 @@ class OneLineParser(argparse.ArgumentParser):
         return f"unexpected value {extra!r}" + (f" after {before}" if before.startswith("-") else "")
 
 
-__all__ = ["OneLineParser", "UsageError"]
+__all__ = ["OneLineParser", "UsageError", "finish"]

@@ -68,12 +68,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def entry() -> None:
-    """The ``graphdist`` console script: :func:`main`, then a fast exit (``graphdist.launch.fast_exit``)."""
-    from graphdist.launch import fast_exit, stop_forkserver
+    """The ``graphdist`` console script: :func:`main`, then a fast exit (``graphdist.cli.args.finish``)."""
+    from graphdist.cli.args import finish
 
-    code = main()
-    stop_forkserver()
-    fast_exit(code)
+    finish(main())
 
 
 if __name__ == "__main__":

@@ -367,12 +367,10 @@ def _root_cause(text: str) -> str:
 
 
 def entry() -> None:
-    """The ``graphdist-train`` command: :func:`main`, then a fast exit (``graphdist.launch.fast_exit``)."""
-    from graphdist.launch import fast_exit, stop_forkserver
+    """The ``graphdist-train`` command: :func:`main`, then a fast exit (``graphdist.cli.args.finish``)."""
+    from graphdist.cli.args import finish
 
-    code = main()
-    stop_forkserver()
-    fast_exit(code)
+    finish(main())
 
 
 if __name__ == "__main__":
