@@ -13,7 +13,13 @@ METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs
   worker, and the time spent waiting in the all-to-alls (what limits it). Best of two
   alternating rounds per mode (the local baseline too);
 - features: each worker gathers its batches' input features through ``DistFeatureSource`` with
-  the cache off, at 10% of the halo, and holding the whole halo: hit rate and rows fetched.
+  the cache off, at 10% of the halo, and holding the whole halo: hit rate and rows fetched;
+- cache policies at ``--cache-sizes`` (shares of the halo): the halo nodes most referenced by the
+  part's edges (``degree``, the first policy), the remote nodes by inclusion probability
+  (``inclusion``, SALIENT++'s VIP, ``sampling/inclusion.py``: 1-hop and 2-hop alike) and an
+  ``oracle`` of equal size, the remote nodes read most often by ``--oracle-batches`` other
+  batches; all scored on the same fresh batches. Target (issue 15): inclusion >= 90% of the
+  oracle's hit rate and >= 1.3x degree's at 10% of the halo. A PNG of hit rate against size.
 
 Target (issue 4): distributed per-worker edges/s >= 50% of the local sampler's.
 
@@ -80,7 +86,38 @@ def _local_worker(rank: int, world_size: int, nodes: int, batches: int, batch_si
     Path(out_dir, f"local{rank}.json").write_text(json.dumps(local_rate(nodes, batches, batch_size)))
 
 
-def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size: int, out_dir: str) -> None:
+def _cache_policies(part: Any, sampler: Any, order: torch.Tensor, fresh: list[torch.Tensor], batch_size: int,
+                    sizes: list[float], oracle_batches: int) -> dict[str, list[dict[str, float]]]:
+    """Hit rate on the ``fresh`` batches' inputs of a cache chosen by degree, by inclusion probability and by
+    an oracle that counted the inputs of ``oracle_batches`` other batches (collective)."""
+    from sampling.distributed import DistFeatureSource
+    from sampling.inclusion import inclusion_probability
+
+    start = time.perf_counter()
+    inclusion = inclusion_probability(part, order, batch_size, FANOUTS)
+    inclusion_s = time.perf_counter() - start
+    gen = torch.Generator().manual_seed(1000 + part.part_id)
+    counts = torch.zeros(int(part.part_offsets[-1]))  # every node of the graph
+    for _ in range(oracle_batches):  # other batches: another shuffle of the same seeds
+        counts[sampler.sample(order[torch.randperm(order.numel(), generator=gen)[:batch_size]]).input_nodes] += 1
+    seen = counts.nonzero().view(-1)
+    oracle = (seen, counts[seen].double())
+    num_halo = part.num_local - part.num_inner
+    out: dict[str, list[dict[str, float]]] = {"degree": [], "inclusion": [], "oracle": []}
+    for share in sizes:
+        rows = max(1, int(share * num_halo))
+        for policy, known in (("degree", None), ("inclusion", inclusion), ("oracle", oracle)):
+            features = DistFeatureSource(part, cache_rows=rows, inclusion=known)
+            for nodes in fresh:
+                features.gather(nodes)
+            out[policy].append({"share": share, "rows": int(features.cache_ids.numel()),
+                                "hit_rate": features.stats.hit_rate})
+    out["inclusion_s"] = inclusion_s  # type: ignore[assignment]
+    return out
+
+
+def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size: int, out_dir: str,
+            cache_sizes: list[float], oracle_batches: int) -> None:
     from graphdist import comm
     from partition.api import load_partition
     from sampling import NeighborSampler
@@ -115,6 +152,7 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
         if row["edges_per_s"] > result.get(mode, {}).get("edges_per_s", 0.0):
             result[mode] = row
     num_halo = part.num_local - part.num_inner
+    result["policies"] = _cache_policies(part, sampler, order, inputs, batch_size, cache_sizes, oracle_batches)
     for label, rows in (("off", 0), ("10%", num_halo // 10), ("all", -1)):  # -1: every halo node
         features = DistFeatureSource(part, cache_rows=rows)
         start = time.perf_counter()
@@ -127,12 +165,48 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
 
 
+def print_policies(policies: dict[str, Any], halo: int) -> None:
+    print(f"\ncache policies (rank 0, fresh batches; inclusion probabilities computed in "
+          f"{policies['inclusion_s']:.1f} s), hit rate at a cache of:")
+    print(f"{'share of halo':>14}{'rows':>10}{'degree':>9}{'inclusion':>11}{'oracle':>9}{'incl/oracle':>13}"
+          f"{'incl/degree':>13}")
+    for d, i, o in zip(policies["degree"], policies["inclusion"], policies["oracle"]):
+        print(f"{100 * d['share']:>13.0f}%{d['rows']:>10,}{100 * d['hit_rate']:>8.1f}%{100 * i['hit_rate']:>10.1f}%"
+              f"{100 * o['hit_rate']:>8.1f}%{i['hit_rate'] / max(o['hit_rate'], 1e-9):>13.2f}"
+              f"{i['hit_rate'] / max(d['hit_rate'], 1e-9):>13.2f}")
+
+
+def plot_policies(ranks: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for policy in ("degree", "inclusion", "oracle"):
+        for r in ranks:
+            points = r["policies"][policy]
+            ax.plot([100 * p["share"] for p in points], [100 * p["hit_rate"] for p in points], marker="o",
+                    label=f"{policy}, rank {r['rank']}", linestyle="-" if r["rank"] == 0 else "--")
+    ax.set(xscale="log", xlabel="cache size (% of the halo)", ylabel="hit rate on fresh batches (%)",
+           title="remote-feature cache: what it holds")
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--batches", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--cache-sizes", type=float, nargs="+", default=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0],
+                   help="cache sizes as shares of the halo (default 1%% to 100%%)")
+    p.add_argument("--oracle-batches", type=int, default=60, help="batches the oracle counts inputs of")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "dist_sampler.json"))
+    p.add_argument("--png", default=str(REPO / "bench" / "results" / "cache_policies.png"))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     from graphdist.testing import launch
@@ -142,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         launch(_local_worker, 2, args.nodes, args.batches, args.batch_size, tmp, timeout=1800)
         local_pair = [json.loads(Path(tmp, f"local{r}.json").read_text()) for r in range(2)]
-        launch(_worker, 2, str(part_dir), args.batches, args.batch_size, tmp, timeout=1800)
+        launch(_worker, 2, str(part_dir), args.batches, args.batch_size, tmp, args.cache_sizes, args.oracle_batches,
+               timeout=1800)
         ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
     pair_rate = min(r["edges_per_s"] for r in local_pair)
     print(f"\nsynthetic-{args.nodes}, 2 METIS parts, batch {args.batch_size}, fan-outs {FANOUTS}, 1 thread/worker")
@@ -164,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         c = ranks[0][f"cache_{label}"]
         print(f"  cache {label:>4}: {c['rows']:>9,} rows, hit rate {100 * c['hit_rate']:5.1f}%, "
               f"fetched {c['fetched_rows']:>10,} of {c['remote_rows']:,} remote rows, gather {c['gather_s']:.2f} s")
+    print_policies(ranks[0]["policies"], ranks[0]["halo_nodes"])
+    plot_policies(ranks, Path(args.png))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"nodes": args.nodes, "local": local, "local_pair": local_pair, "ranks": ranks},

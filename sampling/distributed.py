@@ -299,6 +299,9 @@ class DistFeatureSource(LocalFeatureSource):
             in ``AUTO_CACHE_MIB`` (the hottest that fit beyond), ``0`` none, ``n`` the ``n``
             hottest (``cache_mib`` permitting). The same meaning as ``--cache-rows``.
         cache_mib: a cap on the cache's memory in MiB (None: ``AUTO_CACHE_MIB`` for ``-1``, else none).
+        inclusion: ``(nodes, probability)`` that one of this worker's batches reads each node
+            (``sampling.inclusion``): the cache holds the remote nodes most likely read, 1-hop
+            and 2-hop alike. None: the halo nodes most referenced by this part's edges.
         features: the ``[num_inner, F]`` table to serve instead of ``partition.x`` (e.g.
             normalised features, or embeddings during layer-wise inference).
         owners: which rank serves each node (default: part ``p`` on rank ``p``).
@@ -315,6 +318,7 @@ class DistFeatureSource(LocalFeatureSource):
         cache_mib: Optional[float] = None,
         features: Optional[Tensor] = None,
         owners: Optional[OwnerMap] = None,
+        inclusion: Optional[tuple[Tensor, Tensor]] = None,
     ) -> None:
         x = partition.x if features is None else features
         if x is None:
@@ -327,21 +331,32 @@ class DistFeatureSource(LocalFeatureSource):
         self.owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
         self.num_ranks = self.owners.world_size
         self.stats = CacheStats()
+        self.inclusion = inclusion
         self._build_cache(cache_rows, cache_mib)
 
     # ---------------------------------------------------------------- cache
     def _hot_halo_nodes(self, limit: int) -> Tensor:
-        """Halo nodes by how many local edges reference them, most first (global ids)."""
+        """The remote nodes to cache, most valuable first (global ids): by inclusion probability when
+        known, else halo nodes by how many local edges reference them."""
         part = self.partition
-        if part.num_halo == 0 or limit <= 0:
+        if limit <= 0:
+            return torch.zeros(0, dtype=torch.int64)
+        if self.inclusion is not None:
+            nodes, prob = self.inclusion
+            remote = part.inner_local(nodes) < 0
+            nodes, prob = nodes[remote], prob[remote]
+            top = torch.argsort(prob, descending=True, stable=True)[:limit]
+            return nodes[top[prob[top] > 0]]
+        if part.num_halo == 0:
             return torch.zeros(0, dtype=torch.int64)
         refs = torch.bincount(part.indices.to(torch.int64), minlength=part.num_local)[part.num_inner :]
         top = torch.argsort(refs, descending=True, stable=True)[:limit]
         return part.global_ids[part.num_inner + top]
 
     def _build_cache(self, cache_rows: int, cache_mib: Optional[float]) -> None:
-        num_halo = self.partition.num_halo
-        limit = num_halo if cache_rows == -1 else min(int(cache_rows), num_halo)
+        # Candidates: the halo, or every remote node a batch may read when inclusion is known.
+        candidates = self.partition.num_halo if self.inclusion is None else int(self.inclusion[0].numel())
+        limit = candidates if cache_rows == -1 else min(int(cache_rows), candidates)
         if cache_rows == -1 and cache_mib is None:
             cache_mib = AUTO_CACHE_MIB
         if cache_mib is not None:

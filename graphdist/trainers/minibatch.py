@@ -175,17 +175,17 @@ class DistributedBatches:
             from graphdist.testing.slowdown import StretchedSampler
 
             self.sampler = StretchedSampler(self.sampler, stretch)
+        # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
+        self.train_seeds = task.train_items(ctx, part)
         table = feature_table(part, cfg.feature_norm, with_degrees)
         self.features = DistFeatureSource(part, group=self.group, cache_rows=cfg.cache_rows, features=table,
-                                          owners=self.owners)
+                                          owners=self.owners, inclusion=self._inclusion(ctx, part, task))
         # Training gathers from every part's rows when the whole graph is replicated: no fetch,
         # no collective per batch. Evaluation keeps the partitioned source.
         loader_features = self.features
         if cfg.replicate == "graph":
             loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
                                                                           with_degrees, part, table))
-        # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
-        self.train_seeds = task.train_items(ctx, part)
         self.labels = task.train_labels(part)
         self.loader = NodeLoader(
             loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
@@ -194,6 +194,17 @@ class DistributedBatches:
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, cfg.threads), seed=loader_seed(cfg.seed, ctx.rank),
         )
+
+    def _inclusion(self, ctx: WorkerContext, part: Any, task: Any) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """How likely one of this rank's batches reads each node (``sampling.inclusion``, collective), which
+        the feature cache is chosen by; None where there is nothing to cache or batches are not seeds."""
+        from sampling.inclusion import inclusion_probability
+
+        cfg = ctx.cfg
+        if cfg.cache_rows == 0 or ctx.world_size == 1 or task.items != "seeds":
+            return None
+        return inclusion_probability(part, self.train_seeds, ctx.plan.of(ctx.rank).batch_share, cfg.fanouts,
+                                     owners=self.owners, group=self.group)
 
     def state_dict(self) -> dict[str, Any]:
         # The loader's state holds its shuffle generator and its sampler's; the neighbour

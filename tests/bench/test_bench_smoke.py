@@ -109,15 +109,20 @@ def test_bench_sampler(tmp_path):
 @pytest.mark.slow
 def test_bench_dist_sampler(tmp_path):
     out = tmp_path / "dist_sampler.json"
-    res = _bench("bench_dist_sampler.py", "--nodes", 5000, "--batches", 3, "--batch-size", 64, "--out", out)
+    png = tmp_path / "cache.png"
+    res = _bench("bench_dist_sampler.py", "--nodes", 5000, "--batches", 3, "--batch-size", 64, "--cache-sizes", 0.1,
+                 1.0, "--oracle-batches", 4, "--out", out, "--png", png)
     _ok(res)
-    assert "M edges/s" in res.stdout and "remote features" in res.stdout
+    assert "M edges/s" in res.stdout and "remote features" in res.stdout and "incl/oracle" in res.stdout
     doc = _read(out, "nodes", "local", "local_pair", "ranks")
     assert len(doc["local_pair"]) == 2 and doc["local"]["edges_per_s"] > 0
-    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1] and png.exists()
     for r in doc["ranks"]:
         assert r["single"]["edges_per_s"] > 0 and r["stream"]["edges_per_s"] > 0, r
         assert r["cache_off"]["rows"] == 0 and r["cache_all"]["rows"] == r["halo_nodes"], r
+        for policy in ("degree", "inclusion", "oracle"):
+            assert [p["share"] for p in r["policies"][policy]] == [0.1, 1.0], r
+            assert all(0 <= p["hit_rate"] <= 1 for p in r["policies"][policy]), r
 
 
 @pytest.mark.slow

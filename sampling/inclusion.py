@@ -1,0 +1,123 @@
+"""Vertex inclusion probability (SALIENT++): how likely each node is to be an input of one of this worker's
+batches, which decides what the remote-feature cache holds.
+
+A worker draws ``b`` of its ``S`` train seeds per batch, so a seed is in a batch with probability
+``p_0 = b / S``. Each node ``v`` at hop ``h`` samples ``min(k_h, d_v)`` of its ``d_v``
+in-neighbours uniformly (``k_h``: the fan-out of that hop, seeds outward; -1: all), so an
+in-neighbour ``u`` is reached through ``v`` with probability ``p_h(v) min(1, k_h / d_v)`` and,
+taking the draws as independent,
+
+    p_{h+1}(u) = 1 - prod_{v: u in N(v)} (1 - q_h(v) min(1, k_h / d_v)),
+
+where ``q_h(v) = 1 - prod_{j <= h} (1 - p_j(v))`` is the chance that ``v`` is in the layer at all
+(the sampler's hop-``h+1`` destinations are every node of the layer before, seeds included), and
+``u`` is an input of the batch with probability ``q_L(u)``. The draws are not independent (a seed's
+neighbour may sample the seed back), so seeds come out a few points high; remote nodes, the
+cache's candidates, within a few points of sampled frequencies (a test checks both). A row is fetched
+at most once per batch, so caching the remote nodes with the highest inclusion probability
+maximises the expected hits: 1-hop and 2-hop remote nodes alike, where the degree policy saw the
+halo only. Rows of remote frontier nodes live on their owners: each hop sends
+``(node, probability)`` to the owners, which apply their rows and answer the log-products per
+in-neighbour (one ``all_to_all_v`` there and one back per hop), so this costs one sampling
+pass's worth of traffic, once, at start.
+
+Example:
+    >>> import tempfile
+    >>> from graphdist.testing import one_rank_group, tiny_graph
+    >>> from partition.api import load_partition, partition
+    >>> part = load_partition(partition(tiny_graph(), 1, method="random", out=tempfile.mkdtemp() + "/p"), 0)
+    >>> with one_rank_group():
+    ...     nodes, prob = inclusion_probability(part, torch.tensor([0]), 1, [-1])
+    >>> sorted(nodes.tolist()), prob.max().item()  # seed 0 always, its 3 in-neighbours always
+    ([0, 1, 4, 9], 1.0)
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from graphdist import comm
+from graphdist.data.graph import ranges
+from partition.part import Partition
+from sampling.owners import OwnerMap
+
+__all__ = ["inclusion_probability"]
+
+
+def inclusion_probability(
+    part: Partition,
+    seeds: Tensor,
+    batch_size: int,
+    fanouts: Sequence[int],
+    owners: Optional[OwnerMap] = None,
+    group: object = None,
+) -> tuple[Tensor, Tensor]:
+    """The nodes this worker's batches may read and the probability that one batch reads each (collective).
+
+    Args:
+        part: this worker's partition (the rows it serves to the others' computation too).
+        seeds: int64 global ids of this worker's train seeds.
+        batch_size: seeds per batch (this worker's share).
+        fanouts: neighbours sampled per hop, from the seeds outward (-1: all).
+        owners: which rank serves each node (default: part ``p`` on rank ``p``).
+        group: process group.
+
+    Returns:
+        ``(nodes, probability)``: sorted global ids (seeds included) and float64 probabilities.
+    """
+    owners = owners if owners is not None else OwnerMap.from_parts(part.part_offsets)
+    seeds = seeds.to(torch.int64)
+    p0 = min(1.0, batch_size / max(1, seeds.numel())) if seeds.numel() else 0.0
+    frontier = (seeds, torch.full((seeds.numel(),), p0, dtype=torch.float64))
+    # log P(u is no input) summed over hops, per node reached
+    # log P(u is not among the batch's nodes so far), per node reached: -inf where certain
+    ids, log_missed = frontier[0], torch.log1p(-frontier[1])
+    for fanout in fanouts:
+        # Every node of the layer so far samples the next hop (the sampler's destinations are all of
+        # the previous layer's sources, seeds included), with the probability it is in that layer.
+        nodes, log_keep = _hop(part, owners, (ids, -torch.expm1(log_missed)), int(fanout), group)
+        ids, inverse = torch.unique(torch.cat([ids, nodes]), return_inverse=True)
+        log_missed = torch.zeros(ids.numel(), dtype=torch.float64).index_add_(
+            0, inverse, torch.cat([log_missed, log_keep]))
+    return ids, -torch.expm1(log_missed)
+
+
+def _hop(part: Partition, owners: OwnerMap, frontier: tuple[Tensor, Tensor], fanout: int,
+         group: object) -> tuple[Tensor, Tensor]:
+    """One hop: ``(in-neighbours reached, log prod (1 - p(v) min(1, k/d_v)))`` over the frontier ``v``."""
+    nodes, prob = frontier
+    keep = prob > 0
+    nodes, prob = nodes[keep], prob[keep]
+    ranks = owners.rank_of(nodes)
+    world = owners.world_size
+    if world == 1:
+        return _apply_rows(part, nodes, prob, fanout)
+    order = torch.argsort(ranks, stable=True)
+    counts = torch.bincount(ranks, minlength=world).tolist()
+    requests = list(torch.split(torch.stack([nodes[order].to(torch.float64), prob[order]], dim=1), counts))
+    asked = comm.all_to_all_v(requests, group=group, tag="init")  # float64 holds ids below 2^53 exactly
+    answers = [torch.stack(_apply_rows(part, a[:, 0].to(torch.int64), a[:, 1], fanout), dim=1) if a.numel()
+               else torch.zeros((0, 2), dtype=torch.float64) for a in asked]
+    replies = comm.all_to_all_v(answers, group=group, tag="init")
+    merged = torch.cat(replies)
+    ids, inverse = torch.unique(merged[:, 0].to(torch.int64), return_inverse=True)
+    return ids, torch.zeros(ids.numel(), dtype=torch.float64).index_add_(0, inverse, merged[:, 1])
+
+
+def _apply_rows(part: Partition, nodes: Tensor, prob: Tensor, fanout: int) -> tuple[Tensor, Tensor]:
+    """Own rows ``nodes`` (global ids): their in-neighbours and each one's summed ``log(1 - p min(1, k/d))``."""
+    local = part.inner_local(nodes)
+    indptr = part.indptr
+    starts, ends = indptr.index_select(0, local), indptr.index_select(0, local + 1)
+    degree = (ends - starts).to(torch.float64)
+    share = torch.ones_like(degree) if fanout < 0 else (fanout / degree.clamp(min=1)).clamp(max=1.0)
+    factor = torch.log1p(-(prob * share))  # -inf where certain: sums stay -inf, expm1 gives -1
+    counts = ends - starts
+    columns = part.indices.index_select(0, ranges(starts, counts)).to(torch.int64)
+    neighbours = part.global_ids.index_select(0, columns)
+    values = torch.repeat_interleave(factor, counts)
+    ids, inverse = torch.unique(neighbours, return_inverse=True)
+    return ids, torch.zeros(ids.numel(), dtype=torch.float64).index_add_(0, inverse, values)
