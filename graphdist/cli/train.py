@@ -178,9 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
               "graph (CSR and features: only gradients travel). Replication lets --rebalance-every move a "
               "seed's sampling and gather work with it, not only its compute")
     _add(system, "--cache-rows", type=int,
-         help="remote-feature cache rows per worker: -1 (default) every halo node while their rows fit in "
-              "512 MiB per worker, the hottest that fit beyond (a 10M-node graph in 4 parts would need ~2.8 GB "
-              "for its whole halo); 0 none; N the N hottest")
+         help="remote-feature cache rows per worker, chosen by the probability that a batch reads them (1-hop "
+              "and 2-hop remote nodes): -1 (default) every remote node a batch may read while their rows fit in "
+              "512 MiB per worker, the likeliest beyond (a 10M-node graph in 4 parts would need ~2.8 GB for its "
+              "whole halo); 0 none; N the N likeliest")
     prefetch = system.add_mutually_exclusive_group()
     prefetch.add_argument("--prefetch", dest="prefetch", action="store_const", const=True, default=None,
                           help="always sample the next batch in a background thread (default: when the worker "
