@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -71,24 +72,24 @@ def inclusion_probability(
     owners = owners if owners is not None else OwnerMap.from_parts(part.part_offsets)
     seeds = seeds.to(torch.int64)
     p0 = min(1.0, batch_size / max(1, seeds.numel())) if seeds.numel() else 0.0
-    frontier = (seeds, torch.full((seeds.numel(),), p0, dtype=torch.float64))
-    # log P(u is no input) summed over hops, per node reached
-    # log P(u is not among the batch's nodes so far), per node reached: -inf where certain
-    ids, log_missed = frontier[0], torch.log1p(-frontier[1])
+    # log P(u is not among the batch's nodes so far), dense over every node: 0 unreached, -inf certain.
+    # Dense (8 bytes a node) rather than sorted id lists: merging lists of millions of ids costs sorts
+    # and copies several times larger.
+    log_missed = torch.zeros(owners.num_nodes, dtype=torch.float64)
+    log_missed[seeds] = math.log1p(-p0) if p0 < 1 else -math.inf
     for fanout in fanouts:
         # Every node of the layer so far samples the next hop (the sampler's destinations are all of
         # the previous layer's sources, seeds included), with the probability it is in that layer.
-        nodes, log_keep = _hop(part, owners, (ids, -torch.expm1(log_missed)), int(fanout), group)
-        ids, inverse = torch.unique(torch.cat([ids, nodes]), return_inverse=True)
-        log_missed = torch.zeros(ids.numel(), dtype=torch.float64).index_add_(
-            0, inverse, torch.cat([log_missed, log_keep]))
-    return ids, -torch.expm1(log_missed)
+        reached = (log_missed != 0).nonzero().view(-1)
+        nodes, log_keep = _hop(part, owners, reached, -torch.expm1(log_missed[reached]), int(fanout), group)
+        log_missed.index_add_(0, nodes, log_keep)
+    reached = (log_missed != 0).nonzero().view(-1)
+    return reached, -torch.expm1(log_missed[reached])
 
 
-def _hop(part: Partition, owners: OwnerMap, frontier: tuple[Tensor, Tensor], fanout: int,
+def _hop(part: Partition, owners: OwnerMap, nodes: Tensor, prob: Tensor, fanout: int,
          group: object) -> tuple[Tensor, Tensor]:
     """One hop: ``(in-neighbours reached, log prod (1 - p(v) min(1, k/d_v)))`` over the frontier ``v``."""
-    nodes, prob = frontier
     keep = prob > 0
     nodes, prob = nodes[keep], prob[keep]
     ranks = owners.rank_of(nodes)
@@ -99,25 +100,41 @@ def _hop(part: Partition, owners: OwnerMap, frontier: tuple[Tensor, Tensor], fan
     counts = torch.bincount(ranks, minlength=world).tolist()
     requests = list(torch.split(torch.stack([nodes[order].to(torch.float64), prob[order]], dim=1), counts))
     asked = comm.all_to_all_v(requests, group=group, tag="init")  # float64 holds ids below 2^53 exactly
+    del requests
     answers = [torch.stack(_apply_rows(part, a[:, 0].to(torch.int64), a[:, 1], fanout), dim=1) if a.numel()
                else torch.zeros((0, 2), dtype=torch.float64) for a in asked]
-    replies = comm.all_to_all_v(answers, group=group, tag="init")
-    merged = torch.cat(replies)
-    ids, inverse = torch.unique(merged[:, 0].to(torch.int64), return_inverse=True)
-    return ids, torch.zeros(ids.numel(), dtype=torch.float64).index_add_(0, inverse, merged[:, 1])
+    del asked
+    merged = torch.cat(comm.all_to_all_v(answers, group=group, tag="init"))
+    return merged[:, 0].to(torch.int64), merged[:, 1]  # ids may repeat (one per owner): index_add sums them
+
+
+_CHUNK_EDGES = 1 << 22  # rows applied at once hold this many edges: bounded temporaries on large parts
 
 
 def _apply_rows(part: Partition, nodes: Tensor, prob: Tensor, fanout: int) -> tuple[Tensor, Tensor]:
-    """Own rows ``nodes`` (global ids): their in-neighbours and each one's summed ``log(1 - p min(1, k/d))``."""
+    """Own rows ``nodes`` (global ids): their in-neighbours and each one's summed ``log(1 - p min(1, k/d))``.
+
+    The sums gather in a dense array over the part's local ids (its in-neighbours are all local:
+    inner or halo), a chunk of rows at a time.
+    """
     local = part.inner_local(nodes)
     indptr = part.indptr
     starts, ends = indptr.index_select(0, local), indptr.index_select(0, local + 1)
-    degree = (ends - starts).to(torch.float64)
-    share = torch.ones_like(degree) if fanout < 0 else (fanout / degree.clamp(min=1)).clamp(max=1.0)
-    factor = torch.log1p(-(prob * share))  # -inf where certain: sums stay -inf, expm1 gives -1
     counts = ends - starts
-    columns = part.indices.index_select(0, ranges(starts, counts)).to(torch.int64)
-    neighbours = part.global_ids.index_select(0, columns)
-    values = torch.repeat_interleave(factor, counts)
-    ids, inverse = torch.unique(neighbours, return_inverse=True)
-    return ids, torch.zeros(ids.numel(), dtype=torch.float64).index_add_(0, inverse, values)
+    share = (torch.ones(counts.numel(), dtype=torch.float64) if fanout < 0
+             else (fanout / counts.to(torch.float64).clamp(min=1)).clamp(max=1.0))
+    factor = torch.log1p(-(prob * share))  # -inf where certain: sums stay -inf, expm1 gives -1
+    sums = torch.zeros(part.num_local, dtype=torch.float64)
+    touched = torch.zeros(part.num_local, dtype=torch.bool)
+    edge_ends = torch.cumsum(counts, 0)
+    first = 0
+    while first < counts.numel():
+        done = int(edge_ends[first - 1]) if first else 0
+        last = max(first + 1, int(torch.searchsorted(edge_ends, done + _CHUNK_EDGES, right=True)))
+        rows = slice(first, last)
+        columns = part.indices.index_select(0, ranges(starts[rows], counts[rows])).to(torch.int64)
+        sums.index_add_(0, columns, torch.repeat_interleave(factor[rows], counts[rows]))
+        touched[columns] = True
+        first = last
+    reached = touched.nonzero().view(-1)
+    return part.global_ids.index_select(0, reached), sums[reached]
