@@ -120,7 +120,7 @@ def test_bench_dist_sampler(tmp_path):
     for r in doc["ranks"]:
         assert r["single"]["edges_per_s"] > 0 and r["stream"]["edges_per_s"] > 0, r
         assert r["cache_off"]["rows"] == 0 and r["cache_all"]["rows"] == r["halo_nodes"], r
-        for policy in ("degree", "inclusion", "oracle"):
+        for policy in ("degree", "inclusion", "oracle", "ceiling"):
             assert [p["share"] for p in r["policies"][policy]] == [0.1, 1.0], r
             assert all(0 <= p["hit_rate"] <= 1 for p in r["policies"][policy]), r
 
