@@ -12,8 +12,10 @@ from graphdist.testing import launch, random_graph
 
 
 def _cfg(**kw) -> TrainConfig:
+    # No feature cache: correction steps must fetch remote rows (a cache holding every row a batch may
+    # read, as on a graph this small, would leave them nothing to fetch).
     base = dict(strategy="aggregation", model="sage", hidden=8, layers=2, fanouts=(4, 4), dropout=0.0,
-                batch_size=16, avg_every=2, lr=0.01, num_workers=2, prefetch=False, seed=1, timeout=20)
+                batch_size=16, avg_every=2, lr=0.01, num_workers=2, prefetch=False, seed=1, timeout=20, cache_rows=0)
     return TrainConfig(**{**base, **kw})
 
 
