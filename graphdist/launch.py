@@ -14,6 +14,7 @@ stays intact).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing.connection
 import os
@@ -23,7 +24,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +170,9 @@ def spawn(
 
     method = start_method()
     # A forkserver child inherits the server's environment, not this process's current one: forward it.
-    context = mp.start_processes(_in_environment, args=(fn, dict(os.environ), os.getpid(), *args), nprocs=nprocs,
-                                 join=False, start_method=method)
+    with _main_without_missing_file():
+        context = mp.start_processes(_in_environment, args=(fn, dict(os.environ), os.getpid(), *args),
+                                     nprocs=nprocs, join=False, start_method=method)
     deadline = None if timeout is None else time.monotonic() + timeout
     procs = context.processes
     try:
@@ -191,6 +193,27 @@ def spawn(
                 raise WorkerTimeout(f"ranks {alive} still running after {timeout:.1f}s; killed")
     finally:
         _stop_all(procs)
+
+
+@contextlib.contextmanager
+def _main_without_missing_file() -> Iterator[None]:
+    """Hides ``__main__.__file__`` while workers start when it names no file (``python -`` reading stdin).
+
+    A spawned or forkserver child re-runs the parent's main script from its path; ``<stdin>`` is
+    no path, and every worker would fail with ``FileNotFoundError: '<stdin>'``. Without the
+    attribute the child starts as from an interactive session (a model class defined in that
+    script is refused earlier, by ``check_picklable``).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or os.path.exists(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _wait_for_exits(procs: Sequence[Any], grace_s: float) -> set[int]:

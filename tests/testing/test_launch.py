@@ -92,3 +92,13 @@ def test_of_comm_errors_the_one_that_names_the_silent_rank_is_shown(tmp_path):
     files = _error_files(tmp_path, {0: PEER_LOST, 1: silent}, 3)
     message = describe_failure([_Exited(1), _Exited(1), _Exited(-15)], files, exited={0, 1})
     assert message.startswith("worker rank 1 raised:") and "Rank 2 stopped beating" in message
+
+
+def test_workers_start_from_a_script_read_on_stdin():
+    import subprocess
+    import sys
+
+    script = "from graphdist.launch import spawn\nspawn(print, 2, args=('hello',), timeout=60)\nprint('done')\n"
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr[-2000:]
+    assert "FileNotFoundError" not in done.stderr

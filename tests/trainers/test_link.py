@@ -132,7 +132,7 @@ def test_task_and_partition_must_agree(tmp_path):
 
 def test_two_workers_learn_links_and_resume_bit_identically(tmp_path):
     run = tmp_path / "run"
-    common = dict(dataset="synthetic-2000", task="link", num_workers=2, hidden=32, batch_size=256,
+    common = dict(dataset="synthetic-2000", task="link", num_workers=2, hidden=32, batch_size=1024, lr=0.01,
                   eval_negatives=20, hits_k=5)
     with contextlib.redirect_stdout(io.StringIO()):
         first = gd.train(None, epochs=1, run_dir=str(run), **common)
