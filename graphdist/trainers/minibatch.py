@@ -372,10 +372,11 @@ class MinibatchStrategy(Strategy):
         if comm.is_main_process():
             part = self.partition
             logger.info(
-                "%s: %s inner, %s halo, %s train %s, batch share %d, %d steps/epoch, cache %d of %d remote "
-                "rows, prefetch %s", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
+                "%s: %s inner, %s halo, %s train %s, batch share %d, %d steps/epoch, cache %s remote rows "
+                "(%.0f MiB), prefetch %s", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
                 f"{int(self.train_seeds.numel()):,}", self.task.items, self.loader.batch_size, len(self.loader),
-                int(self.features.cache_ids.numel()), part.num_halo, "on" if self.loader.prefetch else "off",
+                f"{int(self.features.cache_ids.numel()):,}", self.features.cache_bytes / 2**20,
+                "on" if self.loader.prefetch else "off",
             )
 
     # ---------------------------------------------------------------- training
