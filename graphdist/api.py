@@ -218,6 +218,10 @@ class Trainer:
         from graphdist.trainers.tensorboard import require_tensorboard
 
         env = detect_environment()
+        if env.kind == "local" and self.config.num_workers > 1:
+            from graphdist.launch import start_workers_early
+
+            start_workers_early()  # the fork server's imports overlap the checks and partitioning below
         cfg = self.config = apply_cluster(self.config, None if env.kind == "local" else env.world_size)
         check_devices(cfg.devices)
         require_tensorboard(cfg.tensorboard)

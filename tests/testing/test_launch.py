@@ -102,3 +102,21 @@ def test_workers_start_from_a_script_read_on_stdin():
     done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "done" in done.stdout, done.stderr[-2000:]
     assert "FileNotFoundError" not in done.stderr
+
+
+def test_start_workers_early_starts_the_fork_server_with_the_trainer_imported():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom multiprocessing import forkserver\nfrom graphdist.launch import start_workers_early\n"
+        "start_workers_early()\nassert forkserver._forkserver._forkserver_pid is not None\n"
+        "assert 'graphdist.trainers.run' not in sys.modules  # imported by the server, not by the launcher\n"
+        "print('running')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "running" in done.stdout, done.stderr[-2000:]
+    spawn_env = dict(__import__("os").environ, GRAPHDIST_START_METHOD="spawn")
+    script = script.replace("is not None", "is None")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=spawn_env)
+    assert done.returncode == 0, done.stderr[-2000:]
