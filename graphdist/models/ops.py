@@ -172,50 +172,111 @@ class _SelfAndAgg(torch.autograd.Function):
 
 
 class _ReluDropout(torch.autograd.Function):
-    """In-place ``dropout(relu(h))`` that saves one boolean mask (not a float noise tensor).
+    """In-place ``dropout(relu(h))`` in float-only passes, saving the output for the backward.
 
-    torch's CPU dropout draws one float per element with ``bernoulli_`` (~0.45 s for the
-    150k x 256 first-layer output on one thread here); 16 random bits per element cut
-    from int64 draws take ~40 ms. The keep probability is rounded to a multiple of
-    2**-15 and the scale uses the rounded value, so the expectation stays exact.
+    On one CPU thread, torch's kernels that read or write ``bool`` tensors are several times
+    slower than float ones (a bool-to-float multiply of the 90k x 256 first-layer output took
+    ~50 ms for the conversion alone, twice a step). So the keep decision is a float
+    comparison: :func:`_uniform_1_2` turns random words into floats in ``[1, 2)``, and
+    ``threshold_backward(h, r, t)`` (``h`` where ``r > t``, else 0) drops in place. The
+    backward reads the saved output: it is nonzero exactly where ReLU passed and the element
+    was kept, so one ``threshold_backward`` applies both masks. The drop probability is
+    rounded to a multiple of 2**-23 and the scale uses the rounded value: the expectation
+    stays exact.
     """
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         h.relu_()
-        scale = 1.0
-        if training and p > 0.0:
-            keep, scale = _keep_mask(h.shape, p, h.device)
-            h.mul_(keep)
-            if scale != 1.0:
-                h.mul_(scale)
+        scale = _drop_(h, p) if training and p > 0.0 else 1.0
         ctx.mark_dirty(h)
-        # After relu and the drop mask, h > 0 exactly where the gradient passes.
-        ctx.save_for_backward(h > 0)
+        ctx.save_for_backward(h)
         ctx.scale = scale
         return h
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        (mask,) = ctx.saved_tensors
-        out = grad * mask
+        (out,) = ctx.saved_tensors
+        grad_in = torch.ops.aten.threshold_backward(grad, out, 0)
         if ctx.scale != 1.0:
-            out.mul_(ctx.scale)
-        return out, None, None
+            grad_in.mul_(ctx.scale)
+        return grad_in, None, None
 
 
-def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[torch.Tensor, float]:
-    numel = 1
-    for s in shape:
-        numel *= int(s)
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_()
-    # random_() fills int64 with [0, 2**63): the top bit of every 4th 16-bit chunk is
-    # always 0, so keep 15 bits of each chunk.
-    bits = words.view(torch.int16)[:numel].bitwise_and(0x7FFF)
-    drop = int(round(p * 32768))
-    keep = (bits >= drop).view(shape)
-    kept_fraction = (32768 - drop) / 32768
-    return keep, (1.0 / kept_fraction if kept_fraction > 0 else 0.0)
+# Random floats in [1, 2): ``1 + k / 2**bits`` with ``k`` uniform on ``bits`` random bits, placed
+# at the top of the mantissa under the exponent of 1.0 (whose bit pattern is 0x3F800000).
+_ONE_BITS = 0x3F800000
+_MANTISSA_BITS = 23
+_SHORT_BITS = (1, 2, 4, 8)  # chunk widths that tile an int32 word
+
+
+def _drop_bits(p: float) -> tuple[int, int]:
+    """``(bits, drop)``: the fewest random bits per element that express ``p`` exactly as ``drop / 2**bits``
+    (0.5 needs one), else 23 bits with ``p`` rounded to a multiple of 2**-23.
+
+    Example:
+        >>> _drop_bits(0.5), _drop_bits(0.25), _drop_bits(0.1)
+        ((1, 1), (2, 1), (23, 838861))
+    """
+    for bits in _SHORT_BITS:
+        if float(p * (1 << bits)).is_integer():
+            return bits, int(p * (1 << bits))
+    return _MANTISSA_BITS, int(round(p * (1 << _MANTISSA_BITS)))
+
+
+def _uniform_1_2(numel: int, bits: int, device: torch.device) -> torch.Tensor:
+    """``numel`` floats ``1 + k / 2**bits``, ``k`` uniform on ``[0, 2**bits)``, from torch's generator.
+
+    23 bits: one int64 draw makes two values (each int32 half keeps its low 23 bits). Fewer
+    bits: one int32 word makes ``32 / bits`` values, its chunks spread by a broadcast shift,
+    so a one-bit mask (p = 0.5) costs 1/32 of the draws.
+    """
+    if bits == _MANTISSA_BITS:
+        words = torch.empty((numel + 1) // 2, dtype=torch.int64, device=device).random_()
+        out = words.view(torch.int32)[:numel]
+        return out.bitwise_and_((1 << bits) - 1).bitwise_or_(_ONE_BITS).view(torch.float32)
+    per_word = 32 // bits
+    # from=int64 min with no upper bound draws all 64 bits (random_() leaves the top bit 0).
+    words = torch.empty((numel + 2 * per_word - 1) // (2 * per_word), dtype=torch.int64, device=device)
+    words.random_(-(1 << 63), None)
+    shifts = torch.arange(0, 32, bits, dtype=torch.int32, device=device)
+    chunks = words.view(torch.int32).view(-1, 1).bitwise_right_shift(shifts).view(-1)[:numel]
+    chunks.bitwise_and_((1 << bits) - 1).bitwise_left_shift_(_MANTISSA_BITS - bits).bitwise_or_(_ONE_BITS)
+    return chunks.view(torch.float32)
+
+
+def _half_mask(numel: int, device: torch.device) -> torch.Tensor:
+    """``numel`` floats, each 0.0 or 2.0 with probability 1/2: dropout's mask and scale for p = 0.5 at once.
+
+    Bit ``j`` of a random int32 word, shifted left by ``30 - j`` and masked to bit 30, is the
+    bit pattern of 2.0 or of 0.0; a word makes 31 values (bit 31 would need a right shift).
+    """
+    words = torch.empty((numel + 61) // 62, dtype=torch.int64, device=device).random_(-(1 << 63), None)
+    shifts = torch.arange(30, -1, -1, dtype=torch.int32, device=device)
+    mask = words.view(torch.int32).view(-1, 1).bitwise_left_shift(shifts).view(-1)[:numel]
+    return mask.bitwise_and_(1 << 30).view(torch.float32)
+
+
+def _drop_(h: torch.Tensor, p: float) -> float:
+    """Zeroes each element of ``h`` with probability ``p`` (exact for multiples of 1/256, else rounded to
+    2**-23) and scales the rest by the inverse keep fraction, which it returns."""
+    if p == 0.5:  # the usual rate: one multiply by a {0, 2} mask drops and scales
+        h.mul_(_half_mask(h.numel(), h.device).view(h.shape))
+        return 2.0
+    bits, drop = _drop_bits(p)
+    if drop == 0:
+        return 1.0
+    keep_fraction = ((1 << bits) - drop) / (1 << bits)
+    if keep_fraction <= 0.0:
+        h.zero_()
+        return 0.0
+    r = _uniform_1_2(h.numel(), bits, h.device).view(h.shape)
+    # Kept iff k >= drop, i.e. r > 1 + (drop - 1) / 2**bits (exact in float32).
+    threshold = 1.0 + (drop - 1) / (1 << bits)
+    torch.ops.aten.threshold_backward.grad_input(h, r, threshold, grad_input=h)
+    scale = 1.0 / keep_fraction
+    h.mul_(scale)
+    return scale
 
 
 # ------------------------------------------------------------- public ops
@@ -270,7 +331,6 @@ def relu_dropout_(h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if not h.requires_grad:
         h.relu_()
         if training and p > 0.0:
-            keep, scale = _keep_mask(h.shape, p, h.device)
-            h.mul_(keep).mul_(scale)
+            _drop_(h, p)
         return h
     return _ReluDropout.apply(h, p, training)
