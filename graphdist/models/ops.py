@@ -120,10 +120,19 @@ def block_matrices(block: Any, kind: str, dtype: torch.dtype = torch.float32) ->
     return a, lambda: _cache(block, "AT:" + key, build_t)
 
 
-def _spmm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def _spmm(a: torch.Tensor, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``a @ x`` written into ``out`` (allocated when None; a column slice of a wider buffer works).
+
+    ``torch.sparse.mm`` zero-fills a result and then copies it into another: two extra passes
+    over the output (measured: 82 ms against 15 ms for the 88k x 256 backward product of the
+    speed workload's second layer). ``addmm`` with ``beta=0`` and ``out=`` writes the product
+    once, and ignores whatever ``out`` held (NaN included).
+    """
+    if out is None:
+        out = x.new_empty(a.shape[0], x.shape[1])
     if a._nnz() == 0 or x.shape[0] == 0:
-        return x.new_zeros(a.shape[0], x.shape[1])
-    return torch.sparse.mm(a, x.contiguous())
+        return out.zero_()
+    return torch.addmm(out, a, x.contiguous(), beta=0.0, out=out)
 
 
 # ------------------------------------------------------------- autograd ops
@@ -157,7 +166,7 @@ class _SelfAndAgg(torch.autograd.Function):
         num_dst, feat = a.shape[0], x.shape[1]
         out = torch.empty(num_dst, 2 * feat, dtype=x.dtype, device=x.device)
         out[:, :feat] = x[:num_dst]
-        out[:, feat:] = _spmm(a, x)
+        _spmm(a, x, out=out[:, feat:])
         ctx.transpose, ctx.feat, ctx.num_dst = transpose, feat, num_dst
         return out
 
