@@ -21,12 +21,15 @@ Three parts (each runs the real ``graphdist-train`` CLI in a subprocess and read
   ``none`` and twice its standard error. Target: int8 within max(0.5, 2 SE) points, fp16 and bf16
   within max(0.2, 2 SE).
 - ``--peers``: DGL 2.1 (own venv, ``bench/peers/env.py``) trains the same workload on the same
-  graph in the same run (one thread, pinned like the 1-worker run); prints the ratio.
-  Target: graphdist 1 worker >= 1.5x DGL.
+  graph in the same run (one thread, pinned like the 1-worker run), alternating with graphdist
+  over ``--rounds`` rounds (medians, every run listed); prints the ratios of seeds/s and of
+  peak RSS (VmHWM: graphdist's worker, after an untimed warm-up run cached the partitions).
+  Targets: graphdist 1 worker >= 2.0x DGL's seeds/s, peak RSS no higher than DGL's.
 
 Run book:
     python bench/bench_train.py --accuracy                  # ~15 min on 2 cores
-    python bench/bench_train.py --speed --peers --steps 30  # ~10 min
+    python bench/bench_train.py --speed --peers --steps 30  # ~15 min (3 rounds)
+    python bench/bench_train.py --peers --syncs "" --steps 30  # 1 worker against DGL only, ~8 min
     python bench/bench_train.py --speed --nodes 100000      # quick
     git worktree add /tmp/base <rev>                        # then, this tree against <rev>:
     python bench/bench_train.py --speed --baseline /tmp/base --pairs 5 --nodes 300000 --steps 20
@@ -242,6 +245,7 @@ def print_high_degree(res: dict[str, Any]) -> None:
 def speed_run(dataset: str, workers: int, sync: str, args: argparse.Namespace, tmp: Path,
               pin: Optional[str], repo: Path = REPO) -> dict[str, Any]:
     run = tmp / f"speed-{workers}-{sync}-{abs(hash(str(repo)))}"
+    shutil.rmtree(run, ignore_errors=True)
     hist = run_cli(["--dataset", dataset, "--num-workers", str(workers), "--sync", sync,
                     "--batch-size", str(1024 * workers), "--max-steps", str(args.steps), *SPEED_ARGS], run, pin=pin,
                    repo=repo)
@@ -249,17 +253,52 @@ def speed_run(dataset: str, workers: int, sync: str, args: argparse.Namespace, t
     return {"workers": workers, "sync": sync, "seeds_per_s": warm["seeds_per_s"],
             "epoch_time_s": warm["epoch_time_s"], "hidden_fraction": warm.get("hidden_fraction"),
             "bytes_sent": warm.get("bytes_sent", {}), "time_sample_s": warm.get("time_sample_s"),
-            "time_comm_s": warm.get("time_comm_s"), "cache_hit_rate": warm.get("cache_hit_rate")}
+            "time_comm_s": warm.get("time_comm_s"), "cache_hit_rate": warm.get("cache_hit_rate"),
+            "peak_rss_bytes": max(warm.get("peak_rss_bytes") or [0])}
 
 
-def bench_speed(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
+def warm_up(dataset: str, workers: list[int], tmp: Path) -> None:
+    """One short run per worker count, untimed: partitions cached and the page cache warm before any
+    run is timed or its peak memory read (a first run would partition, holding the whole graph)."""
+    for w in sorted(set(workers)):
+        run_cli(["--dataset", dataset, "--num-workers", str(w), "--batch-size", str(1024 * w), *SPEED_ARGS,
+                 "--epochs", "1", "--max-steps", "1"], tmp / f"warm-{w}")  # the last --epochs counts
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median seeds/s, its seeds/s and peak memory the medians of all runs, the runs listed."""
+    ordered = sorted(runs, key=lambda r: r["seeds_per_s"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["seeds_per_s"] = statistics.median(r["seeds_per_s"] for r in runs)
+    row["peak_rss_bytes"] = statistics.median(r.get("peak_rss_bytes", 0) for r in runs)
+    row["runs"] = [r["seeds_per_s"] for r in runs]
+    return row
+
+
+def bench_speed(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], Optional[dict[str, Any]]]:
+    """``--rounds`` rounds of 1 worker (pinned), 2 workers per sync mode and, with ``--peers``, DGL; the
+    order flips every round (the peer first, then graphdist first), so drift hits both. Medians."""
     dataset = f"synthetic-{args.nodes}"
-    rows = [speed_run(dataset, 1, "dwbp", args, tmp, pin="0")]
-    print(f"  1 worker (pinned): {rows[-1]['seeds_per_s']:,.0f} seeds/s", flush=True)
-    for sync in args.syncs.split(","):
-        rows.append(speed_run(dataset, 2, sync, args, tmp, pin=None))
-        print(f"  2 workers {sync}: {rows[-1]['seeds_per_s']:,.0f} seeds/s", flush=True)
-    return rows
+    syncs = [s for s in args.syncs.split(",") if s]
+    configs = [(1, "dwbp", "0")] + [(2, sync, None) for sync in syncs]
+    warm_up(dataset, [w for w, _, _ in configs], tmp)
+    runs: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(configs))}
+    peer_runs: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        order = ["peer", "graphdist"] if r % 2 == 0 else ["graphdist", "peer"]
+        for system in order:
+            if system == "peer" and args.peers:
+                peer_runs.append(bench_peer(args))
+                print(f"  round {r + 1} DGL: {peer_runs[-1]['seeds_per_s']:,.0f} seeds/s, "
+                      f"peak RSS {peer_runs[-1]['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
+            elif system == "graphdist":
+                for i, (workers, sync, pin) in enumerate(configs):
+                    runs[i].append(speed_run(dataset, workers, sync, args, tmp, pin=pin))
+                    print(f"  round {r + 1} graphdist {workers} worker{'s' if workers > 1 else ''} --sync {sync}: "
+                          f"{runs[i][-1]['seeds_per_s']:,.0f} seeds/s, "
+                          f"peak RSS {runs[i][-1]['peak_rss_bytes'] / 2**30:.2f} GiB per worker", flush=True)
+    rows = [median_row(runs[i]) for i in range(len(configs))]
+    return rows, (median_row(peer_runs) if peer_runs else None)
 
 
 def bench_baseline(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -328,24 +367,31 @@ def bench_peer(args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def print_speed(rows: list[dict[str, Any]], peer: Optional[dict[str, Any]], nodes: int) -> None:
+def print_speed(rows: list[dict[str, Any]], peer: Optional[dict[str, Any]], nodes: int, rounds: int) -> None:
     base = rows[0]["seeds_per_s"]
     print(f"\nThroughput on synthetic-{nodes}: GraphSAGE 3x256, fan-outs 15,10,5, batch 1024 per worker, "
-          "1 thread per worker")
-    print(f"{'system':<34}{'seeds/s':>10}{'vs 1 worker':>13}{'hidden':>8}{'MiB sent/epoch':>16}")
-    if peer:
-        print(f"{peer['system']:<34}{peer['seeds_per_s']:>10,.0f}{peer['seeds_per_s'] / base:>12.2f}x"
-              f"{'':>8}{'':>16}")
+          f"1 thread per worker; medians of {rounds} alternating rounds")
+    print(f"{'system':<34}{'seeds/s':>10}{'vs 1 worker':>13}{'hidden':>8}{'MiB sent/epoch':>16}"
+          f"{'peak RSS/worker':>17}   runs")
+    listed = [(peer["system"], peer, "", "")] if peer else []
     for r in rows:
-        name = f"graphdist {r['workers']} worker{'s' if r['workers'] > 1 else ''} --sync {r['sync']}"
         hidden = "" if r["hidden_fraction"] is None else f"{100 * r['hidden_fraction']:.0f}%"
-        mib = sum(r["bytes_sent"].values()) / 2**20
-        print(f"{name:<34}{r['seeds_per_s']:>10,.0f}{r['seeds_per_s'] / base:>12.2f}x{hidden:>8}{mib:>16,.1f}")
+        mib = f"{sum(r['bytes_sent'].values()) / 2**20:,.1f}"
+        listed.append((f"graphdist {r['workers']} worker{'s' if r['workers'] > 1 else ''} --sync {r['sync']}", r,
+                       hidden, mib))
+    for name, r, hidden, mib in listed:
+        rss = f"{r['peak_rss_bytes'] / 2**30:.2f} GiB" if r.get("peak_rss_bytes") else ""
+        spread = " ".join(f"{v:,.0f}" for v in r.get("runs", []))
+        print(f"{name:<34}{r['seeds_per_s']:>10,.0f}{r['seeds_per_s'] / base:>12.2f}x{hidden:>8}{mib:>16}"
+              f"{rss:>17}   {spread}")
     if peer:
-        print(f"graphdist 1 worker / DGL: {base / peer['seeds_per_s']:.2f}x (target >= 1.5x)")
-    best2 = max(r["seeds_per_s"] for r in rows[1:]) if len(rows) > 1 else None
+        ratio = base / peer["seeds_per_s"]
+        print(f"graphdist 1 worker / DGL: {ratio:.2f}x seeds/s (target >= 2.0x: {'ok' if ratio >= 2.0 else 'MISSED'})")
+        if peer.get("peak_rss_bytes") and rows[0].get("peak_rss_bytes"):
+            mem = rows[0]["peak_rss_bytes"] / peer["peak_rss_bytes"]
+            print(f"graphdist 1 worker / DGL: {mem:.2f}x peak RSS (target <= 1.0x: {'ok' if mem <= 1.0 else 'MISSED'})")
     dwbp = next((r for r in rows if r["workers"] == 2 and r["sync"] == "dwbp"), None)
-    if best2 and dwbp:
+    if dwbp:
         print(f"2 workers (dwbp) / 1 worker: {dwbp['seeds_per_s'] / base:.2f}x (target >= 1.8x)")
 
 
@@ -374,6 +420,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--baseline", metavar="DIR",
                    help="with --speed: alternate against this checkout of another commit (git worktree add DIR REV)")
     p.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline (default 5)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="--speed/--peers: alternating rounds of every system, medians reported (default 3)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "train.json"))
     args = p.parse_args(argv)
     if args.datasets is None:
@@ -392,18 +440,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.high_degree:
             result["high_degree"] = bench_high_degree(args, tmp)
             print_high_degree(result["high_degree"])
+        if args.speed and args.baseline:
+            result["baseline"] = bench_baseline(args, tmp)
+            print_baseline(result["baseline"])
+            rows, peer = result["baseline"]["this_rows"], None
+        elif args.speed or args.peers:
+            rows, peer = bench_speed(args, tmp)
         if args.speed or args.peers:
-            peer = bench_peer(args) if args.peers else None
-            if peer:
-                print(f"  DGL: {peer['seeds_per_s']:,.0f} seeds/s", flush=True)
-            if args.speed and args.baseline:
-                result["baseline"] = bench_baseline(args, tmp)
-                print_baseline(result["baseline"])
-            rows = (result["baseline"]["this_rows"] if args.speed and args.baseline
-                    else bench_speed(args, tmp) if args.speed else [])
-            result["speed"] = {"nodes": args.nodes, "steps": args.steps, "rows": rows, "peer": peer}
-            if rows:
-                print_speed(rows, peer, args.nodes)
+            result["speed"] = {"nodes": args.nodes, "steps": args.steps, "rounds": args.rounds, "rows": rows,
+                               "peer": peer}
+            print_speed(rows, peer, args.nodes, args.rounds)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

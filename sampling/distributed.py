@@ -44,7 +44,7 @@ from torch import Tensor
 
 from graphdist import comm
 from graphdist.data.graph import ranges
-from graphdist.data.npy import is_mapped
+from graphdist.data.npy import is_mapped, release
 from partition.format import Partition
 from sampling.base import LocalFeatureSource, NeighborSource, run_steps
 from sampling.kernels import sample_csr, sample_csr_padded, unpad
@@ -106,6 +106,8 @@ class DistNeighborSource(NeighborSource):
         inner_indices = partition.indices[: int(self.indptr[-1])]
         self.translate = inner_indices.numel() * 8 > MAPPED_COPY_MAX_BYTES and is_mapped(inner_indices)
         self.indices = inner_indices if self.translate else partition.global_indices(inner_only=True)
+        if not self.translate:
+            release(inner_indices, unwritten=True)  # copied: the file's pages need not stay resident
         self.serve_generator = torch.Generator().manual_seed(serving_seed(seed, partition.part_id))
         # With other workers each hop pauses while its exchanges travel, so
         # ``NeighborSampler.sample_stream`` interleaves batches; alone there is nothing to wait for.

@@ -7,7 +7,9 @@ is the target, then copy to the device). ``loader.stats`` says how long the call
 Buffers: with ``reuse_buffers=True`` (the default) ``batch.x`` is a view into one of a few
 host buffers that are recycled, because allocating a fresh ``[num_input_nodes, F]`` tensor per
 batch costs page faults comparable to the gather itself. The ``x`` of batch t therefore stays
-valid until batch t+2 is requested; clone it to keep it longer, or pass ``reuse_buffers=False``.
+valid until batch t+1 is requested (t+2 with prefetch, whose thread fills buffers ahead); clone
+it to keep it longer, or pass ``reuse_buffers=False``. Without prefetch one buffer serves every
+batch: the largest tensor of a step exists once (a second would cost ~150 MB per worker here).
 
 Distributed use: the loader itself never communicates, but a distributed sampler or feature
 source called from the prefetch thread does. Those collectives must run on a process group of
@@ -105,7 +107,7 @@ class NodeLoader:
             number of steps: extra batches are empty (no seed repeats); fewer drop the rest of
             the epoch. Default None (``ceil`` or ``floor`` of ``len(seeds)/batch_size``).
         device: move each batch there in the prefetch thread (CUDA: via pinned buffers).
-        reuse_buffers: gather ``x`` into recycled buffers (valid until batch t+2 is requested).
+        reuse_buffers: gather ``x`` into recycled buffers (valid until batch t+1 is requested, t+2 with prefetch).
             Default True.
         prefetch_depth: batches prepared ahead. Default 1.
 
@@ -333,8 +335,9 @@ class NodeLoader:
     def _buffers(self) -> BufferRing:
         if self._ring is None:
             assert self.features is not None
-            # Batch t's slot is rewritten only after batch t+2 is requested (see module doc).
-            slots = self.prefetch_depth + 3 if self.prefetch else 2
+            # With prefetch, batch t's slot is rewritten only after batch t+2 is requested; without,
+            # batch t+1 is gathered only once the caller asked for it (see module doc).
+            slots = self.prefetch_depth + 3 if self.prefetch else 1
             pin = self.device is not None and self.device.type == "cuda"
             self._ring = BufferRing(slots, self.features.num_features, self.features.dtype, pin)
         return self._ring

@@ -81,9 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         seeds += output_nodes.numel()
     elapsed = time.perf_counter() - start
     print(json.dumps({"system": f"dgl {dgl.__version__} (torch {torch.__version__})", "seeds_per_s": seeds / elapsed,
+                      "peak_rss_bytes": peak_rss_bytes(),
                       "ms_per_step": 1000 * elapsed / args.steps, "steps": args.steps, "fanouts": args.fanouts,
                       "hidden": args.hidden, "batch_size": args.batch_size}))
     return 0
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set (VmHWM), as graphdist's workers report theirs."""
+    with open("/proc/self/status") as fh:
+        return next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:")), 0)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,20 @@ def test_bench_train_speed_against_a_baseline_checkout(tmp_path):
     assert all(r["seeds_per_s"] > 0 for r in rows) and doc["speed"]["peer"] is None
 
 
+@pytest.mark.slow
+def test_bench_train_speed_rounds_report_medians_and_peak_memory(tmp_path):
+    out = tmp_path / "train.json"
+    res = _bench("bench_train.py", "--speed", "--syncs", "", "--rounds", 2, "--nodes", 3000, "--steps", 2,
+                 "--out", out, timeout=240)
+    _ok(res)
+    assert "medians of 2 alternating rounds" in res.stdout and "peak RSS/worker" in res.stdout
+    speed = _read(out, "started", "speed")["speed"]
+    (row,) = speed["rows"]
+    assert (row["workers"], row["sync"], len(row["runs"])) == (1, "dwbp", 2)
+    assert row["seeds_per_s"] == pytest.approx(sum(row["runs"]) / 2)  # the median of two runs
+    assert row["peak_rss_bytes"] > 100 * 2**20 and speed["peer"] is None
+
+
 def test_bench_train_accuracy(tmp_path):
     from graphdist.testing.env import find_dataset
 
