@@ -20,6 +20,10 @@ Three parts (each runs the real ``graphdist-train`` CLI in a subprocess and read
   and synthetic-100k (GraphSAGE defaults, 2 workers), paired seeds; the paired difference to
   ``none`` and twice its standard error. Target: int8 within max(0.5, 2 SE) points, fp16 and bf16
   within max(0.2, 2 SE).
+- ``--scaling``: the speed workload (batch 1024 per worker, no prefetch thread: a worker is one
+  core of work) for ``--workers`` (1, 2, 4) local workers and, as root, 2 emulated hosts x 1 and
+  x 2 at ``--scaling-rate``; medians of ``--rounds``; a PNG of seeds/s against workers with the
+  ideal line. This machine has 2 cores: 4 workers are oversubscribed, and so is 2 x 2.
 - ``--peers``: DGL 2.1 (own venv, ``bench/peers/env.py``) trains the same workload on the same
   graph in the same run (one thread, pinned like the 1-worker run), alternating with graphdist
   over ``--rounds`` rounds (medians, every run listed); prints the ratios of seeds/s and of
@@ -30,6 +34,7 @@ Run book:
     python bench/bench_train.py --accuracy                  # ~15 min on 2 cores
     python bench/bench_train.py --speed --peers --steps 30  # ~15 min (3 rounds)
     python bench/bench_train.py --peers --syncs "" --steps 30  # 1 worker against DGL only, ~8 min
+    sudo .venv/bin/python bench/bench_train.py --scaling --steps 20 --rounds 2  # ~15 min
     python bench/bench_train.py --speed --nodes 100000      # quick
     git worktree add /tmp/base <rev>                        # then, this tree against <rev>:
     python bench/bench_train.py --speed --baseline /tmp/base --pairs 5 --nodes 300000 --steps 20
@@ -367,6 +372,119 @@ def bench_peer(args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# ------------------------------------------------------------------ scaling
+# The speed workload per worker (batch 1024 each), every worker one core of work: no prefetch
+# thread, so n workers on this 2-core machine are n cores' demand (4 is oversubscribed 2x).
+
+
+def scaling_partitions(nodes: int, parts: int) -> Path:
+    """METIS parts of the bench graph in the cache (made once), for runs that take ``--partitions``."""
+    from graphdist.data import load_graph
+    from partition.api import partition
+
+    out = cache_dir() / "bench" / f"scaling-{nodes}-metis-{parts}"
+    if not (out / "meta.json").exists():
+        partition(load_graph(f"synthetic-{nodes}"), parts, method="metis", out=out, seed=0, force=True)
+    return out
+
+
+def scaling_args(nodes: int, workers: int, steps: int) -> list[str]:
+    return ["--partitions", str(scaling_partitions(nodes, workers)), "--batch-size", str(1024 * workers),
+            "--max-steps", str(steps), "--no-prefetch", "--sync", "dwbp", *SPEED_ARGS]
+
+
+def scaling_local(args: argparse.Namespace, tmp: Path, workers: int) -> dict[str, Any]:
+    run = tmp / f"scaling-local-{workers}"
+    shutil.rmtree(run, ignore_errors=True)
+    hist = run_cli([*scaling_args(args.nodes, workers, args.steps), "--num-workers", str(workers)], run)
+    return {"layout": f"1 host x {workers}", "hosts": 1, "workers": workers, "seeds_per_s": hist[-1]["seeds_per_s"]}
+
+
+def scaling_emulated(args: argparse.Namespace, tmp: Path, per_host: int, rate: str) -> dict[str, Any]:
+    """graphdist-train under torchrun on 2 emulated hosts x ``per_host`` workers joined at ``rate``."""
+    from graphdist.testing.netns import EmulatedCluster
+    from graphdist.testing.netns.torchrun import TorchrunJob
+
+    workers = 2 * per_host
+    run = tmp / f"scaling-emulated-{per_host}-{rate}"
+    shutil.rmtree(run, ignore_errors=True)
+    cli = ["-m", "graphdist.cli.train", *scaling_args(args.nodes, workers, args.steps), "--run-dir", str(run)]
+    with EmulatedCluster(hosts=2, rate=rate) as c:
+        job = TorchrunJob(c, per_host, cli, cwd=str(REPO), env={"OMP_NUM_THREADS": "1"})
+        codes = job.wait(3600)
+        if codes != [0, 0]:
+            raise RuntimeError(f"emulated run 2 x {per_host} at {rate} exited {codes}:\n{job.output()[-3000:]}")
+    hist = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"layout": f"2 hosts x {per_host}, {rate}", "hosts": 2, "workers": workers, "rate": rate,
+            "seeds_per_s": hist[-1]["seeds_per_s"]}
+
+
+def bench_scaling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """seeds/s for 1, 2, 4 local workers and, where the emulated cluster runs, 2 hosts x 1 and x 2 at
+    ``--scaling-rate``; ``--rounds`` rounds in alternating order, medians."""
+    from graphdist.testing.netns import unavailable_reason
+
+    layouts: list[tuple[str, int]] = [("local", w) for w in args.workers]
+    reason = "--scaling-rate none" if args.scaling_rate == "none" else unavailable_reason()
+    if reason:
+        print(f"  emulated cluster skipped: {reason}", flush=True)
+    else:
+        layouts += [("emulated", 1), ("emulated", 2)]
+    for kind, n in layouts:  # partitions first: never inside a timed run
+        scaling_partitions(args.nodes, n if kind == "local" else 2 * n)
+    runs: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(layouts))}
+    for r in range(args.rounds):
+        order = list(range(len(layouts))) if r % 2 == 0 else list(reversed(range(len(layouts))))
+        for i in order:
+            kind, n = layouts[i]
+            row = (scaling_local(args, tmp, n) if kind == "local"
+                   else scaling_emulated(args, tmp, n, args.scaling_rate))
+            runs[i].append(row)
+            print(f"  round {r + 1} {row['layout']}: {row['seeds_per_s']:,.0f} seeds/s", flush=True)
+    rows = [median_row(runs[i]) for i in range(len(layouts))]
+    return {"nodes": args.nodes, "steps": args.steps, "rounds": args.rounds, "cores": os.cpu_count(),
+            "emulated_skipped": reason or None, "rows": rows}
+
+
+def print_scaling(res: dict[str, Any]) -> None:
+    rows = res["rows"]
+    one = next((r["seeds_per_s"] for r in rows if r["workers"] == 1 and r["hosts"] == 1), None)
+    print(f"\nScaling on synthetic-{res['nodes']} (the speed workload, batch 1024 per worker, no prefetch); "
+          f"{res['cores']} cores here: more workers than cores are oversubscribed; medians of {res['rounds']} rounds")
+    print(f"{'layout':<26}{'workers':>8}{'seeds/s':>10}{'vs 1':>8}{'ideal':>8}   note")
+    for r in rows:
+        over = " oversubscribed" if r["workers"] > res["cores"] else ""
+        ratio = f"{r['seeds_per_s'] / one:.2f}x" if one else ""
+        print(f"{r['layout']:<26}{r['workers']:>8}{r['seeds_per_s']:>10,.0f}{ratio:>8}{r['workers']:>7}x  {over}")
+
+
+def plot_scaling(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["rows"]
+    one = next((r["seeds_per_s"] for r in rows if r["workers"] == 1 and r["hosts"] == 1), None)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for hosts, style, label in ((1, "o-", "one host (local)"), (2, "s--", "2 emulated hosts")):
+        pts = sorted((r["workers"], r["seeds_per_s"]) for r in rows if r["hosts"] == hosts)
+        if pts:
+            ax.plot(*zip(*pts), style, label=label)
+    if one:
+        most = max(r["workers"] for r in rows)
+        ax.plot([1, most], [one, one * most], ":", color="gray", label="ideal (n x 1 worker)")
+    ax.axvline(res["cores"], color="red", alpha=0.3, label=f"{res['cores']} cores here")
+    ax.set_xlabel("workers")
+    ax.set_ylabel("seeds/s")
+    ax.set_title(f"synthetic-{res['nodes']}, GraphSAGE 3x256, fan-outs 15,10,5")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def print_speed(rows: list[dict[str, Any]], peer: Optional[dict[str, Any]], nodes: int, rounds: int) -> None:
     base = rows[0]["seeds_per_s"]
     print(f"\nThroughput on synthetic-{nodes}: GraphSAGE 3x256, fan-outs 15,10,5, batch 1024 per worker, "
@@ -420,13 +538,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--baseline", metavar="DIR",
                    help="with --speed: alternate against this checkout of another commit (git worktree add DIR REV)")
     p.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline (default 5)")
+    p.add_argument("--scaling", action="store_true",
+                   help="seeds/s for 1, 2, 4 workers (--workers) and 2 emulated hosts x 1 and x 2 (root), with a PNG")
+    p.add_argument("--scaling-rate", default="1gbit", help="--scaling: the emulated hosts' link rate (none: local runs only)")
+    p.add_argument("--png", default=str(REPO / "bench" / "results" / "scaling.png"), help="--scaling: the plot")
     p.add_argument("--rounds", type=int, default=3,
                    help="--speed/--peers: alternating rounds of every system, medians reported (default 3)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "train.json"))
     args = p.parse_args(argv)
     if args.datasets is None:
         args.datasets = ["pubmed", "synthetic-100k"] if args.compression else ["cora", "pubmed"]
-    if not (args.accuracy or args.speed or args.peers or args.high_degree or args.compression):
+    if not (args.accuracy or args.speed or args.peers or args.high_degree or args.compression or args.scaling):
         args.accuracy = args.speed = True
     result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="graphdist-bench-train-") as tmp_name:
@@ -440,6 +562,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.high_degree:
             result["high_degree"] = bench_high_degree(args, tmp)
             print_high_degree(result["high_degree"])
+        if args.scaling:
+            result["scaling"] = bench_scaling(args, tmp)
+            print_scaling(result["scaling"])
+            plot_scaling(result["scaling"], Path(args.png))
+            print(f"wrote {args.png}")
         if args.speed and args.baseline:
             result["baseline"] = bench_baseline(args, tmp)
             print_baseline(result["baseline"])

@@ -158,6 +158,18 @@ def test_bench_train_speed_rounds_report_medians_and_peak_memory(tmp_path):
     assert row["peak_rss_bytes"] > 100 * 2**20 and speed["peer"] is None
 
 
+@pytest.mark.slow
+def test_bench_train_scaling_writes_rows_and_a_plot(tmp_path):
+    out, png = tmp_path / "train.json", tmp_path / "scaling.png"
+    res = _bench("bench_train.py", "--scaling", "--workers", 1, 2, "--rounds", 1, "--nodes", 3000, "--steps", 2,
+                 "--scaling-rate", "none", "--out", out, "--png", png, timeout=240)
+    _ok(res)
+    assert "Scaling on synthetic-3000" in res.stdout and png.stat().st_size > 0
+    scaling = _read(out, "started", "scaling")["scaling"]
+    assert [(r["hosts"], r["workers"]) for r in scaling["rows"]] == [(1, 1), (1, 2)]
+    assert all(r["seeds_per_s"] > 0 for r in scaling["rows"]) and scaling["emulated_skipped"] == "--scaling-rate none"
+
+
 def test_bench_train_accuracy(tmp_path):
     from graphdist.testing.env import find_dataset
 
