@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -66,6 +66,18 @@ class LayerwiseGNN(nn.Module):
     def layer_forward(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
         raise NotImplementedError
 
+    def layer_forward_with_halo(self, i: int, h: torch.Tensor, block: Any,
+                                fetch_halo: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """Layer ``i`` over a partition whose halo rows live on other workers (layer-wise inference).
+
+        ``h`` holds the inner rows; ``fetch_halo(rows)`` returns the halo nodes' rows of any
+        per-inner-node tensor (a collective: call it exactly once). By default the layer's input
+        ``h`` itself is exchanged; a model may exchange something narrower (GraphSAGE exchanges
+        ``h W_neigh^T`` where a layer narrows).
+        """
+        halo = fetch_halo(h)
+        return self.layer_forward(i, torch.cat([h, halo]) if halo.shape[0] else h, block)
+
     def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
         """Logits for the seeds of ``blocks[-1]``; ``x`` holds features of ``blocks[0]``'s sources."""
         check_blocks(blocks, self.num_layers)
@@ -84,7 +96,19 @@ class ReLUDropoutGNN(LayerwiseGNN):
 
     def layer_forward(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
         """Layer ``i`` on one block, including ReLU and dropout for hidden layers."""
-        h = self.layers[i](x, block)
-        if i < self.num_layers - 1:
-            h = relu_dropout_(h, self.dropout, self.training)
-        return h
+        return self._activate(i, self.layers[i](x, block))
+
+    def _activate(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        return relu_dropout_(h, self.dropout, self.training) if i < self.num_layers - 1 else h
+
+    def layer_forward_with_halo(self, i: int, h: torch.Tensor, block: Any,
+                                fetch_halo: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """As :meth:`LayerwiseGNN.layer_forward_with_halo`; a layer with ``narrowed(h)`` (not None without
+        autograd) has the narrowed rows exchanged and combined by ``from_narrowed``."""
+        layer = self.layers[i]
+        narrowed = layer.narrowed(h) if hasattr(layer, "narrowed") and not torch.is_grad_enabled() else None
+        if narrowed is None:
+            return super().layer_forward_with_halo(i, h, block, fetch_halo)
+        halo = fetch_halo(narrowed)
+        rows = torch.cat([narrowed, halo]) if halo.shape[0] else narrowed
+        return self._activate(i, layer.from_narrowed(h, rows, block))

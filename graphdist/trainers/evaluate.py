@@ -76,11 +76,19 @@ def exact_inference(
         halo_degrees = fetch_rows(part, h[:, -1:], halo_ids, group=None, tag="eval", owners=owners)
         h, (block,) = h[:, :-1], model_inputs(torch.cat([h[:, -1:], halo_degrees]), [block], True)[1]
     block = block.to(device)
+
+    def fetch_halo(rows: torch.Tensor) -> torch.Tensor:
+        return fetch_rows(part, rows.cpu(), halo_ids, group=None, tag="eval", owners=owners).to(device)
+
+    layer_with_halo = getattr(model, "layer_forward_with_halo", None)
     hidden = h
     for i in range(model.num_layers):
-        halo = fetch_rows(part, h, halo_ids, group=None, tag="eval", owners=owners)
-        x = torch.cat([h, halo]).to(device)
         hidden = h
+        if layer_with_halo is not None:  # the model chooses what crosses the network (LayerwiseGNN)
+            h = layer_with_halo(i, h.to(device), block, fetch_halo).cpu()
+            continue
+        halo = fetch_halo(h)  # a model of a user's: its layer's input, halo rows after inner ones
+        x = torch.cat([h.to(device), halo]) if halo.shape[0] else h.to(device)
         h = model.layer_forward(i, x, block).cpu()
     return (h, hidden) if keep_hidden else h
 

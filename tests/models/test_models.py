@@ -324,3 +324,21 @@ def test_checkpoints_from_before_the_linear_submodules_still_load():
         model.load_state_dict(old)
         for key, value in model.state_dict().items():
             assert torch.equal(value, old[key.replace("lin.", "")]), key
+
+
+@pytest.mark.parametrize("aggr", ["mean", "sum"])
+@pytest.mark.parametrize("in_dim,out_dim", [(8, 3), (3, 8)])  # narrowing: transform first; widening: aggregate first
+def test_sage_layer_inference_order_equals_training_order(aggr, in_dim, out_dim):
+    from graphdist.models.sage import SAGELayer
+    from graphdist.testing import tiny_graph
+    from sampling import NeighborSampler
+
+    g = tiny_graph(feature_dim=in_dim)
+    block = NeighborSampler(g, [-1], seed=0).sample(torch.arange(5)).blocks[0]
+    layer = SAGELayer(in_dim, out_dim, aggr)
+    x = torch.randn(block.num_src, in_dim)
+    with torch.enable_grad():
+        trained_order = layer(x, block)
+    with torch.no_grad():
+        inference_order = layer(x, block)
+    torch.testing.assert_close(inference_order, trained_order.detach(), rtol=1e-5, atol=1e-5)
