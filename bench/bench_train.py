@@ -20,6 +20,10 @@ Three parts (each runs the real ``graphdist-train`` CLI in a subprocess and read
   and synthetic-100k (GraphSAGE defaults, 2 workers), paired seeds; the paired difference to
   ``none`` and twice its standard error. Target: int8 within max(0.5, 2 SE) points, fp16 and bf16
   within max(0.2, 2 SE).
+- ``--inference``: the time of graphdist's evaluation (exact layer-wise full-neighbour inference of
+  the speed workload's model over every node) with 1 and 2 workers, beside DGL's layer-wise
+  inference (``bench/peers/dgl_infer.py``, one process) with ``--peers`` and another checkout's
+  with ``--baseline``; alternating rounds, medians, nodes/s.
 - ``--scaling``: the speed workload (batch 1024 per worker, no prefetch thread: a worker is one
   core of work) for ``--workers`` (1, 2, 4) local workers and, as root, 2 emulated hosts x 1 and
   x 2 at ``--scaling-rate``; medians of ``--rounds``; a PNG of seeds/s against workers with the
@@ -35,6 +39,7 @@ Run book:
     python bench/bench_train.py --speed --peers --steps 30  # ~15 min (3 rounds)
     python bench/bench_train.py --peers --syncs "" --steps 30  # 1 worker against DGL only, ~8 min
     sudo .venv/bin/python bench/bench_train.py --scaling --steps 20 --rounds 2  # ~15 min
+    python bench/bench_train.py --inference --peers --rounds 3                 # ~10 min
     python bench/bench_train.py --speed --nodes 100000      # quick
     git worktree add /tmp/base <rev>                        # then, this tree against <rev>:
     python bench/bench_train.py --speed --baseline /tmp/base --pairs 5 --nodes 300000 --steps 20
@@ -77,16 +82,17 @@ SPEED_ARGS = ["--model", "sage", "--layers", "3", "--hidden", "256", "--fanouts"
 
 
 def run_cli(args: list[str], run_dir: Path, pin: Optional[str] = None, timeout: float = 3600,
-            repo: Path = REPO) -> list[dict[str, Any]]:
+            repo: Path = REPO, cache: Optional[Path] = None) -> list[dict[str, Any]]:
     """Runs graphdist-train of the checkout ``repo``; returns its metrics records (raises with stderr on failure).
 
     ``python -m`` puts the working directory first on ``sys.path`` (spawned workers inherit it),
-    so running in another checkout runs that checkout's code with this environment.
+    so running in another checkout runs that checkout's code with this environment. ``cache``: a
+    GRAPHDIST_CACHE of its own (an older checkout may not read this one's partition format).
     """
     cmd = [sys.executable, "-m", "graphdist.cli.train", *args, "--run-dir", str(run_dir)]
     if pin is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", pin, *cmd]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"GRAPHDIST_CACHE": str(cache)} if cache else {})}
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
@@ -372,6 +378,69 @@ def bench_peer(args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# --------------------------------------------------------------- inference
+# Exact layer-wise full-neighbour inference of the speed workload's model (graphdist's evaluation),
+# timed as graphdist records it (eval_time_s of a run that evaluates after one training step).
+
+
+def inference_run(args: argparse.Namespace, tmp: Path, workers: int, repo: Path = REPO) -> dict[str, Any]:
+    run = tmp / f"inference-{workers}-{abs(hash(str(repo)))}"
+    shutil.rmtree(run, ignore_errors=True)
+    hist = run_cli(["--dataset", f"synthetic-{args.nodes}", "--num-workers", str(workers),
+                    "--batch-size", str(1024 * workers), *SPEED_ARGS, "--epochs", "1", "--max-steps", "1",
+                    "--eval-every", "1"], run, repo=repo,
+                   cache=None if repo == REPO else cache_dir() / "bench" / f"baseline-cache-{abs(hash(str(repo)))}")
+    seconds = hist[-1]["eval_time_s"]
+    return {"workers": workers, "tree": str(repo), "seconds": seconds, "nodes_per_s": args.nodes / seconds}
+
+
+def dgl_inference(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.peers.env import peer_python
+
+    cmd = [str(peer_python(quiet=True)), str(REPO / "bench" / "peers" / "dgl_infer.py"),
+           "--graph", str(peer_graph(args.nodes))]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the DGL inference run failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_inference(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """graphdist's evaluation with 1 and 2 workers (and ``--baseline``'s), DGL's layer-wise inference with
+    ``--peers``; ``--rounds`` rounds, the order flipped every round, medians of seconds."""
+    trees = [("this", REPO)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
+    warm_up(f"synthetic-{args.nodes}", [1, 2], tmp)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in range(args.rounds):
+        jobs = [(f"{name} {w}w", lambda w=w, tree=tree: inference_run(args, tmp, w, tree))
+                for name, tree in trees for w in (1, 2)]
+        if args.peers:
+            jobs.append(("dgl", lambda: dgl_inference(args)))
+        for key, job in (jobs if r % 2 == 0 else jobs[::-1]):
+            runs.setdefault(key, []).append(job())
+            print(f"  round {r + 1} {key}: {runs[key][-1]['seconds']:.2f} s", flush=True)
+    medians = {key: {"seconds": statistics.median(x["seconds"] for x in rs),
+                     "runs": [x["seconds"] for x in rs]} for key, rs in runs.items()}
+    for m in medians.values():
+        m["nodes_per_s"] = args.nodes / m["seconds"]
+    return {"nodes": args.nodes, "rounds": args.rounds, "results": medians}
+
+
+def print_inference(res: dict[str, Any]) -> None:
+    print(f"\nLayer-wise full-neighbour inference, synthetic-{res['nodes']}, GraphSAGE 3x256, one thread per "
+          f"process; medians of {res['rounds']} rounds")
+    print(f"{'system':<20}{'seconds':>9}{'nodes/s':>12}   runs")
+    for key, m in res["results"].items():
+        print(f"{key:<20}{m['seconds']:>9.2f}{m['nodes_per_s']:>12,.0f}   " + " ".join(f"{v:.2f}" for v in m["runs"]))
+    this, base = res["results"].get("this 2w"), res["results"].get("baseline 2w")
+    if this and base:
+        ratio = this["seconds"] / base["seconds"]
+        print(f"2 workers, this / baseline: {ratio:.2f}x the time (issue 15's target: < 0.33x)")
+
+
 # ------------------------------------------------------------------ scaling
 # The speed workload per worker (batch 1024 each), every worker one core of work: no prefetch
 # thread, so n workers on this 2-core machine are n cores' demand (4 is oversubscribed 2x).
@@ -538,6 +607,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--baseline", metavar="DIR",
                    help="with --speed: alternate against this checkout of another commit (git worktree add DIR REV)")
     p.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline (default 5)")
+    p.add_argument("--inference", action="store_true",
+                   help="evaluation time (exact layer-wise inference), 1 and 2 workers; with --peers DGL's; "
+                        "with --baseline another checkout's")
     p.add_argument("--scaling", action="store_true",
                    help="seeds/s for 1, 2, 4 workers (--workers) and 2 emulated hosts x 1 and x 2 (root), with a PNG")
     p.add_argument("--scaling-rate", default="1gbit", help="--scaling: the emulated hosts' link rate (none: local runs only)")
@@ -548,7 +620,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     if args.datasets is None:
         args.datasets = ["pubmed", "synthetic-100k"] if args.compression else ["cora", "pubmed"]
-    if not (args.accuracy or args.speed or args.peers or args.high_degree or args.compression or args.scaling):
+    if not (args.accuracy or args.speed or args.peers or args.high_degree or args.compression or args.scaling
+            or args.inference):
         args.accuracy = args.speed = True
     result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="graphdist-bench-train-") as tmp_name:
@@ -562,6 +635,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.high_degree:
             result["high_degree"] = bench_high_degree(args, tmp)
             print_high_degree(result["high_degree"])
+        if args.inference:
+            result["inference"] = bench_inference(args, tmp)
+            print_inference(result["inference"])
         if args.scaling:
             result["scaling"] = bench_scaling(args, tmp)
             print_scaling(result["scaling"])
@@ -571,9 +647,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             result["baseline"] = bench_baseline(args, tmp)
             print_baseline(result["baseline"])
             rows, peer = result["baseline"]["this_rows"], None
-        elif args.speed or args.peers:
+        elif args.speed or (args.peers and not args.inference):
             rows, peer = bench_speed(args, tmp)
-        if args.speed or args.peers:
+        if args.speed or (args.peers and not args.inference):
             result["speed"] = {"nodes": args.nodes, "steps": args.steps, "rounds": args.rounds, "rows": rows,
                                "peer": peer}
             print_speed(rows, peer, args.nodes, args.rounds)

@@ -37,7 +37,7 @@ Example (one worker, a real one-rank group; with more, each rank builds the same
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generator, Optional
+from typing import Any, Generator, Optional
 
 import torch
 from torch import Tensor
@@ -254,6 +254,31 @@ def fetch_rows(partition: Partition, table: Tensor, nodes: Tensor, group: object
         >>> torch.equal(rows, part.x[[3, 1]])
         True
     """
+    return fetch_rows_async(partition, table, nodes, group, tag, owners).wait()
+
+
+class PendingRows:
+    """Rows of :func:`fetch_rows_async` in flight; ``wait()`` returns them in the order asked."""
+
+    def __init__(self, pending: Any, order: Tensor, rows: int, like: Tensor) -> None:
+        self._pending, self._order, self._rows, self._like = pending, order, rows, like
+
+    def wait(self) -> Tensor:
+        answers = self._pending.wait()
+        received = comm.joined_rows(answers)
+        received = received if received is not None else torch.cat(answers)
+        order = self._order
+        if bool((order[1:] > order[:-1]).all()):  # asked in owner order already (a halo is): nothing to reorder
+            return received
+        out = torch.empty((self._rows, *self._like.shape[1:]), dtype=self._like.dtype)
+        out[order] = received
+        return out
+
+
+def fetch_rows_async(partition: Partition, table: Tensor, nodes: Tensor, group: object = None, tag: str = "feature",
+                     owners: Optional[OwnerMap] = None) -> PendingRows:
+    """:func:`fetch_rows` that returns once the rows travel (the requests have been answered here):
+    compute with what is local, then ``wait()``."""
     nodes = nodes.to(torch.int64)
     owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
     requests, order = _split_by_owner(nodes, owners.rank_of(nodes), owners.world_size)
@@ -261,14 +286,8 @@ def fetch_rows(partition: Partition, table: Tensor, nodes: Tensor, group: object
     # One gather for every rank's reply; the all-to-all sends its row blocks without joining them again.
     replies = torch.split(table.index_select(0, partition.inner_local(torch.cat(asked))), [a.numel() for a in asked])
     # One row back per id asked: the reply sizes are known, no size exchange.
-    answers = comm.all_to_all_v(replies, group=group, tag=tag, recv_rows=[r.numel() for r in requests])
-    received = comm.joined_rows(answers)
-    received = received if received is not None else torch.cat(answers)
-    if bool((order[1:] > order[:-1]).all()):  # asked in owner order already (a halo is): nothing to reorder
-        return received
-    out = torch.empty((nodes.numel(), *table.shape[1:]), dtype=table.dtype)
-    out[order] = received
-    return out
+    pending = comm.all_to_all_v_async(replies, group=group, tag=tag, recv_rows=[r.numel() for r in requests])
+    return PendingRows(pending, order, nodes.numel(), table)
 
 
 @dataclass

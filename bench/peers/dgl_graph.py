@@ -21,3 +21,9 @@ def load_csc_graph(path: str) -> tuple[Any, Any]:
     indices = torch.from_numpy(data["indices"].astype(np.int64))
     g = dgl.graph(("csc", (indptr, indices, torch.tensor([], dtype=torch.int64))), num_nodes=indptr.numel() - 1)
     return g.formats(["csc"]), data
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set (VmHWM), as graphdist's workers report theirs."""
+    with open("/proc/self/status") as fh:
+        return next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:")), 0)

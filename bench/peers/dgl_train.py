@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     import dgl  # the peer venv only; graphdist never imports dgl
     from dgl.nn import SAGEConv
 
-    from dgl_graph import load_csc_graph  # beside this script
+    from dgl_graph import load_csc_graph, peak_rss_bytes  # beside this script
 
     g, data = load_csc_graph(args.graph)
     x = torch.from_numpy(data["x"])
@@ -86,11 +86,6 @@ def main(argv: list[str] | None = None) -> int:
                       "hidden": args.hidden, "batch_size": args.batch_size}))
     return 0
 
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set (VmHWM), as graphdist's workers report theirs."""
-    with open("/proc/self/status") as fh:
-        return next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:")), 0)
 
 
 if __name__ == "__main__":

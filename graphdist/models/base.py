@@ -67,15 +67,16 @@ class LayerwiseGNN(nn.Module):
         raise NotImplementedError
 
     def layer_forward_with_halo(self, i: int, h: torch.Tensor, block: Any,
-                                fetch_halo: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                                fetch_halo: Callable[[torch.Tensor], Any]) -> torch.Tensor:
         """Layer ``i`` over a partition whose halo rows live on other workers (layer-wise inference).
 
-        ``h`` holds the inner rows; ``fetch_halo(rows)`` returns the halo nodes' rows of any
-        per-inner-node tensor (a collective: call it exactly once). By default the layer's input
-        ``h`` itself is exchanged; a model may exchange something narrower (GraphSAGE exchanges
-        ``h W_neigh^T`` where a layer narrows).
+        ``h`` holds the inner rows; ``fetch_halo(rows)`` starts exchanging the halo nodes' rows
+        of any per-inner-node tensor and returns a handle whose ``wait()`` gives them (a
+        collective: call it exactly once). By default the layer's input ``h`` itself is
+        exchanged and awaited at once; a model may exchange something narrower and compute
+        while it travels (GraphSAGE: ``SAGELayer.forward_with_halo``).
         """
-        halo = fetch_halo(h)
+        halo = fetch_halo(h).wait()
         return self.layer_forward(i, torch.cat([h, halo]) if halo.shape[0] else h, block)
 
     def forward(self, x: torch.Tensor, blocks: Sequence[Any]) -> torch.Tensor:
@@ -102,13 +103,10 @@ class ReLUDropoutGNN(LayerwiseGNN):
         return relu_dropout_(h, self.dropout, self.training) if i < self.num_layers - 1 else h
 
     def layer_forward_with_halo(self, i: int, h: torch.Tensor, block: Any,
-                                fetch_halo: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """As :meth:`LayerwiseGNN.layer_forward_with_halo`; a layer with ``narrowed(h)`` (not None without
-        autograd) has the narrowed rows exchanged and combined by ``from_narrowed``."""
+                                fetch_halo: Callable[[torch.Tensor], Any]) -> torch.Tensor:
+        """As :meth:`LayerwiseGNN.layer_forward_with_halo`; a layer with ``forward_with_halo`` runs it (without
+        autograd), then the activation."""
         layer = self.layers[i]
-        narrowed = layer.narrowed(h) if hasattr(layer, "narrowed") and not torch.is_grad_enabled() else None
-        if narrowed is None:
+        if not hasattr(layer, "forward_with_halo") or torch.is_grad_enabled():
             return super().layer_forward_with_halo(i, h, block, fetch_halo)
-        halo = fetch_halo(narrowed)
-        rows = torch.cat([narrowed, halo]) if halo.shape[0] else narrowed
-        return self._activate(i, layer.from_narrowed(h, rows, block))
+        return self._activate(i, layer.forward_with_halo(h, block, fetch_halo))

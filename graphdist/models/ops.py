@@ -330,6 +330,56 @@ def self_and_mean(x: torch.Tensor, block: Any, kind: str = MEAN) -> torch.Tensor
     return _SelfAndAgg.apply(x, a, transpose)
 
 
+def _column_split(block: Any, num_inner: int, kind: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``A`` cut at column ``num_inner``: ``(A[:, :num_inner], A[:, num_inner:])`` as CSR, cached on the block.
+
+    The values stay those of the whole ``A`` (a mean still divides by every neighbour)."""
+
+    def build() -> tuple[torch.Tensor, torch.Tensor]:
+        a, _ = block_matrices(block, kind, dtype)
+        crow, col, values = a.crow_indices(), a.col_indices(), a.values()
+        rows = int(block.num_dst)
+        row_of = torch.repeat_interleave(torch.arange(rows, device=col.device), crow.diff(), output_size=col.numel())
+        inner = col < num_inner
+        out = []
+        for keep, offset, width in ((inner, 0, num_inner), (~inner, num_inner, int(block.num_src) - num_inner)):
+            counts = torch.bincount(row_of[keep], minlength=rows)
+            indptr = torch.zeros(rows + 1, dtype=torch.int64, device=col.device)
+            indptr[1:] = counts.cumsum(0)
+            out.append(_csr(indptr, col[keep] - offset, values[keep], (rows, width)))
+        return out[0], out[1]
+
+    return _cache(block, f"split:{num_inner}:{kind}:{dtype}", build)
+
+
+def aggregate_with_halo(x_inner: torch.Tensor, halo: Callable[[], torch.Tensor], block: Any,
+                        kind: str = MEAN) -> torch.Tensor:
+    """``aggregate(cat([x_inner, halo()]), block, kind)`` without the concatenation, and with the
+    inner columns aggregated before ``halo()`` is called: while the halo rows are in flight.
+
+    For layer-wise inference over a partition (no autograd): ``block``'s first ``len(x_inner)``
+    source columns are the inner nodes, the rest the halo.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> block = SimpleNamespace(src=torch.tensor([1, 2]), dst=torch.tensor([0, 0]), num_src=3, num_dst=1,
+        ...                         indptr=torch.tensor([0, 2]))  # node 2 is a halo node
+        >>> x = torch.tensor([[1.0], [2.0], [4.0]])
+        >>> aggregate_with_halo(x[:2], lambda: x[2:], block)
+        tensor([[3.]])
+    """
+    if int(block.num_src) == int(x_inner.shape[0]):  # no halo: nothing to cut
+        out = _spmm(block_matrices(block, kind, x_inner.dtype)[0], x_inner)
+        halo()
+        return out
+    a_inner, a_halo = _column_split(block, int(x_inner.shape[0]), kind, x_inner.dtype)
+    out = _spmm(a_inner, x_inner)
+    x_halo = halo()
+    if a_halo._nnz() and x_halo.shape[0]:
+        torch.addmm(out, a_halo, x_halo.contiguous(), out=out)
+    return out
+
+
 def relu_dropout_(h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """``dropout(relu(h), p)`` in place on ``h`` (an intermediate nobody else saved).
 

@@ -18,13 +18,13 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
 from graphdist.models.base import ReLUDropoutGNN, check_dims, rename_legacy_keys
-from graphdist.models.ops import MEAN, SUM, aggregate, self_and_mean
+from graphdist.models.ops import MEAN, SUM, aggregate, aggregate_with_halo, self_and_mean
 
 AGGREGATORS = (MEAN, SUM, "max")
 
@@ -113,6 +113,25 @@ class SAGELayer(nn.Module):
         """The output from the destination rows of ``x`` and every source's :meth:`narrowed` row."""
         out = torch.addmm(self.bias, x[: int(block.num_dst)], self.weight[:, : self.in_dim].t())
         return out.add_(aggregate(narrowed, block, self.aggr))
+
+    def forward_with_halo(self, h: torch.Tensor, block: Any, fetch_halo: Callable[[torch.Tensor], Any]) -> torch.Tensor:
+        """The layer over a partition's inner rows ``h`` (no autograd), its halo rows fetched while it works.
+
+        ``fetch_halo(rows)`` starts the exchange of the halo's rows and returns a handle whose
+        ``wait()`` gives them. What travels is :meth:`narrowed` where the layer narrows, else ``h``;
+        the self term and the inner columns' aggregation are computed while it travels.
+        """
+        if self.aggr == "max":
+            halo = fetch_halo(h).wait()
+            return self(torch.cat([h, halo]) if halo.shape[0] else h, block)
+        narrowed = self.narrowed(h)
+        sources = narrowed if narrowed is not None else h
+        pending = fetch_halo(sources)
+        out = torch.addmm(self.bias, h[: int(block.num_dst)], self.weight[:, : self.in_dim].t())
+        agg = aggregate_with_halo(sources, pending.wait, block, self.aggr)
+        if narrowed is not None:
+            return out.add_(agg)
+        return out.addmm_(agg, self.weight[:, self.in_dim :].t())
 
     @torch.no_grad()
     def load_sageconv(self, conv: nn.Module) -> None:

@@ -10,6 +10,7 @@ neighbourhood). Both are collectives: every rank calls them at the same point.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import torch
@@ -65,7 +66,7 @@ def exact_inference(
         keep_hidden: also return the last hidden layer's output (the input of the final
             layer: the nodes' embeddings).
     """
-    from sampling.distributed import fetch_rows
+    from sampling.distributed import fetch_rows, fetch_rows_async
 
     model.eval()
     block = full_block(part)
@@ -77,8 +78,10 @@ def exact_inference(
         h, (block,) = h[:, :-1], model_inputs(torch.cat([h[:, -1:], halo_degrees]), [block], True)[1]
     block = block.to(device)
 
-    def fetch_halo(rows: torch.Tensor) -> torch.Tensor:
-        return fetch_rows(part, rows.cpu(), halo_ids, group=None, tag="eval", owners=owners).to(device)
+    def fetch_halo(rows: torch.Tensor) -> Any:
+        """Starts the exchange of the halo's rows of ``rows``; ``wait()`` gives them on ``device``."""
+        pending = fetch_rows_async(part, rows.cpu(), halo_ids, group=None, tag="eval", owners=owners)
+        return SimpleNamespace(wait=lambda: pending.wait().to(device))
 
     layer_with_halo = getattr(model, "layer_forward_with_halo", None)
     hidden = h
@@ -87,7 +90,7 @@ def exact_inference(
         if layer_with_halo is not None:  # the model chooses what crosses the network (LayerwiseGNN)
             h = layer_with_halo(i, h.to(device), block, fetch_halo).cpu()
             continue
-        halo = fetch_halo(h)  # a model of a user's: its layer's input, halo rows after inner ones
+        halo = fetch_halo(h).wait()  # a model of a user's: its layer's input, halo rows after inner ones
         x = torch.cat([h.to(device), halo]) if halo.shape[0] else h.to(device)
         h = model.layer_forward(i, x, block).cpu()
     return (h, hidden) if keep_hidden else h

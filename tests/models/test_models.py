@@ -342,3 +342,37 @@ def test_sage_layer_inference_order_equals_training_order(aggr, in_dim, out_dim)
     with torch.no_grad():
         inference_order = layer(x, block)
     torch.testing.assert_close(inference_order, trained_order.detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("aggr", ["mean", "sum"])
+@pytest.mark.parametrize("in_dim,out_dim", [(8, 3), (3, 8)])
+def test_sage_layer_with_halo_fetched_while_it_works_equals_the_whole_block(aggr, in_dim, out_dim):
+    """Inner rows first, halo rows arriving later: the inner columns are aggregated before the halo is
+    awaited, and the result equals the layer on the concatenated rows."""
+    from types import SimpleNamespace
+
+    from graphdist.models.sage import SAGELayer
+    from graphdist.testing import tiny_graph
+    from sampling import NeighborSampler
+
+    g = tiny_graph(feature_dim=in_dim)
+    block = NeighborSampler(g, [-1], seed=0).sample(torch.arange(5)).blocks[0]
+    num_inner = 7  # sources 0..6 are "inner" (the 5 destinations first), the rest "halo"
+    layer = SAGELayer(in_dim, out_dim, aggr)
+    x = torch.randn(block.num_src, in_dim)
+    order = []
+
+    def fetch_halo(rows):
+        order.append("fetch")
+        full = x if rows.shape[1] == in_dim else x @ layer.weight[:, in_dim:].t()
+
+        def wait():
+            order.append("wait")
+            return full[num_inner:]
+        return SimpleNamespace(wait=wait)
+
+    with torch.no_grad():
+        split = layer.forward_with_halo(x[:num_inner], block, fetch_halo)
+        whole = layer(x, block)
+    torch.testing.assert_close(split, whole, rtol=1e-5, atol=1e-5)
+    assert order == ["fetch", "wait"]
