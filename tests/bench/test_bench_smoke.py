@@ -170,6 +170,17 @@ def test_bench_train_scaling_writes_rows_and_a_plot(tmp_path):
     assert all(r["seeds_per_s"] > 0 for r in scaling["rows"]) and scaling["emulated_skipped"] == "--scaling-rate none"
 
 
+@pytest.mark.slow
+def test_bench_train_inference_times_1_and_2_workers(tmp_path):
+    out = tmp_path / "train.json"
+    res = _bench("bench_train.py", "--inference", "--rounds", 1, "--nodes", 3000, "--out", out, timeout=240)
+    _ok(res)
+    assert "Layer-wise full-neighbour inference, synthetic-3000" in res.stdout
+    results = _read(out, "started", "inference")["inference"]["results"]
+    assert sorted(results) == ["this 1w", "this 2w"]
+    assert all(r["seconds"] > 0 and r["nodes_per_s"] > 0 and len(r["runs"]) == 1 for r in results.values())
+
+
 def test_bench_train_accuracy(tmp_path):
     from graphdist.testing.env import find_dataset
 
