@@ -166,7 +166,10 @@ class _SelfAndAgg(torch.autograd.Function):
         num_dst, feat = a.shape[0], x.shape[1]
         out = torch.empty(num_dst, 2 * feat, dtype=x.dtype, device=x.device)
         out[:, :feat] = x[:num_dst]
-        _spmm(a, x, out=out[:, feat:])
+        if x.device.type == "cpu":
+            _spmm(a, x, out=out[:, feat:])  # straight into the column slice (measured on CPU only)
+        else:
+            out[:, feat:] = _spmm(a, x)
         ctx.transpose, ctx.feat, ctx.num_dst = transpose, feat, num_dst
         return out
 
