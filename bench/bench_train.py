@@ -363,19 +363,22 @@ def peer_graph(nodes: int) -> Path:
     return path
 
 
-def bench_peer(args: argparse.Namespace) -> dict[str, Any]:
+def run_peer(script: str, *script_args: str) -> dict[str, Any]:
+    """``bench/peers/<script>`` in the DGL venv, pinned to core 0 with one thread; its last JSON line."""
     from bench.peers.env import peer_python
 
-    python = peer_python(quiet=True)
-    cmd = [str(python), str(REPO / "bench" / "peers" / "dgl_train.py"), "--graph", str(peer_graph(args.nodes)),
-           "--steps", str(args.steps)]
+    cmd = [str(peer_python(quiet=True)), str(REPO / "bench" / "peers" / script), *script_args]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
                           timeout=3600)
     if done.returncode != 0:
-        raise RuntimeError(f"the DGL peer run failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"the DGL peer run ({script}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_peer(args: argparse.Namespace) -> dict[str, Any]:
+    return run_peer("dgl_train.py", "--graph", str(peer_graph(args.nodes)), "--steps", str(args.steps))
 
 
 # --------------------------------------------------------------- inference
@@ -395,17 +398,7 @@ def inference_run(args: argparse.Namespace, tmp: Path, workers: int, repo: Path 
 
 
 def dgl_inference(args: argparse.Namespace) -> dict[str, Any]:
-    from bench.peers.env import peer_python
-
-    cmd = [str(peer_python(quiet=True)), str(REPO / "bench" / "peers" / "dgl_infer.py"),
-           "--graph", str(peer_graph(args.nodes))]
-    if shutil.which("taskset"):
-        cmd = ["taskset", "-c", "0", *cmd]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"the DGL inference run failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_peer("dgl_infer.py", "--graph", str(peer_graph(args.nodes)))
 
 
 def bench_inference(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -626,21 +619,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nproc": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="graphdist-bench-train-") as tmp_name:
         tmp = Path(tmp_name)
-        if args.accuracy:
-            result["accuracy"] = bench_accuracy(args, tmp)
-            print_accuracy(result["accuracy"])
-        if args.compression:
-            result["compression"] = bench_compression(args, tmp)
-            print_compression(result["compression"])
-        if args.high_degree:
-            result["high_degree"] = bench_high_degree(args, tmp)
-            print_high_degree(result["high_degree"])
-        if args.inference:
-            result["inference"] = bench_inference(args, tmp)
-            print_inference(result["inference"])
+        parts = (("accuracy", bench_accuracy, print_accuracy), ("compression", bench_compression, print_compression),
+                 ("high_degree", bench_high_degree, print_high_degree),
+                 ("inference", bench_inference, print_inference), ("scaling", bench_scaling, print_scaling))
+        for key, bench, show in parts:  # the JSON key is the flag's name
+            if getattr(args, key):
+                result[key] = bench(args, tmp)
+                show(result[key])
         if args.scaling:
-            result["scaling"] = bench_scaling(args, tmp)
-            print_scaling(result["scaling"])
             plot_scaling(result["scaling"], Path(args.png))
             print(f"wrote {args.png}")
         if args.speed and args.baseline:
