@@ -188,13 +188,14 @@ class _ReluDropout(torch.autograd.Function):
 
     On one CPU thread, torch's kernels that read or write ``bool`` tensors are several times
     slower than float ones (a bool-to-float multiply of the 90k x 256 first-layer output took
-    ~50 ms for the conversion alone, twice a step). So the keep decision is a float
-    comparison: :func:`_uniform_1_2` turns random words into floats in ``[1, 2)``, and
+    ~50 ms for the conversion alone, twice a step). So p = 0.5 multiplies by a float mask of
+    0.0 and 2.0 made from one random bit per element (:func:`_half_mask`), and any other p is a
+    float comparison: :func:`_uniform_1_2` turns random words into floats in ``[1, 2)``, and
     ``threshold_backward(h, r, t)`` (``h`` where ``r > t``, else 0) drops in place. The
     backward reads the saved output: it is nonzero exactly where ReLU passed and the element
-    was kept, so one ``threshold_backward`` applies both masks. The drop probability is
-    rounded to a multiple of 2**-23 and the scale uses the rounded value: the expectation
-    stays exact.
+    was kept, so one ``threshold_backward`` applies both masks. p is exact for multiples of
+    1/256, else rounded to a multiple of 2**-23, and the scale uses the rounded value: the
+    expectation stays exact. Measured in the speed workload: 1,541 -> 1,880 seeds/s.
     """
 
     @staticmethod

@@ -265,15 +265,18 @@ def test_empty_batch_runs_forward_and_backward():
         assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
 
 
-def test_relu_dropout_keeps_about_one_minus_p_and_gradient_follows_the_mask():
+@pytest.mark.parametrize("p", [0.3, 0.5, 0.25])  # a comparison of random floats; the {0, 2} mask; 2 bits
+def test_relu_dropout_keeps_about_one_minus_p_and_gradient_follows_the_mask(p):
     torch.manual_seed(0)
     h = torch.randn(200, 500).abs().add_(0.1).requires_grad_(True)
-    out = relu_dropout_(h * 1.0, 0.3, True)
+    out = relu_dropout_(h * 1.0, p, True)
     kept = (out > 0).float().mean().item()
-    assert abs(kept - 0.7) < 0.01, kept
-    torch.testing.assert_close(out[out > 0], (h * 1.0)[out > 0].detach() / 0.7, rtol=1e-3, atol=1e-6)
+    assert abs(kept - (1 - p)) < 0.01, kept
+    torch.testing.assert_close(out[out > 0], (h * 1.0)[out > 0].detach() / (1 - p), rtol=1e-3, atol=1e-6)
     out.sum().backward()
-    torch.testing.assert_close(h.grad, (out > 0).float() / 0.7, rtol=1e-3, atol=1e-6)
+    torch.testing.assert_close(h.grad, (out > 0).float() / (1 - p), rtol=1e-3, atol=1e-6)
+    negative = relu_dropout_(-h.detach() * 1.0, p, True)  # ReLU first: nothing negative survives
+    assert not negative.any()
     eval_out = relu_dropout_(torch.tensor([-1.0, 2.0]), 0.3, False)
     assert eval_out.tolist() == [0.0, 2.0]
 
