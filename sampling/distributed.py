@@ -260,8 +260,8 @@ def fetch_rows(partition: Partition, table: Tensor, nodes: Tensor, group: object
 class PendingRows:
     """Rows of :func:`fetch_rows_async` in flight; ``wait()`` returns them in the order asked."""
 
-    def __init__(self, pending: Any, order: Tensor, rows: int, like: Tensor) -> None:
-        self._pending, self._order, self._rows, self._like = pending, order, rows, like
+    def __init__(self, pending: Any, order: Tensor) -> None:
+        self._pending, self._order = pending, order
 
     def wait(self) -> Tensor:
         answers = self._pending.wait()
@@ -270,7 +270,7 @@ class PendingRows:
         order = self._order
         if bool((order[1:] > order[:-1]).all()):  # asked in owner order already (a halo is): nothing to reorder
             return received
-        out = torch.empty((self._rows, *self._like.shape[1:]), dtype=self._like.dtype)
+        out = torch.empty_like(received)
         out[order] = received
         return out
 
@@ -287,7 +287,7 @@ def fetch_rows_async(partition: Partition, table: Tensor, nodes: Tensor, group: 
     replies = torch.split(table.index_select(0, partition.inner_local(torch.cat(asked))), [a.numel() for a in asked])
     # One row back per id asked: the reply sizes are known, no size exchange.
     pending = comm.all_to_all_v_async(replies, group=group, tag=tag, recv_rows=[r.numel() for r in requests])
-    return PendingRows(pending, order, nodes.numel(), table)
+    return PendingRows(pending, order)
 
 
 @dataclass

@@ -337,20 +337,18 @@ def self_and_mean(x: torch.Tensor, block: Any, kind: str = MEAN) -> torch.Tensor
 def _column_split(block: Any, num_inner: int, kind: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """``A`` cut at column ``num_inner``: ``(A[:, :num_inner], A[:, num_inner:])`` as CSR, cached on the block.
 
-    The values stay those of the whole ``A`` (a mean still divides by every neighbour)."""
+    Built from the block's edges (``dst``, ``src``, in CSR order) and ``A``'s values, without ``A``
+    itself: the values stay those of the whole ``A`` (a mean still divides by every neighbour)."""
 
     def build() -> tuple[torch.Tensor, torch.Tensor]:
-        a, _ = block_matrices(block, kind, dtype)
-        crow, col, values = a.crow_indices(), a.col_indices(), a.values()
-        rows = int(block.num_dst)
-        row_of = torch.repeat_interleave(torch.arange(rows, device=col.device), crow.diff(), output_size=col.numel())
-        inner = col < num_inner
+        values = _edge_values(block, kind, dtype)
+        rows, src, dst = int(block.num_dst), block.src, block.dst
+        inner = src < num_inner
         out = []
         for keep, offset, width in ((inner, 0, num_inner), (~inner, num_inner, int(block.num_src) - num_inner)):
-            counts = torch.bincount(row_of[keep], minlength=rows)
-            indptr = torch.zeros(rows + 1, dtype=torch.int64, device=col.device)
-            indptr[1:] = counts.cumsum(0)
-            out.append(_csr(indptr, col[keep] - offset, values[keep], (rows, width)))
+            indptr = torch.zeros(rows + 1, dtype=torch.int64, device=src.device)
+            indptr[1:] = torch.bincount(dst[keep], minlength=rows).cumsum(0)
+            out.append(_csr(indptr, src[keep] - offset, values[keep], (rows, width)))
         return out[0], out[1]
 
     return _cache(block, f"split:{num_inner}:{kind}:{dtype}", build)

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import torch
@@ -84,18 +85,8 @@ class SAGELayer(nn.Module):
         return self.lin(z)
 
     def _inference(self, x: torch.Tensor, block: Any) -> torch.Tensor:
-        """The same output without autograd, in the cheaper order for full-neighbour inference.
-
-        Either order applies ``W_self`` and ``W_neigh`` as two products into one output, without
-        the ``[x_dst | mean]`` copy training needs for its single GEMM (and for SACP's view of the
-        Linear's input: there is no gradient here).
-        """
-        narrowed = self.narrowed(x)
-        if narrowed is not None:
-            return self.from_narrowed(x, narrowed, block)
-        num_dst = int(block.num_dst)
-        out = torch.addmm(self.bias, x[:num_dst], self.weight[:, : self.in_dim].t())
-        return out.addmm_(aggregate(x, block, self.aggr), self.weight[:, self.in_dim :].t())
+        """The same output without autograd: :meth:`forward_with_halo` on a block whose sources are all in ``x``."""
+        return self.forward_with_halo(x, block, _no_halo)
 
     def narrowed(self, x: torch.Tensor) -> Optional[torch.Tensor]:
         """``x W_neigh^T`` when this layer narrows (``out_dim < in_dim``, mean or sum), else None.
@@ -109,17 +100,15 @@ class SAGELayer(nn.Module):
             return None
         return x @ self.weight[:, self.in_dim :].t()
 
-    def from_narrowed(self, x: torch.Tensor, narrowed: torch.Tensor, block: Any) -> torch.Tensor:
-        """The output from the destination rows of ``x`` and every source's :meth:`narrowed` row."""
-        out = torch.addmm(self.bias, x[: int(block.num_dst)], self.weight[:, : self.in_dim].t())
-        return out.add_(aggregate(narrowed, block, self.aggr))
-
     def forward_with_halo(self, h: torch.Tensor, block: Any, fetch_halo: Callable[[torch.Tensor], Any]) -> torch.Tensor:
         """The layer over a partition's inner rows ``h`` (no autograd), its halo rows fetched while it works.
 
         ``fetch_halo(rows)`` starts the exchange of the halo's rows and returns a handle whose
         ``wait()`` gives them. What travels is :meth:`narrowed` where the layer narrows, else ``h``;
-        the self term and the inner columns' aggregation are computed while it travels.
+        the self term and the inner columns' aggregation are computed while it travels. ``W_self``
+        and ``W_neigh`` apply as two products into one output, without the ``[x_dst | mean]`` copy
+        training needs for its single GEMM (and for SACP's view of the Linear's input: there is no
+        gradient here).
         """
         if self.aggr == "max":
             halo = fetch_halo(h).wait()
@@ -145,6 +134,11 @@ def _max_aggregate(x: torch.Tensor, block: Any) -> torch.Tensor:
     out = x.new_zeros(int(block.num_dst), x.shape[1])
     index = block.dst.view(-1, 1).expand(-1, x.shape[1])
     return out.scatter_reduce(0, index, x[block.src], reduce="amax", include_self=False)
+
+
+def _no_halo(rows: torch.Tensor) -> Any:
+    """A ``fetch_halo`` for a block whose source rows are all local: nothing travels."""
+    return SimpleNamespace(wait=lambda: rows[:0])
 
 
 class GraphSAGE(ReLUDropoutGNN):
