@@ -273,10 +273,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     origin: dict[str, str] = {}  # a refusal from resolving already names where its values came from
     try:
         cfg, origin = _resolve_with_origin(argv)
-        if cfg.num_workers > 1 and not cfg.dry_run and "WORLD_SIZE" not in os.environ:
-            from graphdist.launch import start_workers_early
-
-            start_workers_early()  # its imports overlap partitioning and the checks below
         if cfg.dry_run:
             dry_run(cfg)
             return 0
