@@ -63,13 +63,6 @@ FILL_BYTES = 32 << 20  # the cache is filled in pieces of this many bytes of row
 __all__ = ["DistNeighborSource", "DistFeatureSource", "CacheStats", "fetch_rows"]
 
 
-def _split_by_owner(nodes: Tensor, owners: Tensor, num_ranks: int) -> tuple[list[Tensor], Tensor]:
-    """Nodes grouped by owner (one tensor per rank) and the permutation that grouped them."""
-    order = torch.argsort(owners, stable=True)
-    counts = torch.bincount(owners, minlength=num_ranks).tolist()
-    return list(torch.split(nodes.index_select(0, order), counts)), order
-
-
 class DistNeighborSource(NeighborSource):
     """Samples neighbours of any global node; remote ones by their owner, in one all-to-all per hop.
 
@@ -148,7 +141,7 @@ class DistNeighborSource(NeighborSource):
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
         remote = nodes.index_select(0, remote_idx)
-        requests, remote_order = _split_by_owner(remote, self.owners.rank_of(remote), self.num_ranks)
+        requests, remote_order = self.owners.split(remote)
         remote_idx = remote_idx.index_select(0, remote_order)
         sizes = comm.all_to_all_counts_async([r.numel() for r in requests], group=self.group, tag="sample")
         yield  # 1: the request sizes travel
@@ -281,7 +274,7 @@ def fetch_rows_async(partition: Partition, table: Tensor, nodes: Tensor, group: 
     compute with what is local, then ``wait()``."""
     nodes = nodes.to(torch.int64)
     owners = owners if owners is not None else OwnerMap.from_parts(partition.part_offsets)
-    requests, order = _split_by_owner(nodes, owners.rank_of(nodes), owners.world_size)
+    requests, order = owners.split(nodes)
     asked = comm.all_to_all_v(requests, group=group, tag=tag)
     # One gather for every rank's reply; the all-to-all sends its row blocks without joining them again.
     replies = torch.split(table.index_select(0, partition.inner_local(torch.cat(asked))), [a.numel() for a in asked])

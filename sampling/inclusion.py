@@ -92,13 +92,11 @@ def _hop(part: Partition, owners: OwnerMap, nodes: Tensor, prob: Tensor, fanout:
     """One hop: ``(in-neighbours reached, log prod (1 - p(v) min(1, k/d_v)))`` over the frontier ``v``."""
     keep = prob > 0
     nodes, prob = nodes[keep], prob[keep]
-    ranks = owners.rank_of(nodes)
-    world = owners.world_size
-    if world == 1:
+    if owners.world_size == 1:
         return _apply_rows(part, nodes, prob, fanout)
-    order = torch.argsort(ranks, stable=True)
-    counts = torch.bincount(ranks, minlength=world).tolist()
-    requests = list(torch.split(torch.stack([nodes[order].to(torch.float64), prob[order]], dim=1), counts))
+    groups, order = owners.split(nodes)
+    probs = torch.split(prob.index_select(0, order), [g.numel() for g in groups])
+    requests = [torch.stack([g.to(torch.float64), q], dim=1) for g, q in zip(groups, probs)]
     asked = comm.all_to_all_v(requests, group=group, tag="init")  # float64 holds ids below 2^53 exactly
     del requests
     answers = [torch.stack(_apply_rows(part, a[:, 0].to(torch.int64), a[:, 1], fanout), dim=1) if a.numel()

@@ -68,6 +68,22 @@ class OwnerMap:
         ids = torch.as_tensor(ids, dtype=torch.int64)
         return self.ranks.index_select(0, torch.searchsorted(self.starts, ids, right=True) - 1)
 
+    def split(self, ids: Tensor) -> tuple[list[Tensor], Tensor]:
+        """``ids`` grouped by the rank serving them (one tensor per rank, ``world_size`` of them) and the
+        permutation that grouped them (stable: each group keeps the order asked).
+
+        Example:
+            >>> owners = OwnerMap.from_parts(torch.tensor([0, 4, 6, 10]), rank_of_part=[1, 0, 1])
+            >>> groups, order = owners.split(torch.tensor([7, 5, 0]))
+            >>> [g.tolist() for g in groups], order.tolist()
+            ([[5], [7, 0]], [1, 0, 2])
+        """
+        ids = torch.as_tensor(ids, dtype=torch.int64)
+        ranks = self.rank_of(ids)
+        order = torch.argsort(ranks, stable=True)
+        counts = torch.bincount(ranks, minlength=self.world_size).tolist()
+        return list(torch.split(ids.index_select(0, order), counts)), order
+
     def ranges_of(self, rank: int) -> list[tuple[int, int]]:
         """``(start, stop)`` of every non-empty range ``rank`` owns, ascending."""
         stops = torch.cat([self.starts[1:], torch.tensor([self.num_nodes])])
