@@ -96,18 +96,20 @@ def _cache_policies(part: Any, sampler: Any, order: torch.Tensor, fresh: list[to
     start = time.perf_counter()
     inclusion = inclusion_probability(part, order, batch_size, FANOUTS)
     inclusion_s = time.perf_counter() - start
+    def read_counts(batches: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(nodes read, how many of ``batches`` read each): a cache ranked by what it counted."""
+        counts = torch.zeros(int(part.part_offsets[-1]))  # every node of the graph
+        for nodes in batches:
+            counts[nodes] += 1
+        seen = counts.nonzero().view(-1)
+        return seen, counts[seen].double()
+
     gen = torch.Generator().manual_seed(1000 + part.part_id)
-    counts = torch.zeros(int(part.part_offsets[-1]))  # every node of the graph
-    for _ in range(oracle_batches):  # other batches: another shuffle of the same seeds
-        counts[sampler.sample(order[torch.randperm(order.numel(), generator=gen)[:batch_size]]).input_nodes] += 1
-    seen = counts.nonzero().view(-1)
-    oracle = (seen, counts[seen].double())
+    # other batches: another shuffle of the same seeds
+    oracle = read_counts(sampler.sample(order[torch.randperm(order.numel(), generator=gen)[:batch_size]]).input_nodes
+                         for _ in range(oracle_batches))
     # The ceiling: counted on the scored batches themselves (no cache of that size can hit more of them).
-    counts.zero_()
-    for nodes in fresh:
-        counts[nodes] += 1
-    seen = counts.nonzero().view(-1)
-    ceiling = (seen, counts[seen].double())
+    ceiling = read_counts(fresh)
     num_halo = part.num_local - part.num_inner
     remote = int((part.inner_local(inclusion[0]) < 0).sum())
     out: dict[str, list[dict[str, float]]] = {"degree": [], "inclusion": [], "oracle": [], "ceiling": []}
