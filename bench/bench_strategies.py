@@ -15,12 +15,17 @@ Every run is the real ``graphdist-train`` in a subprocess; results come from its
   it waiting for the halo exchange, the prediction ``T_s1 = max(compute, exchange)``) at each
   ``--rates``, and minibatch vs aggregation epoch time at the same rates. Targets: s=1 >= 1.3x
   faster where s=0 spends 40-60% in the exchange; aggregation >= 3x faster than minibatch at
-  100 Mbit/s.
+  100 Mbit/s, with the flags of the accuracy bench's large-graph recipe (``LARGE_GRAPH_ARGS``,
+  what ``--accuracy`` runs on generated graphs). ``--rounds N`` alternates the runs' order and
+  reports medians.
 - A PNG of test accuracy against wall time (one dataset, seed 0, one line per strategy).
 
 Run book:
     python bench/bench_strategies.py --accuracy --datasets cora pubmed --seeds 10          # ~1 h on 2 cores
     sudo .venv/bin/python bench/bench_strategies.py --cluster --dataset synthetic-100k --rates 1gbit,300mbit,100mbit
+    sudo .venv/bin/python bench/bench_strategies.py --cluster --rates 100mbit --cluster-runs minibatch aggregation --rounds 3
+    python bench/bench_strategies.py --accuracy --datasets synthetic-100k --seeds 10 \
+        --strategies minibatch "aggregation random" "aggregation super"                    # ~25 min
     python bench/bench_strategies.py --accuracy --datasets cora --seeds 1 --epochs-scale 0.1  # seconds
 Results: bench/results/strategies.json and strategies.png (git-ignored).
 """
@@ -52,6 +57,18 @@ FULLGRAPH_EPOCHS = 200
 MINIBATCH_ARGS = ["--model", "gcn", "--hidden", "64", "--fanouts", "10,10", "--batch-size", "32", "--lr", "0.01",
                   "--weight-decay", "0.0005", "--dropout", "0.5", "--feature-norm", "row"]
 MINIBATCH_EPOCHS = 50
+# The same recipe for generated graphs (synthetic-100k: 60,000 train nodes, which 32 seeds per step
+# would take 1,875 steps an epoch to visit): batch 1024, hidden 128, 5 epochs. ``--cluster`` times
+# minibatch and aggregation with exactly these flags (the same ``--avg-every``), so the epoch
+# speed-up and the accuracy are measured on one configuration.
+LARGE_GRAPH_ARGS = ["--model", "gcn", "--hidden", "128", "--fanouts", "10,10", "--batch-size", "1024", "--lr", "0.01",
+                    "--weight-decay", "0.0005", "--dropout", "0.5", "--feature-norm", "row"]
+LARGE_GRAPH_EPOCHS = 5
+
+
+def is_large(dataset: str) -> bool:
+    """Generated graphs take the large-graph recipe."""
+    return dataset.startswith("synthetic")
 
 # name -> (strategy flags, recipe, partition method)
 STRATEGIES: dict[str, tuple[list[str], str, str]] = {
@@ -84,9 +101,12 @@ def best_test(history: list[dict[str, Any]]) -> float:
     return 100.0 * best["test_acc"]
 
 
-def recipe(name: str, scale: float) -> list[str]:
+def recipe(name: str, scale: float, dataset: str = "cora") -> list[str]:
     flags, kind, method = STRATEGIES[name]
-    base, epochs = (FULLGRAPH_ARGS, FULLGRAPH_EPOCHS) if kind == "fullgraph" else (MINIBATCH_ARGS, MINIBATCH_EPOCHS)
+    if kind == "fullgraph":
+        base, epochs = FULLGRAPH_ARGS, FULLGRAPH_EPOCHS
+    else:
+        base, epochs = (LARGE_GRAPH_ARGS, LARGE_GRAPH_EPOCHS) if is_large(dataset) else (MINIBATCH_ARGS, MINIBATCH_EPOCHS)
     return [*flags, *base, "--partition-method", method, "--epochs", str(max(1, round(epochs * scale)))]
 
 
@@ -94,7 +114,8 @@ def recipe(name: str, scale: float) -> list[str]:
 
 
 def bench_accuracy(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {"recipes": {"fullgraph": FULLGRAPH_ARGS, "minibatch": MINIBATCH_ARGS},
+    out: dict[str, Any] = {"recipes": {"fullgraph": FULLGRAPH_ARGS, "minibatch": MINIBATCH_ARGS,
+                                       "large_graph": LARGE_GRAPH_ARGS},
                            "epochs_scale": a.epochs_scale, "runs": {}}
     for ds in a.datasets:
         runs: dict[str, dict[str, Any]] = {}
@@ -105,7 +126,7 @@ def bench_accuracy(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             accs, times, tvds, curves = [], [], [], None
             for seed in range(a.seeds):
                 hist = run_cli(["--dataset", ds, "--num-workers", str(workers), "--seed", str(seed),
-                                *recipe(strat, a.epochs_scale)], tmp / f"{ds}-{abs(hash(key))}-{seed}")
+                                *recipe(strat, a.epochs_scale, ds)], tmp / f"{ds}-{abs(hash(key))}-{seed}")
                 accs.append(best_test(hist))
                 times.append(sum(r["epoch_time_s"] + (r.get("eval_time_s") or 0.0) for r in hist))
                 tvds.append(hist[-1].get("label_tvd"))
@@ -229,30 +250,40 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     fg = ["--strategy", "fullgraph", "--model", "gcn", "--hidden", str(a.hidden), "--layers", "3",
           "--fanouts=-1,-1,-1", "--eval-every", "0", "--epochs", str(a.epochs), "--checkpoint-every", "1000",
           "--timeout", "300"]
-    mb = ["--model", "gcn", "--hidden", str(a.hidden), "--fanouts", "10,10", "--batch-size", "1024",
-          "--eval-every", "0", "--epochs", "2", "--max-steps", str(a.steps), "--timeout", "300"]
+    # The accuracy bench's large-graph recipe (same flags, same --avg-every), limited to --steps
+    # steps per epoch; --hidden overrides its width.
+    mb = [*LARGE_GRAPH_ARGS, "--hidden", str(a.hidden), "--eval-every", "0", "--epochs", str(a.mb_epochs),
+          "--max-steps", str(a.steps), "--timeout", "300"]
+    runs = [(label, args, method) for label, args, method in (
+        ("fullgraph s=0", fg + ["--staleness", "0"], "metis"),
+        ("fullgraph s=1", fg + ["--staleness", "1"], "metis"),
+        ("minibatch", mb + ["--strategy", "minibatch"], "metis"),
+        ("aggregation", mb + ["--strategy", "aggregation"], "random")) if label.split()[0] in a.cluster_runs]
     rows = []
     port = 29700
     with EmulatedCluster(hosts=2, rate=a.rates.split(",")[0], tcp_retries2=5) as c:
         for rate in a.rates.split(","):
             for h in range(2):
                 c.set_rate(h, rate)
-            for label, args, method in (("fullgraph s=0", fg + ["--staleness", "0"], "metis"),
-                                        ("fullgraph s=1", fg + ["--staleness", "1"], "metis"),
-                                        ("minibatch", mb + ["--strategy", "minibatch"], "metis"),
-                                        ("aggregation", mb + ["--strategy", "aggregation"], "random")):
-                if label.split()[0] not in a.cluster_runs:
-                    continue
-                port += 1
-                hist = cluster_run(c, parts[method], args, tmp, port, a.limit)
-                warm = hist[1:] or hist  # the first epoch pays set-up (and s=1's exact fill)
-                epoch_s = statistics.median(r["epoch_time_s"] for r in warm)
-                halo = statistics.median(r.get("halo_wait_s", 0.0) for r in warm)
+            # Rounds alternate the order of the runs (this machine is shared and noisy); medians.
+            measured: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in runs}
+            for rnd in range(a.rounds):
+                for label, args, method in (runs if rnd % 2 == 0 else runs[::-1]):
+                    port += 1
+                    hist = cluster_run(c, parts[method], args, tmp, port, a.limit)
+                    warm = hist[1:] or hist  # the first epoch pays set-up (and s=1's exact fill)
+                    epoch_s = statistics.median(r["epoch_time_s"] for r in warm)
+                    halo = statistics.median(r.get("halo_wait_s", 0.0) for r in warm)
+                    measured[label].append({"epoch_s": epoch_s, "halo_wait_s": halo,
+                                            "bytes": warm[-1].get("bytes_sent", {}), "steps": warm[-1].get("steps")})
+                    print(f"  {rate} {label} round {rnd}: {epoch_s:.3f} s/epoch, halo wait {halo:.3f} s", flush=True)
+            for label, got in measured.items():
+                epoch_s = statistics.median(m["epoch_s"] for m in got)
+                halo = statistics.median(m["halo_wait_s"] for m in got)
                 rows.append({"rate": rate, "run": label, "epoch_s": epoch_s, "halo_wait_s": halo,
-                             "halo_share": halo / epoch_s if epoch_s else None,
-                             "bytes": warm[-1].get("bytes_sent", {}), "steps": warm[-1].get("steps")})
-                print(f"  {rate} {label}: {epoch_s:.3f} s/epoch, halo wait {halo:.3f} s", flush=True)
-    return {"dataset": a.dataset, "hidden": a.hidden, "rows": rows}
+                             "halo_share": halo / epoch_s if epoch_s else None, "rounds": [m["epoch_s"] for m in got],
+                             "bytes": got[-1]["bytes"], "steps": got[-1]["steps"]})
+    return {"dataset": a.dataset, "hidden": a.hidden, "recipe": mb, "rounds": a.rounds, "rows": rows}
 
 
 def parse_rate(rate: str) -> float:
@@ -303,6 +334,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="--cluster: which runs (fullgraph = s=0 and s=1)")
     p.add_argument("--epochs", type=int, default=4, help="--cluster: full-graph epochs (the first is not timed)")
     p.add_argument("--steps", type=int, default=10, help="--cluster: mini-batch steps per epoch")
+    p.add_argument("--mb-epochs", type=int, default=3,
+                   help="--cluster: minibatch/aggregation epochs (the first is not timed)")
+    p.add_argument("--rounds", type=int, default=1, help="--cluster: alternating rounds (medians reported)")
     p.add_argument("--limit", type=float, default=1800.0, help="--cluster: seconds before a run is killed")
     p.add_argument("--out", default=str(RESULTS / "strategies.json"))
     p.add_argument("--png", default=str(RESULTS / "strategies.png"))

@@ -61,7 +61,7 @@ class TrainConfig:
     fanouts: tuple[int, ...] = (10, 5)  # from the seeds outward; one per layer; -1 = all
     dropout: float = 0.5
     heads: int = 4  # GAT only
-    feature_norm: str = "none"  # "row": divide each feature row by its sum (Planetoid's usual preprocessing)
+    feature_norm: str = "none"  # "row": divide each feature row by its L1 norm (its sum for non-negative features: Planetoid's usual preprocessing)
     # --- Optimisation
     batch_size: int = 512  # per step, across all workers (split by batch share)
     epochs: int = 5

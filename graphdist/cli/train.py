@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(model, "--dropout", type=float, help=f"dropout (default {d('dropout')})")
     _add(model, "--heads", type=int, help=f"GAT attention heads (default {d('heads')})")
     _add(model, "--feature-norm", choices=list(FEATURE_NORMS),
-         help="row: divide each feature row by its sum, as usual for cora/citeseer/pubmed (default none)")
+         help="row: divide each feature row by its L1 norm (its sum for non-negative features), as usual for cora/citeseer/pubmed (default none)")
     opt = p.add_argument_group("Optimisation")
     _add(opt, "--batch-size", type=int, help=f"seeds (positive edges with --task link) per step over all workers (default {d('batch_size')})")
     _add(opt, "--epochs", type=int, help=f"epochs (default {d('epochs')})")

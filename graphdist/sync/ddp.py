@@ -97,12 +97,13 @@ class DdpSync(GradientSync):
         if not self._active:
             raise RuntimeError("finish() without begin_step(num_seeds); call it before backward")
         t0 = time.perf_counter()
+        count_wait = self.hook_state.weights.wait_s  # in backward's hooks (a wait here is in t1 - t0)
         total = self.hook_state.weights.total()
         t1 = time.perf_counter()
         self._active = False
         # DDP's overlap is not observable from here: backward is begin_step..finish, comm unmeasured.
         return self._record(StepStats(self._step, self.mode, self._num_seeds, total, t1 - self._t_begin, 0.0,
-                                      t1 - t0, float("nan"), []))
+                                      t1 - t0, float("nan"), [], count_wait_s=count_wait))
 
 
 __all__ = ["DdpSync"]

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -113,6 +114,10 @@ class SeedWeights:
         self._total = 0
         self._count: Optional[torch.Tensor] = None
         self._handle: Optional[comm.Handle] = None
+        # Time this step's first total() blocked: the peers had not started this step yet. Backward
+        # waits here (the first layer's hook needs N), so a fast rank's wait for a slow one lands
+        # inside backward; the trainer subtracts it from the rank's own work (the rebalancer's busy time).
+        self.wait_s = 0.0
 
     def begin_step(self, num_seeds: int) -> None:
         """Records ``n_r`` and starts the sum over ranks (before backward, so it has landed when needed)."""
@@ -120,6 +125,7 @@ class SeedWeights:
             raise ValueError(f"Expected num_seeds >= 0 (got {num_seeds})")
         self.num_seeds = self._total = int(num_seeds)
         self._handle = None
+        self.wait_s = 0.0
         if comm.is_initialized() and comm.get_world_size() > 1:
             self._count = torch.tensor([float(num_seeds)], dtype=torch.float64)
             self._handle = comm.all_reduce_async(self._count, group=self.group, tag=self.tag)
@@ -127,7 +133,9 @@ class SeedWeights:
     def total(self) -> int:
         """``N``: the seeds of this step over all ranks (waits for the count once)."""
         if self._handle is not None:
+            t0 = time.perf_counter()
             self._handle.wait()
+            self.wait_s = time.perf_counter() - t0
             self._total = int(round(float(self._count.item())))
             self._handle = None
         return self._total

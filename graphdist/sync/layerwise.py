@@ -259,6 +259,7 @@ class LayerwiseSync(GradientSync):
         if not s.active:
             raise RuntimeError("finish() without begin_step(num_seeds); call it before backward")
         t0 = time.perf_counter()
+        count_wait = self.weights.wait_s  # in backward, before this call (a wait below is in `exposed`)
         if self.config.distributed:
             self._flush_and_wait()
             if self._step == 1 and self.mode == "dwbp":
@@ -266,7 +267,7 @@ class LayerwiseSync(GradientSync):
         t1 = time.perf_counter()
         s.active = False
         self._event("finish", "")
-        return self._record(self._step_stats(exposed=t1 - t0))
+        return self._record(self._step_stats(exposed=t1 - t0, count_wait=count_wait))
 
     def close(self) -> None:
         for handle in self._hooks:
@@ -385,17 +386,19 @@ class LayerwiseSync(GradientSync):
         self.timeline.append((kind, layer, t))
         return t
 
-    def _step_stats(self, exposed: float) -> StepStats:
+    def _step_stats(self, exposed: float, count_wait: float = 0.0) -> StepStats:
         s = self._s
         total = self.weights.total()
         if s.t_first_hook is None:
-            return StepStats(self._step, self.mode, s.num_seeds, total, 0.0, 0.0, exposed, float("nan"), [])
+            return StepStats(self._step, self.mode, s.num_seeds, total, 0.0, 0.0, exposed, float("nan"), [],
+                             count_wait_s=count_wait)
         backward = s.t_last_hook - s.t_first_hook
         layers = self._layer_timings()
         comm_s = sum(t.comm_s for t in layers)
         b = backward_per_layer(s.t_first_hook, [t.ready_s for t in layers])
         predicted = dwbp_timing(0.0, b, [t.comm_s for t in layers]).hidden_fraction if comm_s > 0 else float("nan")
-        return StepStats(self._step, self.mode, s.num_seeds, total, backward, comm_s, exposed, predicted, layers)
+        return StepStats(self._step, self.mode, s.num_seeds, total, backward, comm_s, exposed, predicted, layers,
+                         count_wait_s=count_wait)
 
     def _layer_timings(self) -> list[LayerTiming]:
         s = self._s

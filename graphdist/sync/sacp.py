@@ -37,6 +37,7 @@ Example (no process group: nothing is sent, the choice is still made):
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -183,6 +184,7 @@ class RowCounts(SeedWeights):
             raise ValueError(f"Expected num_seeds >= 0 (got {num_seeds})")
         self.num_seeds = self._total = int(num_seeds)
         self._handle, self._issued_rows, self._table = None, None, None
+        self.wait_s = 0.0
         self.capture.reset()
         self.active = True
 
@@ -205,7 +207,9 @@ class RowCounts(SeedWeights):
     def _wait(self) -> torch.Tensor:
         self.issue()
         if self._table is None:
+            t0 = time.perf_counter()
             self._handle.wait()
+            self.wait_s = time.perf_counter() - t0
             self._table = self._count.view(_world(), -1)
             self._total = int(round(float(self._table[:, 0].sum())))
             self._handle = None

@@ -75,6 +75,8 @@ class StepStats:
     exposed_s: float  # time finish() blocked: communication not hidden behind backward
     predicted_hidden_fraction: float  # DESIGN.md §6's model on this step's b_l and c_l
     layers: list[LayerTiming] = field(default_factory=list)
+    # Time backward blocked on the step's seed count (peers not yet at this step): waiting, not work.
+    count_wait_s: float = 0.0
 
     @property
     def t_seq_s(self) -> float:

@@ -22,17 +22,21 @@ from partition.part import Partition
 
 
 def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
-    """``row``: each row divided by its sum (rows summing to 0 stay 0); ``none``: ``x`` itself.
+    """``row``: each row divided by the sum of its absolute values (rows of zeros stay 0); ``none``: ``x`` itself.
+
+    For non-negative features (Planetoid's bag-of-words) that is the row sum. Signed features
+    (the generated graphs') are divided by their L1 norm too: their plain sum can be near zero or
+    negative, which made ``row`` scale them by up to 1e12 (training losses of 1e11).
 
     Example:
-        >>> normalize_features(torch.tensor([[1.0, 3.0], [0.0, 0.0]]), "row").tolist()
-        [[0.25, 0.75], [0.0, 0.0]]
+        >>> normalize_features(torch.tensor([[1.0, 3.0], [0.0, 0.0], [1.0, -3.0]]), "row").tolist()
+        [[0.25, 0.75], [0.0, 0.0], [0.25, -0.75]]
     """
     if how not in FEATURE_NORMS:
         raise ValueError(f"--feature-norm must be one of {', '.join(FEATURE_NORMS)} (got {how!r})")
     if how == "none":
         return x
-    return x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+    return x / x.abs().sum(dim=1, keepdim=True).clamp(min=1e-12)
 
 
 def feature_table(part: Partition, how: str, with_degrees: bool) -> torch.Tensor:

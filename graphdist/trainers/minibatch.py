@@ -278,8 +278,11 @@ def train_steps(
         stats.loss_sum += step_loss * n
         stats.seeds += n
         stats.correct += correct
-        stats.comm_exposed_s += t_synced - t_wait
-        stats.compute_s += (t1 - t0) - (t_synced - t_wait)
+        # Blocked in collectives: finish()'s wait, and backward's wait for the step's seed count
+        # (a fast rank waits there for a slow one's step to begin).
+        blocked = (t_synced - t_wait) + synced.count_wait_s
+        stats.comm_exposed_s += blocked
+        stats.compute_s += (t1 - t0) - blocked
         interval_seeds += n
         if progress is not None and log_interval and (step % log_interval == 0 or step == total):
             now = time.perf_counter()
@@ -348,16 +351,21 @@ class MinibatchStrategy(Strategy):
     def _busy_clock(self) -> Callable[[], float]:
         """What counts as a rank's own, movable work (``trainers/rebalance.py`` says why).
 
-        ``--replicate graph``: nothing but the gradient sync communicates, so all of the process's
-        CPU time moves with the seeds (plus the test slowdown's emulated work; gloo blocks without
-        spinning, so waiting costs no CPU). ``structure``: sampling is local and moves, the
+        ``--replicate graph``: nothing but the gradient sync communicates, so the whole step moves
+        with the seeds: the training thread's wall time less its waits in collectives (``finish``
+        and backward's wait for the step's seed count), plus its waits for batches (sampling and
+        gathering, its own work, in this thread or the prefetch thread). Wall time, not CPU time:
+        the process's CPU time had two errors that made the rebalancer overshoot (3:1 shares for
+        a 2x slowdown, measured on synthetic-100k): it left out time the rank's threads were
+        runnable but not running, and the fast rank's wait for the slow one's seed count, inside
+        backward, was not subtracted from the wall-time measures at all. ``structure``: sampling is local and moves, the
         gather's fetch is served by the rows' owners: compute plus sampling time. ``none``: a
         part's neighbourhoods and features are served by its owner whoever trains the seed: only
         the training thread's compute time (``train_steps`` accumulates it in ``self._stats``).
         """
         replicate = self.ctx.cfg.replicate
-        if replicate == "graph":  # no collective but the gradient sync: all of the process's work moves
-            return self._work_clock
+        if replicate == "graph":  # no collective but the gradient sync: the whole step moves
+            return lambda: self._stats.compute_s + self.loader.stats.wait_s
         if replicate == "structure":  # sampling is local; the gather's fetch waits on peers
             return lambda: self._stats.compute_s + self.loader.stats.sample_s
         return lambda: self._stats.compute_s

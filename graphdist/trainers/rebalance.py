@@ -5,7 +5,7 @@ mini-batch training. Every ``--rebalance-every R`` steps the ranks exchange thei
 over the window: the part of their step that is their own work and moves with the share (in
 synchronous training every rank's wall step time is the same, so wall time says nothing). What
 moves depends on what a worker holds (``MinibatchStrategy._busy_clock``): with the whole graph
-replicated, all of the process's CPU time; with only the structure, compute and sampling; with
+replicated, the whole step less its waits in collectives; with only the structure, compute and sampling; with
 neither, compute alone, because a part's neighbour lists and features are served by their
 owner whoever trains the seed. Counting that serving would over-move: measured on
 synthetic-100k with one rank 2x slower, balancing total CPU time moved 90% of the seeds to the

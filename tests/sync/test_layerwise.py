@@ -203,3 +203,36 @@ def test_dwbp_timing_model_hand_computed():
     assert dwbp_timing(1.0, [1.0], [0.0]).hidden_fraction == 0.0
     with pytest.raises(ValueError, match="one comm time per layer"):
         dwbp_timing(0.0, [1.0], [])
+
+
+def _late_peer_body(rank: int, world_size: int) -> None:
+    import time as _time
+
+    from graphdist.sync import make_sync
+
+    for mode in ("dwbp", "blocking", "ddp"):
+        torch.manual_seed(0)
+        net = _Net()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sync = make_sync(mode, net, find_unused_parameters=(mode == "ddp"))
+        x, y = torch.randn(4, 4), torch.randn(4, 3)
+        waits = []
+        for step in range(2):
+            if rank == 1 and step == 1:
+                _time.sleep(0.6)  # rank 1 starts step 2 late: rank 0 waits for it inside backward
+            sync.begin_step(4)
+            _loss(sync.model(x), y).backward()
+            waits.append(sync.finish().count_wait_s)
+        sync.close()
+        # Rank 0's wait for the late peer is reported as a wait (the trainer keeps it out of the
+        # rank's own work: the rebalancer's busy time), wherever in the step it happened.
+        late_wait = waits[1] + sync.last_step_stats.exposed_s
+        if rank == 0:
+            assert late_wait > 0.4, (mode, waits)
+        else:
+            assert waits[1] < 0.3, (mode, waits)
+
+
+def test_a_wait_for_a_late_peer_is_reported_as_waiting_not_work():
+    launch(_late_peer_body, 2, timeout=60)

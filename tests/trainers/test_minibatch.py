@@ -146,6 +146,9 @@ def test_row_normalisation():
     x = torch.tensor([[1.0, 3.0], [0.0, 0.0], [2.0, 2.0]])
     assert normalize_features(x, "row").tolist() == [[0.25, 0.75], [0.0, 0.0], [0.5, 0.5]]
     assert normalize_features(x, "none") is x
+    # Signed rows (generated graphs) by their L1 norm: a plain sum near 0 blew them up 1e12-fold.
+    signed = normalize_features(torch.tensor([[1.0, -1.0 + 1e-9, 2.0], [-1.0, -3.0, 0.0]]), "row")
+    assert torch.allclose(signed, torch.tensor([[0.25, -0.25, 0.5], [-0.25, -0.75, 0.0]]))
     with pytest.raises(ValueError, match="--feature-norm must be one of none, row"):
         normalize_features(x, "l2")
 
