@@ -57,7 +57,7 @@ FULLGRAPH_EPOCHS = 200
 MINIBATCH_ARGS = ["--model", "gcn", "--hidden", "64", "--fanouts", "10,10", "--batch-size", "32", "--lr", "0.01",
                   "--weight-decay", "0.0005", "--dropout", "0.5", "--feature-norm", "row"]
 MINIBATCH_EPOCHS = 50
-# The same recipe for generated graphs (synthetic-100k: 60,000 train nodes, which 32 seeds per step
+# The mini-batch recipe scaled for generated graphs (synthetic-100k: 60,000 train nodes, which 32 seeds per step
 # would take 1,875 steps an epoch to visit): batch 1024, hidden 128, 5 epochs. ``--cluster`` times
 # minibatch and aggregation with exactly these flags (the same ``--avg-every``), so the epoch
 # speed-up and the accuracy are measured on one configuration.

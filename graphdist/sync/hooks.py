@@ -133,12 +133,16 @@ class SeedWeights:
     def total(self) -> int:
         """``N``: the seeds of this step over all ranks (waits for the count once)."""
         if self._handle is not None:
-            t0 = time.perf_counter()
-            self._handle.wait()
-            self.wait_s = time.perf_counter() - t0
+            self._wait_for_count()
             self._total = int(round(float(self._count.item())))
             self._handle = None
         return self._total
+
+    def _wait_for_count(self) -> None:
+        """Waits for this step's count all-reduce, recording how long it blocked in ``wait_s``."""
+        t0 = time.perf_counter()
+        self._handle.wait()
+        self.wait_s = time.perf_counter() - t0
 
     def scale(self) -> float:
         """``n_r / N``: this rank's share of the mean (0.0 when this step has no seeds anywhere); 1.0 unnormalized."""

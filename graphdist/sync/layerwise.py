@@ -386,7 +386,7 @@ class LayerwiseSync(GradientSync):
         self.timeline.append((kind, layer, t))
         return t
 
-    def _step_stats(self, exposed: float, count_wait: float = 0.0) -> StepStats:
+    def _step_stats(self, exposed: float, count_wait: float) -> StepStats:
         s = self._s
         total = self.weights.total()
         if s.t_first_hook is None:

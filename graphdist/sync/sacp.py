@@ -37,7 +37,6 @@ Example (no process group: nothing is sent, the choice is still made):
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -207,9 +206,7 @@ class RowCounts(SeedWeights):
     def _wait(self) -> torch.Tensor:
         self.issue()
         if self._table is None:
-            t0 = time.perf_counter()
-            self._handle.wait()
-            self.wait_s = time.perf_counter() - t0
+            self._wait_for_count()
             self._table = self._count.view(_world(), -1)
             self._total = int(round(float(self._table[:, 0].sum())))
             self._handle = None

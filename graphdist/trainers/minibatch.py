@@ -354,11 +354,10 @@ class MinibatchStrategy(Strategy):
         ``--replicate graph``: nothing but the gradient sync communicates, so the whole step moves
         with the seeds: the training thread's wall time less its waits in collectives (``finish``
         and backward's wait for the step's seed count), plus its waits for batches (sampling and
-        gathering, its own work, in this thread or the prefetch thread). Wall time, not CPU time:
-        the process's CPU time had two errors that made the rebalancer overshoot (3:1 shares for
-        a 2x slowdown, measured on synthetic-100k): it left out time the rank's threads were
-        runnable but not running, and the fast rank's wait for the slow one's seed count, inside
-        backward, was not subtracted from the wall-time measures at all. ``structure``: sampling is local and moves, the
+        gathering, its own work, in this thread or the prefetch thread). Wall time, not the
+        process's CPU time, which leaves out time its threads are runnable but not running: with
+        it the rebalancer overshot to 3:1 shares for a 2x slowdown (synthetic-100k).
+        ``structure``: sampling is local and moves, the
         gather's fetch is served by the rows' owners: compute plus sampling time. ``none``: a
         part's neighbourhoods and features are served by its owner whoever trains the seed: only
         the training thread's compute time (``train_steps`` accumulates it in ``self._stats``).
