@@ -246,19 +246,21 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         raise SystemExit(f"bench_strategies --cluster: {reason}")
     graph = load_graph(a.dataset)
     parts = {m: Path(partition(graph, 2, method=m, out=tmp / f"parts-{m}", seed=0, force=True))
-             for m in ("metis", "random")}
+             for m in {"metis", a.agg_parts}}
     fg = ["--strategy", "fullgraph", "--model", "gcn", "--hidden", str(a.hidden), "--layers", "3",
           "--fanouts=-1,-1,-1", "--eval-every", "0", "--epochs", str(a.epochs), "--checkpoint-every", "1000",
           "--timeout", "300"]
-    # The accuracy bench's large-graph recipe (same flags, same --avg-every), limited to --steps
-    # steps per epoch; --hidden overrides its width.
-    mb = [*LARGE_GRAPH_ARGS, "--hidden", str(a.hidden), "--eval-every", "0", "--epochs", str(a.mb_epochs),
-          "--max-steps", str(a.steps), "--timeout", "300"]
+    # The accuracy bench's recipe for this graph (same flags, same --avg-every), limited to --steps
+    # steps per epoch; --mb-hidden overrides its width.
+    base = LARGE_GRAPH_ARGS if is_large(a.dataset) else MINIBATCH_ARGS
+    width = ["--hidden", str(a.mb_hidden)] if a.mb_hidden else []
+    mb = [*base, *width, "--eval-every", "0", "--epochs", str(a.mb_epochs), "--max-steps", str(a.steps),
+          "--timeout", "300"]
     runs = [(label, args, method) for label, args, method in (
         ("fullgraph s=0", fg + ["--staleness", "0"], "metis"),
         ("fullgraph s=1", fg + ["--staleness", "1"], "metis"),
         ("minibatch", mb + ["--strategy", "minibatch"], "metis"),
-        ("aggregation", mb + ["--strategy", "aggregation"], "random")) if label.split()[0] in a.cluster_runs]
+        ("aggregation", mb + ["--strategy", "aggregation"], a.agg_parts)) if label.split()[0] in a.cluster_runs]
     rows = []
     port = 29700
     with EmulatedCluster(hosts=2, rate=a.rates.split(",")[0], tcp_retries2=5) as c:
@@ -283,7 +285,8 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 rows.append({"rate": rate, "run": label, "epoch_s": epoch_s, "halo_wait_s": halo,
                              "halo_share": halo / epoch_s if epoch_s else None, "rounds": [m["epoch_s"] for m in got],
                              "bytes": got[-1]["bytes"], "steps": got[-1]["steps"]})
-    return {"dataset": a.dataset, "hidden": a.hidden, "recipe": mb, "rounds": a.rounds, "rows": rows}
+    return {"dataset": a.dataset, "hidden": a.hidden, "recipe": mb, "aggregation_parts": a.agg_parts,
+            "rounds": a.rounds, "rows": rows}
 
 
 def parse_rate(rate: str) -> float:
@@ -293,7 +296,8 @@ def parse_rate(rate: str) -> float:
 
 
 def print_cluster(res: dict[str, Any]) -> None:
-    print(f"\n{res['dataset']}, 2 emulated hosts x 1 worker (median warm epoch)")
+    print(f"\n{res['dataset']}, 2 emulated hosts x 1 worker (median warm epoch; aggregation on "
+          f"{res.get('aggregation_parts', 'random')} parts, minibatch on metis)")
     print(f"{'link':>9} {'run':<16}{'epoch s':>9}{'halo wait':>10}{'share':>7}{'MiB sent':>10}  note")
     by = {(r["rate"], r["run"]): r for r in res["rows"]}
     pairs = {("fullgraph s=1", "fullgraph s=0"), ("aggregation", "minibatch")}
@@ -329,7 +333,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--epochs-scale", type=float, default=1.0, help="multiplies every recipe's epochs (default 1)")
     p.add_argument("--dataset", default="synthetic-100k", help="--cluster: the graph")
     p.add_argument("--rates", default="1gbit,300mbit,100mbit", help="--cluster: link rates")
-    p.add_argument("--hidden", type=int, default=128, help="--cluster: hidden width")
+    p.add_argument("--hidden", type=int, default=128, help="--cluster: full-graph hidden width")
+    p.add_argument("--mb-hidden", type=int, default=None,
+                   help="--cluster: minibatch/aggregation hidden width (default: the accuracy recipe's)")
+    p.add_argument("--agg-parts", default="random", choices=["random", "super", "metis"],
+                   help="--cluster: the partitioner of aggregation's parts (minibatch's are metis)")
     p.add_argument("--cluster-runs", nargs="+", default=["fullgraph", "minibatch", "aggregation"],
                    help="--cluster: which runs (fullgraph = s=0 and s=1)")
     p.add_argument("--epochs", type=int, default=4, help="--cluster: full-graph epochs (the first is not timed)")

@@ -232,6 +232,7 @@ def train_steps(
     log_interval: int = 0,
     stats: Optional[EpochStats] = None,
     task: Optional[Any] = None,
+    before_finish: Optional[Callable[[], None]] = None,
 ) -> EpochStats:
     """Mini-batch steps over ``batches``: forward through ``sync.model``, the task's loss, backward, sync, step.
 
@@ -244,6 +245,9 @@ def train_steps(
         progress: ``progress(step, stats, seeds since last call, seconds since last call)`` every
             ``log_interval`` steps.
         stats: accumulate into these (default: new ones).
+        before_finish: called after backward, before the wait for the step's gradient sync (the
+            test-only slowdown stretches forward and backward there, so a slow rank is slow in
+            every phase between two collectives, as a slower machine is).
     """
     from graphdist.trainers.tasks import SingleLabel
 
@@ -262,6 +266,8 @@ def train_steps(
         # runs backward, so every layer's collective is issued as on the other ranks.
         loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
         loss.backward()
+        if before_finish is not None:
+            before_finish()
         t_wait = time.perf_counter()
         synced = sync.finish()
         t_synced = time.perf_counter()
@@ -317,6 +323,8 @@ class MinibatchStrategy(Strategy):
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sync = self._build_sync()
+        if self.stretch is not None:  # after the sync's hooks are on the model: this tick runs first
+            self.stretch.attach(self.model)
         self._stats = EpochStats()
         self.rebalancer = self._build_rebalancer()  # after the model: the profiler probes a copy of it
         self._log_setup()
@@ -422,7 +430,8 @@ class MinibatchStrategy(Strategy):
         interval = self.ctx.cfg.log_interval
         stats = train_steps(self.loader, self.sync, self.optimizer, self.device, self.with_degrees,
                             after_step=after_step, progress=progress if on_progress is not None else None,
-                            log_interval=interval, stats=self._stats, task=self.task)
+                            log_interval=interval, stats=self._stats, task=self.task,
+                            before_finish=self.stretch.tick if self.stretch is not None else None)
         stats.time_s = time.perf_counter() - start
         stats.sample_wait_s = self.loader.stats.wait_s
         stats.sync = self.sync.summary.as_list()

@@ -59,6 +59,47 @@ def test_slowdown_spec_and_stretch():
     assert time.perf_counter() - wall0 >= 1.5 * cpu
 
 
+def test_slow_rank_is_stretched_before_each_wait_of_its_step():
+    """Forward's return (SACP's count exchange starts there) and backward's end (the gradient wait) both tick."""
+    from graphdist.sync.base import NoSync
+    from graphdist.trainers.minibatch import train_steps
+    from sampling import NeighborSampler, NodeLoader
+
+    g = tiny_graph()
+    model = torch.nn.Sequential(torch.nn.Linear(g.x.shape[1], 3))
+    events: list[str] = []
+    stretch = Stretch(Slowdown(0, 2.0))
+    stretch.tick = lambda: events.append("tick")  # where, not how long
+    stretch.attach(model)
+
+    class Batches:  # two steps of plain node classification on x -> y
+        def __iter__(self):
+            loader = NodeLoader(g, torch.arange(4), NeighborSampler(g, [1], seed=0), batch_size=2, shuffle=False,
+                                prefetch=False)
+            for b in loader:
+                events.append("batch")
+                yield b
+
+    class Task:
+        def batch_weight(self, batch):
+            return int(batch.seed_nodes.numel())
+
+        def batch_loss(self, m, batch, with_degrees, device):
+            out = m(batch.x[: batch.seed_nodes.numel()])
+            events.append("forward")
+            return torch.nn.functional.cross_entropy(out, batch.y[: batch.seed_nodes.numel()]), out, 0
+
+    sync = NoSync(model)
+    finish = sync.finish
+    sync.finish = lambda: (events.append("finish"), finish())[1]
+    train_steps(Batches(), sync, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"), False,
+                after_step=lambda *_: events.append("after_step"), task=Task(), before_finish=stretch.tick)
+    assert events == ["batch", "tick", "forward", "tick", "finish", "after_step"] * 2
+    model.eval()
+    model(g.x)  # evaluation is not a training step: no tick
+    assert events.count("tick") == 4
+
+
 class _Recorder:
     """Wraps a loader's sampler: the seeds of every batch this rank trains on."""
 
