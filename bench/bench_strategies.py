@@ -301,7 +301,7 @@ def parse_rate(rate: str) -> float:
 
 def print_cluster(res: dict[str, Any]) -> None:
     print(f"\n{res['dataset']}, 2 emulated hosts x 1 worker (median warm epoch; aggregation on "
-          f"{res.get('aggregation_parts', 'random')} parts, minibatch on metis)")
+          f"{res['aggregation_parts']} parts, minibatch on metis)")
     print(f"{'link':>9} {'run':<16}{'epoch s':>9}{'halo wait':>10}{'share':>7}{'MiB sent':>10}  note")
     by = {(r["rate"], r["run"]): r for r in res["rows"]}
     pairs = {("fullgraph s=1", "fullgraph s=0"), ("aggregation", "minibatch")}

@@ -7,9 +7,8 @@ CPU time it spent since its last mark (``time.thread_time``), so waiting for pee
 stretched while sampling, serving other ranks' requests, gathering and computing all are. The
 training thread is stretched before each of its step's waits: when the model's forward returns
 (:meth:`Stretch.attach`), after backward (before the wait for the gradient sync) and after the
-optimizer step; the prefetch thread after every batch it
-hands over (the trainer wraps the sampler with :class:`StretchedSampler`). One sleep per step
-at its end was not a slower machine: the slow rank's forward and backward ran at full speed, so
+optimizer step; the prefetch thread after every batch it hands over (the trainer wraps the
+sampler with :class:`StretchedSampler`). One sleep per step at its end was not a slower machine: the slow rank's forward and backward ran at full speed, so
 with balanced totals each phase between two collectives still waited for a different rank
 (measured: 1.24x from rebalancing where the model's bound is 1.5x).
 
@@ -103,7 +102,6 @@ class Stretch:
             with self._lock:
                 self.slept_s += extra
         self._local.last = time.thread_time()
-
 
     def attach(self, model: Any) -> Any:
         """Ticks whenever ``model``'s training forward returns (before any hook that starts a collective).

@@ -36,9 +36,9 @@ from graphdist.trainers.minibatch import (
     predictions,
     resolve_device,
     sampler_seed,
-    train_steps,
     use_prefetch,
 )
+from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
 

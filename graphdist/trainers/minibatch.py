@@ -26,6 +26,7 @@ from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, 
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
+from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
 
@@ -221,82 +222,6 @@ def class_labels(y: torch.Tensor) -> torch.Tensor:
     return y if y.dim() == 2 else y.to(torch.int64)
 
 
-def train_steps(
-    batches: Any,
-    sync: Any,
-    optimizer: torch.optim.Optimizer,
-    device: torch.device,
-    with_degrees: bool,
-    after_step: Optional[Callable[[int, int], None]] = None,
-    progress: Optional[Callable[[int, EpochStats, int, float], None]] = None,
-    log_interval: int = 0,
-    stats: Optional[EpochStats] = None,
-    task: Optional[Any] = None,
-    before_finish: Optional[Callable[[], None]] = None,
-) -> EpochStats:
-    """Mini-batch steps over ``batches``: forward through ``sync.model``, the task's loss, backward, sync, step.
-
-    Args:
-        batches: an iterable of ``SampledBatch`` with ``x`` and ``y``.
-        sync: a ``GradientSync`` (``NoSync`` for ranks that train alone).
-        task: what the step computes (``trainers/tasks.py``; default single-label node classification).
-        after_step: called with the step number and its seed count after each optimizer step (a
-            model averager, the rebalancer).
-        progress: ``progress(step, stats, seeds since last call, seconds since last call)`` every
-            ``log_interval`` steps.
-        stats: accumulate into these (default: new ones).
-        before_finish: called after backward, before the wait for the step's gradient sync (the
-            test-only slowdown stretches forward and backward there, so a slow rank is slow in
-            every phase between two collectives, as a slower machine is).
-    """
-    from graphdist.trainers.tasks import SingleLabel
-
-    stats = stats if stats is not None else EpochStats()
-    task = task if task is not None else SingleLabel()
-    model = sync.model
-    total = len(batches) if hasattr(batches, "__len__") else None
-    interval_start, interval_seeds = time.perf_counter(), 0
-    for step, batch in enumerate(batches, start=1):
-        t0 = time.perf_counter()
-        batch = batch.to(device) if device.type != "cpu" else batch
-        n = task.batch_weight(batch)
-        optimizer.zero_grad(set_to_none=False)
-        sync.begin_step(n)
-        # Through sync.model (the DDP wrapper in ddp mode); no seeds this step: a zero loss still
-        # runs backward, so every layer's collective is issued as on the other ranks.
-        loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
-        loss.backward()
-        if before_finish is not None:
-            before_finish()
-        t_wait = time.perf_counter()
-        synced = sync.finish()
-        t_synced = time.perf_counter()
-        if synced.total_seeds:
-            # A step no rank had seeds for (a worker training alone past its last seed) has zero
-            # gradients: stepping Adam on them would still move the weights by its momentum.
-            optimizer.step()
-        if after_step is not None:
-            after_step(step, n)
-        t1 = time.perf_counter()
-        stats.steps += 1
-        step_loss = float(loss.detach())
-        stats.step_losses.append(step_loss)
-        stats.loss_sum += step_loss * n
-        stats.seeds += n
-        stats.correct += correct
-        # Blocked in collectives: finish()'s wait, and backward's wait for the step's seed count
-        # (a fast rank waits there for a slow one's step to begin).
-        blocked = (t_synced - t_wait) + synced.count_wait_s
-        stats.comm_exposed_s += blocked
-        stats.compute_s += (t1 - t0) - blocked
-        interval_seeds += n
-        if progress is not None and log_interval and (step % log_interval == 0 or step == total):
-            now = time.perf_counter()
-            progress(step, stats, interval_seeds, now - interval_start)
-            interval_start, interval_seeds = now, 0
-    return stats
-
-
 class MinibatchStrategy(Strategy):
     """Mini-batch training on each worker's parts (one, or a union), with distributed sampling and features.
 
@@ -323,7 +248,7 @@ class MinibatchStrategy(Strategy):
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sync = self._build_sync()
-        if self.stretch is not None:  # after the sync's hooks are on the model: this tick runs first
+        if self.stretch is not None:  # prepended: ticks before the sync's hook starts the row-count exchange
             self.stretch.attach(self.model)
         self._stats = EpochStats()
         self.rebalancer = self._build_rebalancer()  # after the model: the profiler probes a copy of it
@@ -498,4 +423,4 @@ def predictions(model: torch.nn.Module, part: Any, batches: DistributedBatches, 
 
 
 __all__ = ["DistributedBatches", "MinibatchStrategy", "broadcast_parameters", "build_model", "class_labels",
-           "loader_seed", "predictions", "resolve_device", "sampler_seed", "train_steps", "use_prefetch"]
+           "loader_seed", "predictions", "resolve_device", "sampler_seed", "use_prefetch"]

@@ -62,7 +62,7 @@ def test_slowdown_spec_and_stretch():
 def test_slow_rank_is_stretched_before_each_wait_of_its_step():
     """Forward's return (SACP's count exchange starts there) and backward's end (the gradient wait) both tick."""
     from graphdist.sync.base import NoSync
-    from graphdist.trainers.minibatch import train_steps
+    from graphdist.trainers.steps import train_steps
     from sampling import NeighborSampler, NodeLoader
 
     g = tiny_graph()

@@ -1,0 +1,93 @@
+"""The mini-batch step loop every sampled strategy runs: forward, the task's loss, backward, sync, step.
+
+``--strategy minibatch`` trains with it, ``aggregation`` too (its local steps and its global
+correction steps); what differs between them is the batches and the gradient sync handed in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from graphdist.trainers.base import EpochStats
+
+
+def train_steps(
+    batches: Any,
+    sync: Any,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    with_degrees: bool,
+    after_step: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Callable[[int, EpochStats, int, float], None]] = None,
+    log_interval: int = 0,
+    stats: Optional[EpochStats] = None,
+    task: Optional[Any] = None,
+    before_finish: Optional[Callable[[], None]] = None,
+) -> EpochStats:
+    """Mini-batch steps over ``batches``: forward through ``sync.model``, the task's loss, backward, sync, step.
+
+    Args:
+        batches: an iterable of ``SampledBatch`` with ``x`` and ``y``.
+        sync: a ``GradientSync`` (``NoSync`` for ranks that train alone).
+        task: what the step computes (``trainers/tasks.py``; default single-label node classification).
+        after_step: called with the step number and its seed count after each optimizer step (a
+            model averager, the rebalancer).
+        progress: ``progress(step, stats, seeds since last call, seconds since last call)`` every
+            ``log_interval`` steps.
+        stats: accumulate into these (default: new ones).
+        before_finish: called after backward, before the wait for the step's gradient sync (the
+            test-only slowdown stretches forward and backward there, so a slow rank is slow in
+            every phase between two collectives, as a slower machine is).
+    """
+    from graphdist.trainers.tasks import SingleLabel
+
+    stats = stats if stats is not None else EpochStats()
+    task = task if task is not None else SingleLabel()
+    model = sync.model
+    total = len(batches) if hasattr(batches, "__len__") else None
+    interval_start, interval_seeds = time.perf_counter(), 0
+    for step, batch in enumerate(batches, start=1):
+        t0 = time.perf_counter()
+        batch = batch.to(device) if device.type != "cpu" else batch
+        n = task.batch_weight(batch)
+        optimizer.zero_grad(set_to_none=False)
+        sync.begin_step(n)
+        # Through sync.model (the DDP wrapper in ddp mode); no seeds this step: a zero loss still
+        # runs backward, so every layer's collective is issued as on the other ranks.
+        loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
+        loss.backward()
+        if before_finish is not None:
+            before_finish()
+        t_wait = time.perf_counter()
+        synced = sync.finish()
+        t_synced = time.perf_counter()
+        if synced.total_seeds:
+            # A step no rank had seeds for (a worker training alone past its last seed) has zero
+            # gradients: stepping Adam on them would still move the weights by its momentum.
+            optimizer.step()
+        if after_step is not None:
+            after_step(step, n)
+        t1 = time.perf_counter()
+        stats.steps += 1
+        step_loss = float(loss.detach())
+        stats.step_losses.append(step_loss)
+        stats.loss_sum += step_loss * n
+        stats.seeds += n
+        stats.correct += correct
+        # Blocked in collectives: finish()'s wait, and backward's wait for the step's seed count
+        # (a fast rank waits there for a slow one's step to begin).
+        blocked = (t_synced - t_wait) + synced.count_wait_s
+        stats.comm_exposed_s += blocked
+        stats.compute_s += (t1 - t0) - blocked
+        interval_seeds += n
+        if progress is not None and log_interval and (step % log_interval == 0 or step == total):
+            now = time.perf_counter()
+            progress(step, stats, interval_seeds, now - interval_start)
+            interval_start, interval_seeds = now, 0
+    return stats
+
+
+__all__ = ["train_steps"]
