@@ -295,11 +295,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise  # a bug, not a refusal: keep the traceback
         from graphdist.config import with_origin
 
-        for line in error_lines(exc):
-            print(f"graphdist-train: error: {line if started else with_origin(line, origin)}", file=sys.stderr)
+        lines = [f"graphdist-train: error: {line if started else with_origin(line, origin)}" for line in error_lines(exc)]
         hint = _resume_hint(trainer) if started else ""
         if hint:
-            print(f"graphdist-train:{hint.lstrip(';')}", file=sys.stderr)
+            lines.append(f"graphdist-train:{hint.lstrip(';')}")
+        # One write: torchrun's agent SIGTERMs a survivor as soon as it sees a peer die, and a second
+        # print could be cut off, leaving the error without the line that says what to do next.
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
         return 1 if started else 2
     best = result.best
     if best:
