@@ -7,6 +7,19 @@ validation runs (``--placement equal``, the same workload):
 - 1 host x 2 workers, with and without a slow worker (``GRAPHDIST_TEST_SLOWDOWN=1:F``);
 - 2 emulated hosts x 1 worker at each ``--rates`` link rate, with and without the slow worker.
 
+``--strategy fullgraph``: the profile run is ``--strategy fullgraph --placement profiled`` (GCN
+3 x ``--hidden``, the full graph as one step), the validation runs are full-graph epochs with
+``--staleness 0`` and ``1`` on the same layouts (no slow worker: full-graph training has no
+batch share to move), predicted by ``placement.simulator.simulate_fullgraph``.
+
+Before the full-graph runs at each rate, a link probe times one halo exchange's payload (the
+profile's boundary rows x width, float32) between the two emulated hosts, one way and both ways
+at once (one exchange at a time, as staleness 0 sends them, and four in flight back to back, as
+staleness 1 does): the one-way time gives the link rate the simulator is told, the ratios the
+``duplex`` share of each regime (``placement.simulator.Layout``): measured, not assumed. Full-graph runs are measured
+by their period (epoch start to epoch start, ``period_s``): with staleness the exchanges outlive
+the epoch, so its ``epoch_time_s`` alone would undercount.
+
 Emulated hosts are network namespaces on this machine's cores: the simulator is told so (one
 machine, ``os.cpu_count()`` cores) and the link rate. Measured: the median epoch time of epochs
 2.. of each run (epoch 1 warms caches), then the median over ``--repeats`` rounds that run every
@@ -17,6 +30,7 @@ Run book (the emulated hosts need root and iproute2; without them only the 1-hos
 
     sudo .venv/bin/python bench/bench_simulator.py                        # synthetic-100k, 3 rates
     sudo .venv/bin/python bench/bench_simulator.py --rates 100mbit --epochs 2 --dataset synthetic-3000
+    sudo .venv/bin/python bench/bench_simulator.py --strategy fullgraph --rates 1gbit,300mbit,100mbit
     # writes bench/results/simulator.json
 """
 
@@ -48,6 +62,13 @@ def train_args(a: argparse.Namespace, parts: Path, placement: str, epochs: int) 
             "--timeout", "120"]
 
 
+def fullgraph_args(a: argparse.Namespace, parts: Path, placement: str, epochs: int, staleness: int) -> list[str]:
+    return ["--partitions", str(parts), "--strategy", "fullgraph", "--model", "gcn", "--hidden", str(a.hidden),
+            "--layers", "3", "--fanouts=-1,-1,-1", "--epochs", str(epochs), "--eval-every", "0",
+            "--checkpoint-every", "1000", "--placement", placement, "--staleness", str(staleness), "--seed", "0",
+            "--log-interval", "100000", "--timeout", "300"]
+
+
 def run_local(args: list[str], run_dir: Path, slowdown: str, timeout: float) -> list[dict[str, Any]]:
     """graphdist-train on this host with 2 workers; its metrics records."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GRAPHDIST_TEST_SLOWDOWN": slowdown}
@@ -77,8 +98,71 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def measured_epoch_s(records: list[dict[str, Any]]) -> float:
+    if "period_s" in records[-1]:  # fullgraph: start to start, from epoch 3 (2's period holds 1's set-up)
+        later = [r["period_s"] for r in records if r["epoch"] > 2] or [records[-1]["period_s"]]
+        return statistics.median(later)
     later = [r["epoch_time_s"] for r in records if r["epoch"] > 1] or [records[-1]["epoch_time_s"]]
     return statistics.median(later)
+
+
+LINK_MODES = ("one", "both", "stream")
+
+
+def link_worker(rows: int, width: int, mode: str, repeats: int) -> None:
+    """In an emulated host (RANK, MASTER_ADDR/PORT set): all-to-alls of ``rows x width`` float32, rank 0
+    prints the median seconds per exchange. ``one``: rank 0 to rank 1, 20 ms apart; ``both``: both
+    ways at once, 20 ms apart (one exchange at a time, as staleness 0 sends them); ``stream``: both
+    ways, four in flight back to back (as staleness 1 keeps its exchanges travelling)."""
+    from graphdist import comm
+
+    rank = int(os.environ["RANK"])
+    comm.init_process_group(rank, 2, f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", timeout_s=60)
+    import torch
+
+    x, none = torch.randn(rows, width), torch.zeros(0, width)
+    one_way = mode == "one"
+    send = [none, x] if rank == 0 else [none if one_way else x, none]
+    recv = ([0, 0 if one_way else rows] if rank == 0 else [rows, 0])
+    inflight = 4 if mode == "stream" else 1
+    times = []
+    for _ in range(repeats):
+        if mode != "stream":
+            time.sleep(0.02)
+        t0 = time.perf_counter()
+        pending = [comm.all_to_all_v_async(send, tag="probe", recv_rows=recv) for _ in range(inflight)]
+        for p in pending:
+            p.wait()
+        times.append((time.perf_counter() - t0) / inflight)
+    comm.barrier()
+    if rank == 0:
+        print(json.dumps({"median_s": statistics.median(times[2:])}), flush=True)
+    comm.shutdown()
+
+
+def probe_link(rate: str, rows: int, width: int, port: int, repeats: int = 12) -> dict[str, float]:
+    """At ``rate``, a ``rows x width`` payload's measured one-way rate (bits/s) and the share each direction
+    keeps when both carry it: one exchange at a time (``duplex``) and back to back (``duplex_stream``)."""
+    from graphdist.testing.netns import EmulatedCluster
+
+    medians = {}
+    with EmulatedCluster(hosts=2, rate=rate) as c:
+        for k, mode in enumerate(LINK_MODES):
+            procs = []
+            for h in range(2):
+                env = {"RANK": str(h), "MASTER_ADDR": c.addr(0), "MASTER_PORT": str(port + k),
+                       "GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"}
+                argv = [sys.executable, str(Path(__file__).resolve()), "--link-worker", str(rows), str(width), mode,
+                        str(repeats)]
+                procs.append(c.run(h, argv, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+            lines = [line for line in outs[0].splitlines() if line.startswith("{")]
+            if not lines or any(p.returncode for p in procs):
+                raise RuntimeError(f"link probe at {rate} failed:\n{outs[0][-2000:]}\n{outs[1][-2000:]}")
+            medians[mode] = float(json.loads(lines[-1])["median_s"])
+    bits = 8.0 * 4 * rows * width
+    return {"one_way_s": medians["one"], "both_ways_s": medians["both"], "stream_s": medians["stream"],
+            "link_bps": bits / medians["one"], "duplex": min(1.0, medians["one"] / medians["both"]),
+            "duplex_stream": min(1.0, medians["one"] / medians["stream"])}
 
 
 def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Optional[float],
@@ -95,14 +179,29 @@ def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Op
                     sacp=True, prefetch=True, slowdown=[1.0, factor], profiled_layout=Layout.one_host(2, cores=cores))
 
 
+def predict_fullgraph(profile: dict[str, Any], link: Optional[dict[str, float]], staleness: int) -> Any:
+    """The simulator's full-graph epoch on one validation run's layout (``link``: the probe's figures)."""
+    from placement.simulator import Layout, fullgraph_costs_from_profile, simulate_fullgraph
+
+    workers, shape = fullgraph_costs_from_profile(profile)
+    cores = os.cpu_count() or 1
+    layout = (Layout.one_host(2, cores=cores) if link is None
+              else Layout.hosts_of([1, 1], link["link_bps"], cores=cores, shared_machine=True,
+                                  duplex=link["duplex"], duplex_stream=link["duplex_stream"]))
+    return simulate_fullgraph(workers, layout, model=shape, staleness=staleness, sync="dwbp",
+                              profiled_layout=Layout.one_host(2, cores=cores))
+
+
 def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from bench.bench_cluster import ensure_partitions
     from graphdist.testing.netns import unavailable_reason
     from placement.cluster import parse_rate
 
     parts = ensure_partitions(a.dataset, tmp / "cache")
+    full = a.strategy == "fullgraph"
     t0 = time.perf_counter()
-    run_local(train_args(a, parts, "profiled", 1), tmp / "profile", "", a.timeout)
+    run_local(fullgraph_args(a, parts, "profiled", 1, 0) if full else train_args(a, parts, "profiled", 1),
+              tmp / "profile", "", a.timeout)
     profile = json.loads((tmp / "profile" / "profile.json").read_text())
     print(f"profile: {time.perf_counter() - t0:.1f} s for the profiling run", flush=True)
     slow = f"1:{a.slowdown:g}"
@@ -113,59 +212,90 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         print(f"emulated hosts skipped: {reason}", flush=True)
     else:
         layouts += [(f"2 hosts x 1 @ {r}", r) for r in rates]
-    cases = [(name, rate, factor) for name, rate in layouts for factor in sorted({1.0, a.slowdown})]
+    # A case's last field: the slow worker's factor (minibatch), or the staleness (fullgraph).
+    cases = [(name, rate, v) for name, rate in layouts for v in ((0, 1) if full else sorted({1.0, a.slowdown}))]
+    links: dict[str, dict[str, float]] = {}
+    if full:
+        m = profile["fullgraph"][0]
+        for i, rate in enumerate(r for _, r in layouts if r):
+            links[rate] = probe_link(rate, max(m["send_rows"]), m["widths"][0], 29500 + 10 * i)
+            print(f"link {rate}: one way {1e3 * links[rate]['one_way_s']:.1f} ms ({links[rate]['link_bps'] / 1e6:.0f} "
+                  f"Mbit/s), both ways {1e3 * links[rate]['both_ways_s']:.1f} ms (duplex {links[rate]['duplex']:.2f}), back to "
+                  f"back {1e3 * links[rate]['stream_s']:.1f} ms (duplex {links[rate]['duplex_stream']:.2f})",
+                  flush=True)
     measured: dict[int, list[float]] = {k: [] for k in range(len(cases))}
     last: dict[int, list[dict[str, Any]]] = {}
     for rep in range(a.repeats):  # every case once per round: drifts of this shared machine hit all alike
-        for k, (name, rate, factor) in enumerate(cases):
+        for k, (name, rate, v) in enumerate(cases):
             run_dir = tmp / f"run-{rep}-{k}"
-            args = train_args(a, parts, "equal", a.epochs)
-            spec = slow if factor > 1 else ""
+            args = fullgraph_args(a, parts, "equal", a.epochs, int(v)) if full else train_args(a, parts, "equal",
+                                                                                              a.epochs)
+            spec = slow if not full and v > 1 else ""
             records = (run_local(args, run_dir, spec, a.timeout) if rate is None
                        else run_emulated(args, run_dir, spec, rate, a.timeout))
             measured[k].append(measured_epoch_s(records))
             last[k] = records
-            print(f"  round {rep + 1} {name:<22} slow x{factor:g}: {measured[k][-1]:.2f} s/epoch", flush=True)
+            what = f"s={v}" if full else f"slow x{v:g}"
+            print(f"  round {rep + 1} {name:<22} {what}: {measured[k][-1]:.2f} s/epoch", flush=True)
     rows = []
-    for k, (name, rate, factor) in enumerate(cases):
-        pred = predict(profile, last[k], parse_rate(rate) if rate else None, factor)
+    for k, (name, rate, v) in enumerate(cases):
+        bps = parse_rate(rate) if rate else None
+        pred = predict_fullgraph(profile, links.get(rate), int(v)) if full else predict(profile, last[k], bps, v)
         meas = statistics.median(measured[k])
-        rows.append({"layout": name, "rate": rate, "slowdown": factor, "measured_s": meas, "runs_s": measured[k],
-                     "predicted_s": pred.epoch_s, "ratio": pred.epoch_s / meas, "bottleneck": pred.bottleneck,
-                     "steps": pred.steps, "predicted_step_s": pred.step_s, "predicted_sync_s": pred.sync_s})
-    return {"dataset": a.dataset, "batch_size": a.batch_size, "epochs": a.epochs, "repeats": a.repeats,
-            "profile": profile, "rows": rows}
+        halo = statistics.median(r.get("halo_wait_s", 0.0) for r in last[k] if r["epoch"] > 2) if full else None
+        rows.append({"layout": name, "rate": rate, ("staleness" if full else "slowdown"): v, "measured_s": meas,
+                     "runs_s": measured[k], "predicted_s": pred.epoch_s, "ratio": pred.epoch_s / meas,
+                     "bottleneck": pred.bottleneck, "steps": pred.steps, "predicted_step_s": pred.step_s,
+                     "predicted_sync_s": pred.sync_s, "measured_halo_wait_s": halo,
+                     "predicted_halo_s": pred.parts.get("halo_s")})
+    return {"dataset": a.dataset, "strategy": a.strategy, "hidden": a.hidden, "batch_size": a.batch_size, "epochs": a.epochs,
+            "repeats": a.repeats, "profile": profile, "links": links, "rows": rows}
 
 
 def print_table(res: dict[str, Any]) -> None:
-    print(f"\nSimulator vs measured, {res['dataset']} (batch {res['batch_size']}; one profile, 1 host x 2 workers):")
-    print(f"{'layout':<24} {'slow':>5} {'measured s':>11} {'predicted s':>12} {'pred/meas':>10}  bound")
+    full = res.get("strategy") == "fullgraph"
+    what = f"fullgraph GCN 3x{res.get('hidden')}" if full else f"batch {res['batch_size']}"
+    print(f"\nSimulator vs measured, {res['dataset']} ({what}; one profile, 1 host x 2 workers):")
+    print(f"{'layout':<24} {'s' if full else 'slow':>5} {'measured s':>11} {'predicted s':>12} {'pred/meas':>10}  bound")
     for r in res["rows"]:
         mark = "" if abs(r["ratio"] - 1) <= TARGET else "  (outside 15%)"
-        print(f"{r['layout']:<24} {r['slowdown']:>4g}x {r['measured_s']:>11.2f} {r['predicted_s']:>12.2f} "
-              f"{r['ratio']:>9.2f}x  {r['bottleneck']}{mark}")
+        case = f"{r['staleness']:>5}" if full else f"{r['slowdown']:>4g}x"
+        halo = (f"; halo wait {r['measured_halo_wait_s']:.2f} s, exchange predicted {r['predicted_halo_s']:.2f} s"
+                if full else "")
+        print(f"{r['layout']:<24} {case} {r['measured_s']:>11.2f} {r['predicted_s']:>12.2f} "
+              f"{r['ratio']:>9.2f}x  {r['bottleneck']}{halo}{mark}")
     worst = max(abs(r["ratio"] - 1) for r in res["rows"])
     print(f"worst error {100 * worst:.0f}% (target <= {100 * TARGET:.0f}%)")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--link-worker"]:
+        link_worker(int(argv[1]), int(argv[2]), argv[3], int(argv[4]))
+        from graphdist.launch import fast_exit
+
+        fast_exit(0)  # gloo's threads must not meet the interpreter's teardown
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="synthetic-100k")
     p.add_argument("--rates", default="1gbit,100mbit,20mbit", help="emulated host link rates ('': 1 host only)")
     p.add_argument("--slowdown", type=float, default=2.0, help="rank 1's factor in the slow-worker runs (1: none)")
-    p.add_argument("--epochs", type=int, default=3, help="epochs per validation run (measured: 2..)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="epochs per validation run (default 3, measured 2..; fullgraph 8, periods of 3..)")
     p.add_argument("--repeats", type=int, default=2, help="rounds of every validation run (median)")
     p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--strategy", choices=("minibatch", "fullgraph"), default="minibatch")
+    p.add_argument("--hidden", type=int, default=128, help="--strategy fullgraph: the GCN's width")
     p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--out", default=str(RESULTS / "simulator.json"))
+    p.add_argument("--out", default=None, help="default bench/results/simulator.json (fullgraph: simulator-fullgraph.json)")
     a = p.parse_args(argv)
+    a.epochs = a.epochs or (8 if a.strategy == "fullgraph" else 3)
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         os.environ.setdefault("GRAPHDIST_CACHE", str(Path(tmp) / "cache"))
         res = bench(a, Path(tmp))
     print_table(res)
     res["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
-    out = Path(a.out)
+    out = Path(a.out or RESULTS / ("simulator-fullgraph.json" if a.strategy == "fullgraph" else "simulator.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
     print(f"wrote {out}")

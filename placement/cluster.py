@@ -12,7 +12,11 @@ Written as YAML (``--cluster cluster.yaml``)::
         workers:
           - {device: "cuda:0", memory: 80GiB, speed: 6.0}
     local_link: 100gbit         # between workers of one host (default 100gbit)
+    duplex: 0.5                 # optional, measured: each direction's share of a link carrying both
+    duplex_stream: 0.75         #   (one exchange at a time / back to back; default 1: full duplex)
 
+``duplex`` and ``duplex_stream`` are what ``bench/bench_simulator.py --strategy fullgraph`` measures
+on a link (the simulator's full-graph halo model reads them: ``placement.simulator.Layout``).
 A worker's ``speed`` is its throughput relative to the others (default 1.0); the profiler's
 measurements replace it when a run has them. Ranks follow the spec's order: host by host,
 worker by worker. Every mistake is reported, one line each, naming where it is
@@ -70,6 +74,8 @@ class ClusterSpec:
 
     hosts: tuple[HostSpec, ...]
     local_link_bps: float = 100e9
+    duplex: float = 1.0
+    duplex_stream: float = 1.0
 
     @property
     def workers(self) -> tuple[WorkerSpec, ...]:
@@ -138,9 +144,11 @@ def parse_cluster(doc: Any, source: str = "cluster spec") -> ClusterSpec:
     errors: list[str] = []
     if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
         raise ClusterSpecError(f"{source}: expected a mapping with a non-empty list 'hosts'")
-    unknown = set(doc) - {"hosts", "local_link"}
-    errors += [f"{source}: unknown key {k!r} (expected hosts, local_link)" for k in sorted(unknown)]
+    unknown = set(doc) - {"hosts", "local_link", "duplex", "duplex_stream"}
+    errors += [f"{source}: unknown key {k!r} (expected hosts, local_link, duplex, duplex_stream)"
+               for k in sorted(unknown)]
     local = _field(errors, f"{source}: local_link", doc.get("local_link", 100e9), parse_rate)
+    duplex = {k: _field(errors, f"{source}: {k}", doc.get(k, 1.0), _share) for k in ("duplex", "duplex_stream")}
     hosts, names = [], set()
     for i, h in enumerate(doc["hosts"]):
         where = f"{source}: hosts[{i}]"
@@ -163,7 +171,14 @@ def parse_cluster(doc: Any, source: str = "cluster spec") -> ClusterSpec:
         hosts.append(HostSpec(name=name, link_bps=link or 0.0, workers=tuple(workers)))
     if errors:
         raise ClusterSpecError("\n".join(errors))
-    return ClusterSpec(hosts=tuple(hosts), local_link_bps=local or 100e9)
+    return ClusterSpec(hosts=tuple(hosts), local_link_bps=local or 100e9, duplex=duplex["duplex"] or 1.0,
+                       duplex_stream=duplex["duplex_stream"] or 1.0)
+
+
+def _share(value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < value <= 1.0:
+        raise ValueError(f"expected a number in (0, 1] (got {value!r})")
+    return float(value)
 
 
 def _worker(errors: list[str], where: str, host: str, w: Any) -> Optional[WorkerSpec]:

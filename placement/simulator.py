@@ -23,6 +23,14 @@ layout (hosts, link rates, cores, slow workers), per worker:
   workers' stretch is waiting, not CPU);
 - ``step = max(own_i, machine bounds)``; ``epoch = steps * step``.
 
+``--strategy fullgraph`` has its own probe (exact full-graph steps, :class:`FullGraphCosts`) and
+:func:`simulate_fullgraph`: one step per epoch; per exchanged layer of width ``d`` each worker
+sends its boundary rows ``x d x 4`` bytes to the ranks that hold them as halo (forward) and gets
+the same rows' gradients back (backward), each exchange bound by the busiest host uplink. With
+``staleness 0`` every exchange blocks its layer: ``step = compute + halo wait`` as profiled plus
+what the slower links add; with ``staleness 1`` the exchanges travel during the step:
+``step = max(compute, exchange)``; both plus the gradient wait.
+
 ``sync`` is the gradient wait the profile measured plus what a slower link adds: the exchange is
 scheduled as DWBP sends it (layer by layer as backward produces the gradients, last layer first,
 one layer after another on the wire; ``blocking`` and ``ddp`` after the whole backward), each
@@ -47,7 +55,8 @@ from typing import Any, Optional, Sequence
 
 from placement.shares import LinearCost
 
-__all__ = ["EpochPrediction", "Layout", "ModelShape", "Pipelined", "WorkerCosts", "costs_from_profile", "simulate"]
+__all__ = ["EpochPrediction", "FullGraphCosts", "Layout", "ModelShape", "Pipelined", "WorkerCosts", "costs_from_profile",
+           "fullgraph_costs_from_profile", "simulate", "simulate_fullgraph"]
 
 BACKWARD_FRACTION = 2.0 / 3.0  # backward's share of forward + backward (about twice the forward FLOPs)
 DEFAULT_LATENCY_S = 1e-4  # one exchange's latency over a host link, beyond what the profile measured
@@ -87,6 +96,25 @@ class Pipelined:
 
 
 @dataclass(frozen=True)
+class FullGraphCosts:
+    """One worker's measured full-graph step (``--strategy fullgraph`` probes: exact, staleness 0).
+
+    ``compute_s`` its own work per step (forward, backward, optimizer; no waits); ``send_rows``
+    per rank the boundary rows it sends that rank in each exchange (its own entry unused);
+    ``widths`` each exchanged layer's width (the inputs of layers 1..L-1); ``inner`` its inner
+    rows (every layer's destination rows); ``halo_wait_s`` and ``sync_wait_s`` what its halo
+    exchanges and its gradient exchange waited where it was profiled.
+    """
+
+    compute_s: float
+    send_rows: tuple[int, ...]
+    widths: tuple[int, ...]
+    inner: int
+    halo_wait_s: float = 0.0
+    sync_wait_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class ModelShape:
     """The Linear layers ``(name, out, in)`` in forward order, and all parameter bytes (float32)."""
 
@@ -101,6 +129,12 @@ class Layout:
     ``machine_of_host`` maps hosts onto machines (emulated hosts share one machine's cores);
     ``cores`` is per machine. ``cross`` per worker: the share of its sampling and feature traffic
     that goes to workers on other hosts (None: all of it, when there is more than one host).
+    ``duplex``: the share of a link's rate each direction keeps while both directions carry bulk
+    data at once, one exchange at a time from an idle link (TCP's ACKs queue behind the other
+    direction's data and slow its ramp; 1: none lost); ``duplex_stream`` the same with exchanges
+    back to back. Measure them (``bench/bench_simulator.py`` probes the link): this machine's
+    emulated links give about 0.5 and 0.75. Only the full-graph halo model uses them (its exchanges
+    are symmetric bulk transfers: one at a time under staleness 0, back to back under 1).
     """
 
     host_of: tuple[int, ...]
@@ -110,6 +144,8 @@ class Layout:
     machine_of_host: tuple[int, ...] = ()
     latency_s: float = DEFAULT_LATENCY_S
     cross: Optional[tuple[float, ...]] = None
+    duplex: float = 1.0
+    duplex_stream: float = 1.0
 
     @classmethod
     def one_host(cls, workers: int, cores: int = 1 << 16) -> "Layout":
@@ -189,10 +225,14 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
             measured is kept, the simulated difference between the two layouts added.
         strategy: ``minibatch``; or ``aggregation`` (each worker samples its own part only, no
             traffic per step; every ``avg_every`` steps the parameters are averaged by a ring
-            allreduce, its time spread over those steps). ``fullgraph`` has no probe: refused.
+            allreduce, its time spread over those steps). ``fullgraph``: :func:`simulate_fullgraph`
+            (its costs are per full-graph step, not per seed).
     """
+    if strategy == "fullgraph":
+        raise ValueError("simulate: fullgraph's costs are per full-graph step: use simulate_fullgraph with "
+                         "fullgraph_costs_from_profile (a profile of --strategy fullgraph --placement profiled)")
     if strategy not in ("minibatch", "aggregation"):
-        raise ValueError(f"simulate: strategy {strategy!r} is not modelled (minibatch, aggregation)")
+        raise ValueError(f"simulate: strategy {strategy!r} is not modelled (minibatch, aggregation, fullgraph)")
     n = len(workers)
     if len(shares) != n or len(layout.host_of) != n:
         raise ValueError(f"simulate: {n} workers but {len(shares)} shares and {len(layout.host_of)} placed workers")
@@ -237,6 +277,91 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         bottleneck = f"worker {slowest}"
     return EpochPrediction(step_s=step, epoch_s=step * steps, steps=steps, per_worker_s=own, sync_s=exposed,
                            bottleneck=bottleneck, parts={"network_s": max(net), "cores_s": cores_s})
+
+
+def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model: ModelShape = ModelShape(),
+                       staleness: int = 0, sync: str = "dwbp", profiled_layout: Optional[Layout] = None
+                       ) -> EpochPrediction:
+    """The predicted full-graph epoch (one step) of ``workers`` on ``layout`` (see the module doc).
+
+    Args:
+        workers: per rank its measured step (:func:`fullgraph_costs_from_profile`), ranks as profiled.
+        layout: hosts, links and cores to predict for.
+        model: the Linear shapes (the gradient exchange); empty: the measured gradient wait only.
+        staleness: 0 (each layer waits for its exchange) or 1 (the exchanges travel during the step).
+        sync: the gradient sync (``dwbp``, ``blocking``, ``ddp``).
+        profiled_layout: where the profile was measured (default one host): the waits it measured
+            are kept, the simulated difference between the two layouts added.
+
+    Example:
+        >>> w = FullGraphCosts(compute_s=0.5, send_rows=(0, 20_000), widths=(128, 128), inner=50_000)
+        >>> v = FullGraphCosts(compute_s=0.5, send_rows=(20_000, 0), widths=(128, 128), inner=50_000)
+        >>> lay = Layout.hosts_of([1, 1], link_bps=1e9, latency_s=0.0)
+        >>> s0, s1 = (simulate_fullgraph([w, v], lay, staleness=s) for s in (0, 1))
+        >>> round(s0.step_s, 3), round(s1.step_s, 3), s1.bottleneck
+        (0.824, 0.5, 'worker 0')
+    """
+    n = len(workers)
+    if len(layout.host_of) != n or any(len(w.send_rows) != n for w in workers):
+        raise ValueError(f"simulate_fullgraph: {n} profiled ranks but {len(layout.host_of)} placed workers "
+                         "(the halo plan is per profiled rank: profile on as many workers)")
+    if staleness not in (0, 1):
+        raise ValueError(f"simulate_fullgraph: staleness must be 0 or 1 (got {staleness})")
+    base = profiled_layout if profiled_layout is not None else Layout.one_host(n)
+    halo = _halo_s(workers, layout, layout.duplex_stream if staleness else layout.duplex)
+    slower_halo = max(0.0, halo - _halo_s(workers, base, base.duplex))
+    per_step = [WorkerCosts(sample=LinearCost(0.0, 0.0), gather=LinearCost(0.0, 0.0),
+                            compute=LinearCost(w.compute_s, 0.0),
+                            rows=tuple(LinearCost(float(w.inner), 0.0) for _ in model.linears)) for w in workers]
+    ones = [1] * n
+    slower_sync = max(0.0, _sync_exposed(per_step, ones, layout, model, sync, False)
+                      - _sync_exposed(per_step, ones, base, model, sync, False))
+    exposed = max(w.sync_wait_s for w in workers) + slower_sync
+    if staleness == 0:
+        # Every exchange blocks its layer: the profiled wait (transfer, and the peers' imbalance)
+        # plus what the slower links add.
+        own = [w.compute_s + w.halo_wait_s + slower_halo + exposed for w in workers]
+    else:
+        # Last step's halo is what a layer reads: this step's exchanges overlap the whole step.
+        own = [max(w.compute_s, halo) + exposed for w in workers]
+    slowest = max(range(n), key=lambda i: own[i])
+    step = own[slowest]
+    # Stale: the exchange bounds the step once it outlasts the compute it overlaps.
+    exchange = halo if staleness else workers[slowest].halo_wait_s + slower_halo
+    if (exchange >= workers[slowest].compute_s) if staleness else (exchange > 0.5 * step):
+        bottleneck = "network"
+    elif exposed > 0.5 * step:
+        bottleneck = "sync"
+    else:
+        bottleneck = f"worker {slowest}"
+    return EpochPrediction(step_s=step, epoch_s=step, steps=1, per_worker_s=own, sync_s=exposed,
+                           bottleneck=bottleneck, parts={"halo_s": halo, "compute_s": workers[slowest].compute_s})
+
+
+def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) -> float:
+    """A step's halo exchanges on ``layout``: per exchanged layer, forward then backward, each as long
+    as its busiest host link (uplink or downlink, at ``duplex`` of its rate when it carries both) or
+    its busiest worker's local copies, plus latency."""
+    n, hosts = len(workers), layout.num_hosts
+    total = 0.0
+    for width in workers[0].widths if workers else ():
+        for forward in (True, False):  # gradients go back along the rows' way in reverse
+            up, down, local = [0.0] * hosts, [0.0] * hosts, [0.0] * n
+            for i, w in enumerate(workers):
+                for j, rows in enumerate(w.send_rows):
+                    if j == i or not rows:
+                        continue
+                    src, dst = (i, j) if forward else (j, i)
+                    bits = 8.0 * 4 * rows * width
+                    if layout.host_of[src] != layout.host_of[dst]:
+                        up[layout.host_of[src]] += bits
+                        down[layout.host_of[dst]] += bits
+                    else:
+                        local[src] += bits
+            remote = max((max(up[h], down[h]) / (layout.link_bps[h] * (duplex if up[h] and down[h] else 1.0))
+                          for h in range(hosts)), default=0.0)
+            total += max(remote, max(local, default=0.0) / layout.local_bps) + (layout.latency_s if any(up) else 0.0)
+    return total
 
 
 def _same_sharing(layout: Layout, base: Layout, worker: int) -> bool:
@@ -333,6 +458,25 @@ def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], Mode
                                                               sum(c.per_seed_s for c in sent)),
             rows=tuple(LinearCost(*r) for r in m["rows"]), exchanges=float(m["exchanges"]),
             sync_wait_s=float(m.get("sync_wait", 0.0)), pipelined=_pipelined(m.get("pipelined"))))
+    first = measures[0]
+    shape = ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in first["linears"]),
+                       param_bytes=int(first["param_bytes"]))
+    return workers, shape
+
+
+def fullgraph_costs_from_profile(profile: dict[str, Any]) -> tuple[list[FullGraphCosts], ModelShape]:
+    """Per rank its :class:`FullGraphCosts`, and the model's shape, from a fullgraph ``profile.json``.
+
+    Raises:
+        ValueError: a profile without full-graph probes (one of ``--strategy minibatch``, or older).
+    """
+    measures = profile.get("fullgraph")
+    if not measures or not all(measures):
+        raise ValueError("profile.json has no full-graph probes: profile with --strategy fullgraph --placement profiled")
+    workers = [FullGraphCosts(compute_s=float(m["compute_s"]), send_rows=tuple(int(r) for r in m["send_rows"]),
+                              widths=tuple(int(d) for d in m["widths"]), inner=int(m["inner"]),
+                              halo_wait_s=float(m["halo_wait_s"]), sync_wait_s=float(m["sync_wait_s"]))
+               for m in measures]
     first = measures[0]
     shape = ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in first["linears"]),
                        param_bytes=int(first["param_bytes"]))

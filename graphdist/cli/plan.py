@@ -76,10 +76,11 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
     costs, profile = None, None
     if a.profile:
         profile = _read_profile(a.profile)
-        if len(profile["parts"] or []) != len(workers):
-            raise ValueError(f"--profile {a.profile}: measured {len(profile['parts'] or [])} workers, the cluster "
-                             f"has {len(workers)}")
-        costs = [{k: LinearCost(*v) for k, v in w.items()} for w in profile["parts"]]
+        measured = profile.get("fullgraph") or profile["parts"] or []
+        if len(measured) != len(workers):
+            raise ValueError(f"--profile {a.profile}: measured {len(measured)} workers, the cluster has {len(workers)}")
+        # A full-graph profile has no per-seed costs (no batch shares): the spec's speeds place the parts.
+        costs = [{k: LinearCost(*v) for k, v in w.items()} for w in profile["parts"]] if profile["parts"] else None
     plan, why = optimize_plan(train, inner, memory, edges, [w.device for w in workers], [w.speed for w in workers],
                               [w.memory_bytes for w in workers], a.batch_size, costs=costs)
     assignment = [list(r.parts) for r in plan.ranks]
@@ -139,17 +140,26 @@ def print_described(res: dict[str, Any]) -> None:
 
 def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[str, Any]]:
     """Per strategy the simulator's epoch on the spec's hosts and links (None: an older profile)."""
-    from placement.simulator import Layout, costs_from_profile, simulate
+    from placement.simulator import (Layout, costs_from_profile, fullgraph_costs_from_profile, simulate,
+                                      simulate_fullgraph)
 
+    hosts = {h.name: i for i, h in enumerate(spec.hosts)}
+    layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),
+                    link_bps=tuple(h.link_bps for h in spec.hosts), local_bps=spec.local_link_bps,
+                    duplex=spec.duplex, duplex_stream=spec.duplex_stream)
+    out: dict[str, Any] = {}
+    if profile.get("fullgraph"):
+        full, shape = fullgraph_costs_from_profile(profile)
+        for s in (0, 1):
+            pred = simulate_fullgraph(full, layout, model=shape, staleness=s)
+            out[f"fullgraph s={s}"] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
+                                       "line": pred.line()}
+        return out
     try:
         workers, shape = costs_from_profile(profile)
     except ValueError:
         return None
-    hosts = {h.name: i for i, h in enumerate(spec.hosts)}
-    layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),
-                    link_bps=tuple(h.link_bps for h in spec.hosts), local_bps=spec.local_link_bps)
     shares = [r.batch_share for r in plan.ranks]
-    out = {}
     for strategy in ("minibatch", "aggregation"):
         pred = simulate(workers, shares, layout, plan.steps_per_epoch, model=shape, strategy=strategy)
         out[strategy] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
@@ -174,12 +184,13 @@ def print_plan(res: dict[str, Any]) -> None:
         print(f"  {line}")
     print(f"edges cut between workers: {res['cut_edges_between_workers']:,} of {res['num_edges']:,}")
     if res["simulated"]:
-        print("simulated epoch on this cluster's links (placement/simulator.py; cores not bounded, fullgraph "
-              "not modelled):")
+        print("simulated epoch on this cluster's links (placement/simulator.py; cores not bounded; a "
+              "--strategy fullgraph profile predicts fullgraph, any other minibatch and aggregation):")
         for strategy, pred in res["simulated"].items():
-            print(f"  {strategy:<12} {pred['line']}")
+            print(f"  {strategy:<14} {pred['line']}")
         best = min(res["simulated"], key=lambda k: res["simulated"][k]["epoch_s"])
-        print(f"recommended: --strategy {best} (aggregation trades accuracy for speed: see README "
+        flags = best.replace("fullgraph s=", "fullgraph --staleness ")
+        print(f"recommended: --strategy {flags} (aggregation and staleness trade accuracy for speed: see README "
               f"'Training strategies')")
     elif res["predicted_epoch_s"] is not None:
         print(f"predicted minibatch epoch (compute-bound, from the profile): {res['predicted_epoch_s']:.2f} s")

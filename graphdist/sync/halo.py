@@ -113,6 +113,7 @@ class HaloExchange:
         me = comm.get_rank() if comm.is_initialized() else 0
         self.boundary_rows = sum(n for r, n in enumerate(self.send_rows) if r != me)
         self._stale: dict[int, _Stale] = {}
+        self.widths: dict[int, int] = {}  # per exchanged layer the width it last sent (the profiler's bytes)
         self.step = 0
 
     # ------------------------------------------------------------ sampling
@@ -175,6 +176,7 @@ class HaloExchange:
         Exact: the halo rows are this iteration's (one exchange each way). Stale: last iteration's,
         while this one's travel. Differentiable in ``inner``: halo gradients reach their owners.
         """
+        self.widths[int(layer)] = int(inner.shape[1])
         if self.world_size == 1:
             return torch.cat([inner, inner.new_zeros((self.num_halo, inner.shape[1]))])
         return _Exchange.apply(inner, self, int(layer))

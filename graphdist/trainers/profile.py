@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 PROFILE_NAME = "profile.json"
 PROBE_STEPS = 4  # timed steps per batch size (after one untimed warm-up each)
 
-__all__ = ["PROFILE_NAME", "Profile", "profile_shares"]
+__all__ = ["PROFILE_NAME", "Profile", "profile_fullgraph", "profile_shares"]
 
 
 @dataclass
@@ -66,6 +66,10 @@ class Profile:
             model's ``linears`` (``[name, out, in]``) and ``param_bytes``, and ``pipelined``: the probes again with a loading thread beside the training thread, as
             prefetch runs them (wall ``step``, each thread's CPU, the training thread's wall, the
             gradient wait).
+        fullgraph: ``--strategy fullgraph`` instead: per rank its exact full-graph step
+            (:func:`profile_fullgraph`): ``compute_s``, ``halo_wait_s``, ``sync_wait_s``,
+            ``send_rows`` per rank, the exchanged layers' ``widths``, ``inner`` rows, ``linears``
+            and ``param_bytes`` (``placement.simulator.fullgraph_costs_from_profile``).
     """
 
     key: dict[str, Any]
@@ -73,6 +77,7 @@ class Profile:
     shares: list[int]
     parts: Optional[list[dict[str, tuple[float, float]]]] = None
     measures: Optional[list[dict[str, Any]]] = None
+    fullgraph: Optional[list[dict[str, Any]]] = None
 
     def linear_costs(self) -> list[LinearCost]:
         return [LinearCost(a, c) for a, c in self.costs]
@@ -84,7 +89,7 @@ class Profile:
     def from_json(cls, text: str) -> "Profile":
         d = json.loads(text)
         return cls(key=d["key"], costs=[tuple(c) for c in d["costs"]], shares=[int(s) for s in d["shares"]],
-                   parts=d.get("parts"), measures=d.get("measures"))
+                   parts=d.get("parts"), measures=d.get("measures"), fullgraph=d.get("fullgraph"))
 
 
 def profile_key(cfg: Any, world_size: int, plan_shares: list[int]) -> dict[str, Any]:
@@ -123,6 +128,83 @@ def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
         if run_dir is not None:
             _write(run_dir, profile)
     return shares
+
+
+def profile_fullgraph(strategy: Any, run_dir: Optional[Path]) -> Profile:
+    """``--strategy fullgraph --placement profiled``: the cached profile, or exact probe steps on every rank.
+
+    A full-graph step has no batch share to choose: the profile is what ``graphdist-plan`` and
+    ``placement.simulator.simulate_fullgraph`` predict other layouts and staleness from. Collective:
+    every rank calls it at the same point, after the strategy is built.
+    """
+    cfg, world = strategy.ctx.cfg, strategy.ctx.world_size
+    plan_shares = [r.batch_share for r in strategy.ctx.plan.ranks]
+    key = {**profile_key(cfg, world, plan_shares), "strategy": "fullgraph", "sync": cfg.sync}
+    cached = _read_cached(run_dir, key)
+    if comm.all_gather_object(cached is not None) == [True] * world:
+        return cached  # type: ignore[return-value]
+    measured = comm.all_gather_object(probe_fullgraph(strategy))
+    profile = Profile(key=key, costs=[(m["compute_s"] + m["halo_wait_s"] + m["sync_wait_s"], 0.0) for m in measured],
+                      shares=plan_shares, fullgraph=list(measured))
+    if comm.is_main_process():
+        logger.info("profile: full-graph step per rank %s (compute + halo wait + gradient wait, staleness 0)",
+                    ", ".join(f"{1e3 * m['compute_s']:.0f}+{1e3 * m['halo_wait_s']:.0f}+{1e3 * m['sync_wait_s']:.0f} ms"
+                              for m in measured))
+        if run_dir is not None:
+            _write(run_dir, profile)
+    return profile
+
+
+def probe_fullgraph(strategy: Any) -> dict[str, Any]:
+    """This rank's exact (staleness 0) full-graph step, timed on a model copy with its own optimizer.
+
+    Two untimed warm-up steps (a process's first full-graph steps grow its heap), then
+    ``PROBE_STEPS`` timed ones; medians. The halo plan is the
+    run's (a copy without its stale buffers); the global RNGs are restored (dropout draws).
+    """
+    from graphdist.sync import make_sync
+    from graphdist.sync.sacp import is_linear
+    from graphdist.trainers.base import gradient_allreduce, sync_options
+    from graphdist.trainers.fullgraph import FullGraphNet
+
+    cfg = strategy.ctx.cfg
+    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    model = copy.deepcopy(strategy.model).train()
+    halo = copy.copy(strategy.halo)
+    halo.staleness, halo._stale, halo.widths = 0, {}, {}
+    net = FullGraphNet(model, halo, strategy.x0, strategy.net.block, strategy.device)
+    sync = make_sync(cfg.sync, net, seed_weighted=False, algorithm=gradient_allreduce(strategy.ctx, net),
+                     **sync_options(cfg))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
+    n = int(strategy.train.numel())
+    timed: list[tuple[float, float, float]] = []
+    try:
+        for step in range(2 + PROBE_STEPS):
+            before = comm.time_counts().get("halo", 0.0)
+            t0 = time.perf_counter()
+            optimizer.zero_grad()
+            sync.begin_step(n)
+            strategy.loss(sync.model()).backward()
+            t_wait = time.perf_counter()
+            sync.finish()
+            t_synced = time.perf_counter()
+            optimizer.step()
+            wall = time.perf_counter() - t0
+            halo_wait = comm.time_counts().get("halo", 0.0) - before
+            if step >= 2:
+                timed.append((wall - (t_synced - t_wait) - halo_wait, halo_wait, t_synced - t_wait))
+    finally:
+        sync.close()
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
+    median = [float(np.median([t[k] for t in timed])) for k in range(3)]
+    return {"compute_s": median[0], "halo_wait_s": median[1], "sync_wait_s": median[2],
+            "send_rows": list(halo.send_rows), "widths": [halo.widths[k] for k in sorted(halo.widths)],
+            "inner": int(halo.num_inner),
+            "linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
+                        if is_linear(m)],
+            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
 
 
 def _total(parts: dict[str, LinearCost], prefetch: bool, share: int) -> LinearCost:

@@ -393,6 +393,8 @@ def epoch_line(r: dict[str, Any]) -> str:
     took = f"train {r['epoch_time_s']:.1f} s"
     if r.get("eval_time_s") is not None:
         took += f" + eval {r['eval_time_s']:.1f} s"
+    if r.get("period_s"):  # fullgraph: exchanges in flight across epochs land outside "train"
+        took += f" (period {r['period_s']:.1f} s)"
     parts = [f"epoch {r['epoch']} done", f"loss {r['loss']:.4f}", took, f"{r['seeds_per_s']:,.0f} seeds/s"]
     for key in ("val_acc", "test_acc", "val_f1", "test_f1", "val_auc", "test_auc"):
         if r.get(key) is not None:

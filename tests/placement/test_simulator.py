@@ -3,7 +3,8 @@
 import pytest
 
 from placement.shares import LinearCost
-from placement.simulator import Layout, ModelShape, WorkerCosts, costs_from_profile, simulate
+from placement.simulator import (FullGraphCosts, Layout, ModelShape, WorkerCosts, costs_from_profile,
+                                  fullgraph_costs_from_profile, simulate, simulate_fullgraph)
 
 
 def _worker(load_ms=4.0, compute_ms=10.0, sent_per_seed=1000.0, rows_per_seed=8.0):
@@ -118,3 +119,90 @@ def test_describe_scales_the_profile_and_names_the_dominant_assumption(tmp_path,
     assert fast < res["predictions"]["minibatch"]["epoch_s"]
     assert main([*base[:3], "1,2", "--profile", str(profile)]) == 2
     assert "expected N,E,F" in capsys.readouterr().err
+
+
+def _fullgraph(compute_s=0.5, rows=(20_000, 10_000), halo_wait_s=0.0):
+    """Two ranks: rank 0 sends ``rows[0]`` boundary rows to rank 1, rank 1 ``rows[1]`` to rank 0."""
+    return [FullGraphCosts(compute_s=compute_s, send_rows=(0, rows[0]), widths=(64, 64), inner=50_000,
+                           halo_wait_s=halo_wait_s),
+            FullGraphCosts(compute_s=compute_s, send_rows=(rows[1], 0), widths=(64, 64), inner=50_000,
+                           halo_wait_s=halo_wait_s)]
+
+
+def test_fullgraph_exchange_is_boundary_rows_times_width_each_way_per_layer():
+    # Per layer forward: host 0's uplink carries 20k rows, host 1's 10k; backward the other way.
+    # Each exchange lasts as long as its busiest link: 20k rows both times.
+    lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
+    one_layer_each_way = 8.0 * 4 * 20_000 * 64 / 100e6
+    s0 = simulate_fullgraph(_fullgraph(halo_wait_s=0.01), lay, staleness=0)
+    assert s0.parts["halo_s"] == pytest.approx(2 * 2 * one_layer_each_way)
+    local = 2 * 2 * 8.0 * 4 * 20_000 * 64 / Layout.one_host(2).local_bps
+    # Blocking: the profiled wait (kept) plus what the slower link adds to it.
+    assert s0.step_s == pytest.approx(0.5 + 0.01 + 4 * one_layer_each_way - local)
+    assert s0.steps == 1 and s0.epoch_s == s0.step_s and s0.bottleneck == "network"
+
+
+def test_stale_fullgraph_overlaps_the_exchange_with_compute():
+    lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
+    halo = 4 * 8.0 * 4 * 20_000 * 64 / 100e6  # 1.64 s
+    compute_bound = simulate_fullgraph(_fullgraph(compute_s=2.0), lay, staleness=1)
+    network_bound = simulate_fullgraph(_fullgraph(compute_s=0.2), lay, staleness=1)
+    assert compute_bound.step_s == pytest.approx(2.0) and compute_bound.bottleneck == "worker 0"
+    assert network_bound.step_s == pytest.approx(halo) and network_bound.bottleneck == "network"
+    s0 = simulate_fullgraph(_fullgraph(compute_s=2.0), lay, staleness=0)
+    assert s0.step_s == pytest.approx(2.0 + halo, rel=1e-3)
+
+
+def test_duplex_slows_only_links_that_carry_both_directions():
+    both = _fullgraph(rows=(20_000, 20_000))
+    one_way = _fullgraph(rows=(20_000, 0))  # rank 1 sends nothing: each exchange uses one direction
+    full, half = (Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0, duplex=d, duplex_stream=d) for d in (1.0, 0.5))
+    assert simulate_fullgraph(both, half).parts["halo_s"] == pytest.approx(2 * simulate_fullgraph(both, full).parts["halo_s"])
+    assert simulate_fullgraph(one_way, half).parts["halo_s"] == pytest.approx(simulate_fullgraph(one_way, full).parts["halo_s"])
+    # Staleness 1 keeps its exchanges back to back: the stream share applies.
+    stream = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0, duplex=0.5, duplex_stream=1.0)
+    assert simulate_fullgraph(both, stream, staleness=1).parts["halo_s"] == pytest.approx(
+        simulate_fullgraph(both, full, staleness=1).parts["halo_s"])
+
+
+def test_fullgraph_refuses_other_layouts_and_minibatch_profiles():
+    with pytest.raises(ValueError, match="profile on as many workers"):
+        simulate_fullgraph(_fullgraph(), Layout.one_host(4))
+    with pytest.raises(ValueError, match="--strategy fullgraph --placement profiled"):
+        fullgraph_costs_from_profile({"parts": [{}], "measures": [{}]})
+
+
+def test_plan_predicts_fullgraph_from_a_fullgraph_profile_with_the_spec_duplex(tmp_path, capsys):
+    import json
+
+    from graphdist.cli.plan import main
+    from graphdist.testing import random_graph
+    from partition.api import partition
+
+    out = partition(random_graph(300, avg_degree=4, seed=1, feature_dim=16), 2, method="metis", out=tmp_path / "p",
+                    seed=0)
+    probe = {"compute_s": 0.05, "halo_wait_s": 0.01, "sync_wait_s": 0.0, "widths": [64, 64], "inner": 150,
+             "linears": [["a", 64, 16], ["b", 64, 64], ["c", 7, 64]], "param_bytes": 4 * (64 * 17 + 64 * 65 + 7 * 65)}
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"key": {}, "costs": [[0.06, 0.0]] * 2, "shares": [1, 1], "parts": None,
+                                   "measures": None, "fullgraph": [{**probe, "send_rows": [0, 100_000]},
+                                                                   {**probe, "send_rows": [100_000, 0]}]}))
+    epochs = {}
+    for duplex in (1.0, 0.5):
+        spec = tmp_path / f"spec-{duplex}.yaml"
+        spec.write_text(f"duplex: {duplex}\nhosts:\n" + "".join(
+            f"  - {{name: h{i}, link: 100mbit, workers: [{{device: cpu}}]}}\n" for i in range(2)))
+        doc = tmp_path / f"plan-{duplex}.json"
+        assert main(["--partitions", str(out), "--cluster", str(spec), "--profile", str(profile),
+                     "--json", str(doc)]) == 0
+        text = capsys.readouterr().out
+        assert "fullgraph s=0" in text and "fullgraph s=1" in text and "recommended: --strategy fullgraph" in text
+        epochs[duplex] = {k: v["epoch_s"] for k, v in json.loads(doc.read_text())["simulated"].items()}
+    # Both hosts send 100k rows x 64 per exchange: at half duplex the blocking exchanges take twice as long.
+    exchange = 4 * 8.0 * 4 * 100_000 * 64 / 100e6
+    assert epochs[1.0]["fullgraph s=1"] == pytest.approx(exchange, rel=0.01)
+    assert epochs[0.5]["fullgraph s=0"] - epochs[1.0]["fullgraph s=0"] == pytest.approx(exchange, rel=0.01)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("duplex: 1.5\nhosts:\n  - {name: h0, workers: [{device: cpu}]}\n")
+    assert main(["--partitions", str(out), "--cluster", str(bad)]) == 2
+    assert "duplex: expected a number in (0, 1]" in capsys.readouterr().err

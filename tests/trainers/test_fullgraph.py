@@ -158,6 +158,41 @@ def test_stale_resume_is_bit_identical(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_profiled_placement_records_the_halo_plan_and_leaves_training_unchanged(tmp_path):
+    """``--placement profiled`` probes exact steps for the simulator (profile.json) on a model copy:
+    the run it precedes trains exactly as without it (dropout draws included)."""
+    import json
+
+    from graphdist.api import train
+    from partition.api import partition
+
+    graph = _graph()
+    part_dir = partition(graph, 2, method="metis", out=tmp_path / "parts", seed=0)
+    common = dict(strategy="fullgraph", staleness=1, hidden=8, layers=3, fanouts=(-1, -1, -1), dropout=0.2,
+                  lr=0.01, num_workers=2, timeout=30, eval_every=0, epochs=2)
+    profiled = train(None, part_dir, placement="profiled", run_dir=str(tmp_path / "profiled"), **common)
+    plain = train(None, part_dir, placement="equal", run_dir=str(tmp_path / "plain"), **common)
+    assert [r["loss"] for r in profiled.history] == [r["loss"] for r in plain.history]
+    a = torch.load(tmp_path / "profiled" / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "plain" / "checkpoint.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not (tmp_path / "plain" / "profile.json").exists()
+
+    probes = json.loads((tmp_path / "profiled" / "profile.json").read_text())["fullgraph"]
+    sends, _ = _boundary_rows(graph, Path(part_dir), 2)
+    for rank, m in enumerate(probes):
+        assert sum(r for peer, r in enumerate(m["send_rows"]) if peer != rank) == sends[rank], (m, sends)
+        assert m["widths"] == [8, 8] and m["compute_s"] > 0 and m["inner"] > 0
+        assert [n for n, _, _ in m["linears"]] and m["param_bytes"] > 0
+
+    from placement.simulator import Layout, fullgraph_costs_from_profile, simulate_fullgraph
+
+    workers, shape = fullgraph_costs_from_profile({"fullgraph": probes})
+    here = simulate_fullgraph(workers, Layout.one_host(2), shape)
+    slow = simulate_fullgraph(workers, Layout.hosts_of([1, 1], link_bps=1e6), shape)
+    assert slow.epoch_s > here.epoch_s > 0 and slow.bottleneck == "network"
+
+
 def test_refusals_come_before_any_worker_starts(tmp_path):
     import subprocess
     import sys
