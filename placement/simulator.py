@@ -458,10 +458,7 @@ def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], Mode
                                                               sum(c.per_seed_s for c in sent)),
             rows=tuple(LinearCost(*r) for r in m["rows"]), exchanges=float(m["exchanges"]),
             sync_wait_s=float(m.get("sync_wait", 0.0)), pipelined=_pipelined(m.get("pipelined"))))
-    first = measures[0]
-    shape = ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in first["linears"]),
-                       param_bytes=int(first["param_bytes"]))
-    return workers, shape
+    return workers, _model_shape(measures[0])
 
 
 def fullgraph_costs_from_profile(profile: dict[str, Any]) -> tuple[list[FullGraphCosts], ModelShape]:
@@ -477,10 +474,12 @@ def fullgraph_costs_from_profile(profile: dict[str, Any]) -> tuple[list[FullGrap
                               widths=tuple(int(d) for d in m["widths"]), inner=int(m["inner"]),
                               halo_wait_s=float(m["halo_wait_s"]), sync_wait_s=float(m["sync_wait_s"]))
                for m in measures]
-    first = measures[0]
-    shape = ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in first["linears"]),
-                       param_bytes=int(first["param_bytes"]))
-    return workers, shape
+    return workers, _model_shape(measures[0])
+
+
+def _model_shape(measure: dict[str, Any]) -> ModelShape:
+    return ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in measure["linears"]),
+                      param_bytes=int(measure["param_bytes"]))
 
 
 def _pipelined(doc: Optional[dict[str, Any]]) -> Optional[Pipelined]:

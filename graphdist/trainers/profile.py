@@ -163,7 +163,6 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     run's (a copy without its stale buffers); the global RNGs are restored (dropout draws).
     """
     from graphdist.sync import make_sync
-    from graphdist.sync.sacp import is_linear
     from graphdist.trainers.base import gradient_allreduce, sync_options
     from graphdist.trainers.fullgraph import FullGraphNet
 
@@ -201,8 +200,14 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     median = [float(np.median([t[k] for t in timed])) for k in range(3)]
     return {"compute_s": median[0], "halo_wait_s": median[1], "sync_wait_s": median[2],
             "send_rows": list(halo.send_rows), "widths": [halo.widths[k] for k in sorted(halo.widths)],
-            "inner": int(halo.num_inner),
-            "linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
+            "inner": int(halo.num_inner), **_model_shape(model)}
+
+
+def _model_shape(model: torch.nn.Module) -> dict[str, Any]:
+    """The simulator's model shape: its Linear layers ``[name, out, in]`` and all parameter bytes."""
+    from graphdist.sync.sacp import is_linear
+
+    return {"linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
                         if is_linear(m)],
             "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
 
@@ -367,9 +372,7 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order
 def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]],
               rows: list[list[tuple[float, float]]], pipelined: list[tuple[float, ...]]) -> dict[str, Any]:
     """The probes' traffic, waits and rows as ``(fixed, per_seed)`` fits, and the model's shape."""
-    from graphdist.sync.sacp import is_linear
-
-    def fit(v: list[tuple[float, float]]) -> tuple[float, float]:
+        def fit(v: list[tuple[float, float]]) -> tuple[float, float]:
         if not any(y > 0 for _, y in v):  # nothing sent (one worker, or every remote row cached)
             return (0.0, 0.0)
         c = fit_cost(v)
@@ -379,9 +382,7 @@ def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]]
     return {"bytes": {tag: fit(seen[tag]) for tag in ("sample", "feature")}, "wait": fit(seen["wait"]),
             "sync_wait": sum(w for _, w in seen["sync_wait"]) / max(1, len(seen["sync_wait"])),
             "exchanges": sum(c for _, c in seen["exchanges"]) / max(1, len(seen["exchanges"])), "rows": layers,
-            "linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
-                        if is_linear(m)],
-            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            **_model_shape(model),
             "pipelined": {"step": fit([(r[0], r[1]) for r in pipelined]),
                           "load_cpu": fit([(r[0], r[2]) for r in pipelined]),
                           "compute_cpu": fit([(r[0], r[3]) for r in pipelined]),
