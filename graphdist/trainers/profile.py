@@ -372,7 +372,8 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order
 def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]],
               rows: list[list[tuple[float, float]]], pipelined: list[tuple[float, ...]]) -> dict[str, Any]:
     """The probes' traffic, waits and rows as ``(fixed, per_seed)`` fits, and the model's shape."""
-        def fit(v: list[tuple[float, float]]) -> tuple[float, float]:
+
+    def fit(v: list[tuple[float, float]]) -> tuple[float, float]:
         if not any(y > 0 for _, y in v):  # nothing sent (one worker, or every remote row cached)
             return (0.0, 0.0)
         c = fit_cost(v)
