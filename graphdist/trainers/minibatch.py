@@ -247,11 +247,14 @@ class MinibatchStrategy(Strategy):
         self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # The profiler probes a copy of the model: after the model exists, before the sync and the
+        # test slowdown attach their hooks (a copy would carry them: trainers/profile.probe_copy).
+        start = self._start_shares()
         self.sync = self._build_sync()
         if self.stretch is not None:  # prepended: ticks before the sync's hook starts the row-count exchange
             self.stretch.attach(self.model)
         self._stats = EpochStats()
-        self.rebalancer = self._build_rebalancer()  # after the model: the profiler probes a copy of it
+        self.rebalancer = self._build_rebalancer(start)
         self._log_setup()
 
     # The pieces, under the names evaluation and benches use.
@@ -261,18 +264,22 @@ class MinibatchStrategy(Strategy):
     owners = property(lambda self: self.batches.owners)
     train_seeds = property(lambda self: self.batches.train_seeds)
 
-    def _build_rebalancer(self) -> Any:
-        from graphdist.trainers.rebalance import Rebalancer
-
+    def _start_shares(self) -> Optional[list[int]]:
+        """The profiled start shares (``--placement profiled``, or ``auto`` on a mixed cluster); None: the plan's."""
         from graphdist.trainers.run import heterogeneous
 
         cfg = self.ctx.cfg
-        shares = [r.batch_share for r in self.ctx.plan.ranks]
-        start = None
-        if use_profile(cfg.placement, heterogeneous(cfg)) and self.ctx.world_size > 1:
-            from graphdist.trainers.profile import profile_shares
+        if not (use_profile(cfg.placement, heterogeneous(cfg)) and self.ctx.world_size > 1):
+            return None
+        from graphdist.trainers.profile import profile_shares
 
-            start = profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
+        return profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
+
+    def _build_rebalancer(self, start: Optional[list[int]]) -> Any:
+        from graphdist.trainers.rebalance import Rebalancer
+
+        cfg = self.ctx.cfg
+        shares = [r.batch_share for r in self.ctx.plan.ranks]
         return Rebalancer(self.loader, self.batches.labels, shares, every=cfg.rebalance_every,
                           eps=cfg.rebalance_eps, clock=self._busy_clock(), start_shares=start,
                           work_clock=self._work_clock)

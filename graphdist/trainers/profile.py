@@ -167,8 +167,8 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     from graphdist.trainers.fullgraph import FullGraphNet
 
     cfg = strategy.ctx.cfg
-    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-    model = copy.deepcopy(strategy.model).train()
+    states = _global_rng()
+    model = probe_copy(strategy.model)
     halo = copy.copy(strategy.halo)
     halo.staleness, halo._stale, halo.widths = 0, {}, {}
     net = FullGraphNet(model, halo, strategy.x0, strategy.net.block, strategy.device)
@@ -194,9 +194,7 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
                 timed.append((wall - (t_synced - t_wait) - halo_wait, halo_wait, t_synced - t_wait))
     finally:
         sync.close()
-        torch.set_rng_state(states[0])
-        np.random.set_state(states[1])
-        random.setstate(states[2])
+        _restore_global(states)
     median = [float(np.median([t[k] for t in timed])) for k in range(3)]
     return {"compute_s": median[0], "halo_wait_s": median[1], "sync_wait_s": median[2],
             "send_rows": list(halo.send_rows), "widths": [halo.widths[k] for k in sorted(halo.widths)],
@@ -237,7 +235,7 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
         stretch.set_epoch(1)  # a slowdown from the start shows in the probes
     # The copy trains under the run's own gradient sync (hooks, SACP's capture, the allreduce):
     # what a step costs beyond forward and backward is measured, not guessed.
-    sync = _probe_sync(strategy, copy.deepcopy(strategy.model).train())
+    sync = _probe_sync(strategy, probe_copy(strategy.model))
     optimizer = torch.optim.Adam(sync.model.parameters(), lr=1e-6)
     seeds = batches.train_seeds
     rng = torch.Generator().manual_seed(12345 + strategy.ctx.rank)
@@ -400,17 +398,52 @@ def _probe_sync(strategy: Any, model: torch.nn.Module) -> Any:
     return make_sync(cfg.sync, model, algorithm=gradient_allreduce(strategy.ctx, model), **sync_options(cfg))
 
 
+def probe_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A training copy of ``model`` for probe steps, without the hooks others attached to it.
+
+    A plain deep copy keeps every module hook (not the parameters' hooks): made after the run's
+    sync (SACP's capture and its weight exchange) or the test slowdown's tick is attached, the
+    probes would run that machinery too, against the original's state, and time it as the model's
+    own compute. Hooks bound to a module of the model itself (PyG's lazy initialisation) are the
+    model's own and are kept.
+
+    >>> m = torch.nn.Linear(2, 2)
+    >>> _ = m.register_forward_hook(lambda *_: print("hook"))
+    >>> _ = probe_copy(m)(torch.zeros(1, 2))
+    """
+    own = {id(m) for m in model.modules()}
+    memo: dict[int, Any] = {}
+    kept: list[tuple[Any, Any, Any]] = []
+    for m in model.modules():
+        for d in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks):
+            # Empty hook dicts seeded into the copy's memo: foreign hooks, and the objects they are
+            # bound to, are never copied; the model's own are copied once its modules are.
+            memo[id(d)] = type(d)()
+            kept += [(memo[id(d)], k, h) for k, h in d.items() if id(getattr(h, "__self__", None)) in own]
+    clone = copy.deepcopy(model, memo)
+    for d, k, h in kept:
+        d[k] = copy.deepcopy(h, memo)  # bound to the copy's module: the memo maps each module to its copy
+    return clone.train()
+
+
+def _global_rng() -> tuple[Any, Any, Any]:
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _restore_global(states: tuple[Any, Any, Any]) -> None:
+    torch.set_rng_state(states[0])
+    np.random.set_state(states[1])
+    random.setstate(states[2])
+
+
 def _rng_states(batches: Any) -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
-            "sampler": batches.sampler.get_state(),
+    return {"global": _global_rng(), "sampler": batches.sampler.get_state(),
             "serve": batches.neighbor_source.get_state(),
             "cache": copy.copy(getattr(batches.features, "stats", None))}
 
 
 def _restore(batches: Any, s: dict[str, Any]) -> None:
-    torch.set_rng_state(s["torch"])
-    np.random.set_state(s["numpy"])
-    random.setstate(s["random"])
+    _restore_global(s["global"])
     batches.sampler.set_state(s["sampler"])
     if s["serve"] is not None:
         batches.neighbor_source.set_state(s["serve"])

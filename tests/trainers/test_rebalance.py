@@ -211,3 +211,28 @@ def test_cluster_spec_sets_workers_devices_threads_and_memory(tmp_path):
     with pytest.raises(ValueError, match="2 hosts; the local launcher runs one host"):
         apply_cluster(TrainConfig(cluster=str(two)))
     assert apply_cluster(TrainConfig(cluster=str(two)), world_size=2).num_workers == 2
+
+
+def test_probe_copy_drops_the_hooks_others_attached_and_keeps_the_models_own():
+    from graphdist.trainers.profile import probe_copy
+
+    class Own(torch.nn.Module):  # carries a hook bound to itself, as PyG's lazy layers do
+        def __init__(self):
+            super().__init__()
+            self.lin, self.seen = torch.nn.Linear(2, 2), []
+            self.register_forward_pre_hook(self.note)
+
+        def note(self, module, _inputs):
+            self.seen.append(module)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    model, calls = Own(), []
+    model.lin.register_forward_hook(lambda *_: calls.append("sync capture"))
+    clone = probe_copy(model)
+    clone(torch.randn(3, 2)).sum().backward()
+    assert calls == []  # the run's hooks neither run nor count as compute in the probes
+    assert clone.seen == [clone] and model.seen == []  # the model's own hook, bound to the copy
+    model(torch.randn(3, 2))
+    assert calls == ["sync capture"] and model.seen == [model]  # the original keeps both
