@@ -110,9 +110,10 @@ LINK_MODES = ("one", "both", "stream")
 
 def link_worker(rows: int, width: int, mode: str, repeats: int) -> None:
     """In an emulated host (RANK, MASTER_ADDR/PORT set): all-to-alls of ``rows x width`` float32, rank 0
-    prints the median seconds per exchange. ``one``: rank 0 to rank 1, 20 ms apart; ``both``: both
-    ways at once, 20 ms apart (one exchange at a time, as staleness 0 sends them); ``stream``: both
-    ways, four in flight back to back (as staleness 1 keeps its exchanges travelling)."""
+    prints the median seconds per exchange. ``one``: rank 0 to rank 1, 20 ms
+    apart; ``both``: both ways at once, 20 ms apart (one exchange at a time, as staleness 0 sends
+    them); ``stream``: both ways, each issued as the one before the last lands (as staleness 1
+    keeps its exchanges queued on the halo group, the link never idle)."""
     from graphdist import comm
 
     rank = int(os.environ["RANK"])
@@ -123,16 +124,24 @@ def link_worker(rows: int, width: int, mode: str, repeats: int) -> None:
     one_way = mode == "one"
     send = [none, x] if rank == 0 else [none if one_way else x, none]
     recv = ([0, 0 if one_way else rows] if rank == 0 else [rows, 0])
-    inflight = 4 if mode == "stream" else 1
     times = []
-    for _ in range(repeats):
-        if mode != "stream":
+    if mode == "stream":
+        # Each exchange issued as the one before the last lands: two in flight, the link never idle.
+        pending, stamps = [], []
+        for _ in range(4 * repeats):
+            pending.append(comm.all_to_all_v_async(send, tag="probe", recv_rows=recv))
+            if len(pending) == 2:
+                pending.pop(0).wait()
+                stamps.append(time.perf_counter())
+        pending[0].wait()
+        stamps.append(time.perf_counter())
+        times = [b - a for a, b in zip(stamps, stamps[1:])]
+    else:
+        for _ in range(repeats):
             time.sleep(0.02)
-        t0 = time.perf_counter()
-        pending = [comm.all_to_all_v_async(send, tag="probe", recv_rows=recv) for _ in range(inflight)]
-        for p in pending:
-            p.wait()
-        times.append((time.perf_counter() - t0) / inflight)
+            t0 = time.perf_counter()
+            comm.all_to_all_v_async(send, tag="probe", recv_rows=recv).wait()
+            times.append(time.perf_counter() - t0)
     comm.barrier()
     if rank == 0:
         print(json.dumps({"median_s": statistics.median(times[2:])}), flush=True)

@@ -13,7 +13,7 @@ Written as YAML (``--cluster cluster.yaml``)::
           - {device: "cuda:0", memory: 80GiB, speed: 6.0}
     local_link: 100gbit         # between workers of one host (default 100gbit)
     duplex: 0.5                 # optional, measured: each direction's share of a link carrying both
-    duplex_stream: 0.75         #   (one exchange at a time / back to back; default 1: full duplex)
+    duplex_stream: 0.97         #   (one exchange at a time / back to back; default 1: full duplex)
 
 ``duplex`` and ``duplex_stream`` are what ``bench/bench_simulator.py --strategy fullgraph`` measures
 on a link (the simulator's full-graph halo model reads them: ``placement.simulator.Layout``).

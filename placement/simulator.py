@@ -29,7 +29,9 @@ sends its boundary rows ``x d x 4`` bytes to the ranks that hold them as halo (f
 the same rows' gradients back (backward), each exchange bound by the busiest host uplink. With
 ``staleness 0`` every exchange blocks its layer: ``step = compute + halo wait`` as profiled plus
 what the slower links add; with ``staleness 1`` the exchanges travel during the step:
-``step = max(compute, exchange)``; both plus the gradient wait.
+``step = max(compute + transfer, exchange)``, where ``transfer`` is the exchanges' own CPU work
+(as profiled: the least wait of any rank, which waited for no peer), counted only where a
+machine has no core to spare for it; both plus the gradient wait.
 
 ``sync`` is the gradient wait the profile measured plus what a slower link adds: the exchange is
 scheduled as DWBP sends it (layer by layer as backward produces the gradients, last layer first,
@@ -132,9 +134,10 @@ class Layout:
     ``duplex``: the share of a link's rate each direction keeps while both directions carry bulk
     data at once, one exchange at a time from an idle link (TCP's ACKs queue behind the other
     direction's data and slow its ramp; 1: none lost); ``duplex_stream`` the same with exchanges
-    back to back. Measure them (``bench/bench_simulator.py`` probes the link): this machine's
-    emulated links give about 0.5 and 0.75. Only the full-graph halo model uses them (its exchanges
-    are symmetric bulk transfers: one at a time under staleness 0, back to back under 1).
+    kept back to back (each one issued as the one before the last lands, so the link never idles).
+    Measure them (``bench/bench_simulator.py`` probes the link): this machine's emulated links
+    give about 0.5 and 0.97-1.0. Only the full-graph halo model uses them (its exchanges are
+    symmetric bulk transfers: one at a time under staleness 0, back to back under 1).
     """
 
     host_of: tuple[int, ...]
@@ -170,6 +173,10 @@ class Layout:
     def machine(self, worker: int) -> int:
         host = self.host_of[worker]
         return self.machine_of_host[host] if self.machine_of_host else host
+
+    def cores_of(self, machine: int) -> int:
+        """``machine``'s cores; one value given stands for every machine."""
+        return self.cores[machine] if machine < len(self.cores) else self.cores[-1]
 
     def cross_share(self, worker: int) -> float:
         if self.cross is not None:
@@ -264,7 +271,7 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         own.append(max(load, compute + exposed) if prefetch else load + compute + exposed)
         cpu_of.append(w.sample.time(b) + w.gather.time(b) + w.compute.time(b))
     machines = sorted({layout.machine(i) for i in range(n)})
-    cores_s = max(sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores[m] for m in machines)
+    cores_s = max(sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores_of(m) for m in machines)
     slowest = max(range(n), key=lambda i: own[i])
     step = max(own[slowest], cores_s)
     if cores_s > own[slowest]:
@@ -322,13 +329,16 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
         # plus what the slower links add.
         own = [w.compute_s + w.halo_wait_s + slower_halo + exposed for w in workers]
     else:
-        # Last step's halo is what a layer reads: this step's exchanges overlap the whole step.
-        own = [max(w.compute_s, halo) + exposed for w in workers]
+        # Last step's halo is what a layer reads: this step's exchanges overlap the whole step,
+        # but their own CPU work (copies, the network stack) overlaps compute only on a spare core.
+        transfer = min(w.halo_wait_s for w in workers)
+        own = [max(w.compute_s + (transfer if _cores_busy(layout, i) else 0.0), halo) + exposed
+               for i, w in enumerate(workers)]
     slowest = max(range(n), key=lambda i: own[i])
     step = own[slowest]
     # Stale: the exchange bounds the step once it outlasts the compute it overlaps.
     exchange = halo if staleness else workers[slowest].halo_wait_s + slower_halo
-    if (exchange >= workers[slowest].compute_s) if staleness else (exchange > 0.5 * step):
+    if (exchange + exposed >= step) if staleness else (exchange > 0.5 * step):
         bottleneck = "network"
     elif exposed > 0.5 * step:
         bottleneck = "sync"
@@ -336,6 +346,12 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
         bottleneck = f"worker {slowest}"
     return EpochPrediction(step_s=step, epoch_s=step, steps=1, per_worker_s=own, sync_s=exposed,
                            bottleneck=bottleneck, parts={"halo_s": halo, "compute_s": workers[slowest].compute_s})
+
+
+def _cores_busy(layout: Layout, worker: int) -> bool:
+    """Whether ``worker``'s machine runs at least one worker per core (nothing left for background work)."""
+    m = layout.machine(worker)
+    return sum(layout.machine(i) == m for i in range(len(layout.host_of))) >= layout.cores_of(m)
 
 
 def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) -> float:
@@ -368,7 +384,7 @@ def _same_sharing(layout: Layout, base: Layout, worker: int) -> bool:
     """Whether ``worker`` shares its machine's cores with at least as many workers per core as where it was profiled."""
     def per_core(lay: Layout) -> float:
         m = lay.machine(worker)
-        return sum(lay.machine(i) == m for i in range(len(lay.host_of))) / lay.cores[m]
+        return sum(lay.machine(i) == m for i in range(len(lay.host_of))) / lay.cores_of(m)
 
     return per_core(layout) >= per_core(base) * 0.999
 

@@ -153,6 +153,20 @@ def test_stale_fullgraph_overlaps_the_exchange_with_compute():
     assert s0.step_s == pytest.approx(2.0 + halo, rel=1e-3)
 
 
+def test_stale_exchange_costs_its_cpu_work_where_no_core_is_spare():
+    # The exchange's own CPU work (the least profiled wait: 0.1 s) cannot hide behind compute on
+    # a machine whose cores all compute; with a spare core it does.
+    costs = [FullGraphCosts(compute_s=1.0, send_rows=(0, 1_000), widths=(64,), inner=50_000, halo_wait_s=0.3),
+             FullGraphCosts(compute_s=1.0, send_rows=(1_000, 0), widths=(64,), inner=50_000, halo_wait_s=0.1)]
+    busy = Layout.hosts_of([1, 1], link_bps=1e9, cores=2, shared_machine=True, latency_s=0.0)
+    spare = Layout.hosts_of([1, 1], link_bps=1e9, cores=4, shared_machine=True, latency_s=0.0)
+    assert simulate_fullgraph(costs, busy, staleness=1).step_s == pytest.approx(1.1)
+    assert simulate_fullgraph(costs, spare, staleness=1).step_s == pytest.approx(1.0)
+    # One cores value stands for every machine (a spec without core counts: unbounded).
+    assert simulate_fullgraph(costs, Layout(host_of=(0, 1), link_bps=(1e9, 1e9), latency_s=0.0),
+                              staleness=1).step_s == pytest.approx(1.0)
+
+
 def test_duplex_slows_only_links_that_carry_both_directions():
     both = _fullgraph(rows=(20_000, 20_000))
     one_way = _fullgraph(rows=(20_000, 0))  # rank 1 sends nothing: each exchange uses one direction
