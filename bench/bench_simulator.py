@@ -111,7 +111,7 @@ LINK_MODES = ("one", "both", "stream")
 def link_worker(rows: int, width: int, mode: str, repeats: int) -> None:
     """In an emulated host (RANK, MASTER_ADDR/PORT set): all-to-alls of ``rows x width`` float32, rank 0
     prints the median seconds per exchange. ``one``: rank 0 to rank 1, 20 ms
-    apart; ``both``: both ways at once, 20 ms apart (one exchange at a time, as staleness 0 sends
+    apart (``burst``: 200 ms apart, the link's token bucket full); ``both``: both ways at once, 20 ms apart (one exchange at a time, as staleness 0 sends
     them); ``stream``: both ways, each issued as the one before the last lands (as staleness 1
     keeps its exchanges queued on the halo group, the link never idle)."""
     from graphdist import comm
@@ -121,7 +121,7 @@ def link_worker(rows: int, width: int, mode: str, repeats: int) -> None:
     import torch
 
     x, none = torch.randn(rows, width), torch.zeros(0, width)
-    one_way = mode == "one"
+    one_way = mode in ("one", "burst")
     send = [none, x] if rank == 0 else [none if one_way else x, none]
     recv = ([0, 0 if one_way else rows] if rank == 0 else [rows, 0])
     times = []
@@ -138,7 +138,7 @@ def link_worker(rows: int, width: int, mode: str, repeats: int) -> None:
         times = [b - a for a, b in zip(stamps, stamps[1:])]
     else:
         for _ in range(repeats):
-            time.sleep(0.02)
+            time.sleep(0.2 if mode == "burst" else 0.02)
             t0 = time.perf_counter()
             comm.all_to_all_v_async(send, tag="probe", recv_rows=recv).wait()
             times.append(time.perf_counter() - t0)
@@ -174,15 +174,38 @@ def probe_link(rate: str, rows: int, width: int, port: int, repeats: int = 12) -
             "duplex_stream": min(1.0, medians["one"] / medians["stream"])}
 
 
+def probe_burst(rate: str, nbytes: int, port: int, repeats: int = 8) -> float:
+    """Bytes the link at ``rate`` passes at once after idling: a one-way ``nbytes`` transfer 200 ms after
+    the last, less what the rate carries in the time it took (``Layout.burst_bytes``)."""
+    from graphdist.testing.netns import EmulatedCluster
+    from placement.cluster import parse_rate
+
+    rows = max(1, nbytes // (4 * 128))
+    with EmulatedCluster(hosts=2, rate=rate) as c:
+        procs = []
+        for h in range(2):
+            env = {"RANK": str(h), "MASTER_ADDR": c.addr(0), "MASTER_PORT": str(port),
+                   "GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"}
+            argv = [sys.executable, str(Path(__file__).resolve()), "--link-worker", str(rows), "128", "burst",
+                    str(repeats)]
+            procs.append(c.run(h, argv, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+        lines = [line for line in outs[0].splitlines() if line.startswith("{")]
+        if not lines or any(p.returncode for p in procs):
+            raise RuntimeError(f"burst probe at {rate} failed:\n{outs[0][-2000:]}\n{outs[1][-2000:]}")
+    seconds = float(json.loads(lines[-1])["median_s"])
+    return max(0.0, rows * 128 * 4 - seconds * parse_rate(rate) / 8.0)
+
+
 def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Optional[float],
-            factor: float) -> Any:
+            factor: float, burst_bytes: float = 0.0) -> Any:
     """The simulator's epoch for one validation run's layout, shares and steps."""
     from placement.simulator import Layout, costs_from_profile, simulate
 
     workers, shape = costs_from_profile(profile)
     cores = os.cpu_count() or 1
     layout = (Layout.one_host(2, cores=cores) if rate_bps is None
-              else Layout.hosts_of([1, 1], rate_bps, cores=cores, shared_machine=True))
+              else Layout.hosts_of([1, 1], rate_bps, cores=cores, shared_machine=True, burst_bytes=burst_bytes))
     shares = [int(s) for s in records[-1]["batch_share"]]
     return simulate(workers, shares, layout, steps=int(records[-1]["steps"]), model=shape, sync="dwbp",
                     sacp=True, prefetch=True, slowdown=[1.0, factor], profiled_layout=Layout.one_host(2, cores=cores))
@@ -224,6 +247,11 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     # A case's last field: the slow worker's factor (minibatch), or the staleness (fullgraph).
     cases = [(name, rate, v) for name, rate in layouts for v in ((0, 1) if full else sorted({1.0, a.slowdown}))]
     links: dict[str, dict[str, float]] = {}
+    bursts: dict[str, float] = {}
+    if not full:  # a step's gradients are small: what a link passes at once after compute matters
+        for i, rate in enumerate(r for _, r in layouts if r):
+            bursts[rate] = probe_burst(rate, int(profile["measures"][0]["param_bytes"]), 29600 + i)
+            print(f"link {rate}: {bursts[rate] / 1024:.0f} KiB pass at once after idling", flush=True)
     if full:
         m = profile["fullgraph"][0]
         for i, rate in enumerate(r for _, r in layouts if r):
@@ -249,7 +277,8 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     rows = []
     for k, (name, rate, v) in enumerate(cases):
         bps = parse_rate(rate) if rate else None
-        pred = predict_fullgraph(profile, links.get(rate), int(v)) if full else predict(profile, last[k], bps, v)
+        pred = (predict_fullgraph(profile, links.get(rate), int(v)) if full
+                else predict(profile, last[k], bps, v, bursts.get(rate, 0.0)))
         meas = statistics.median(measured[k])
         halo = statistics.median(r.get("halo_wait_s", 0.0) for r in last[k] if r["epoch"] > 2) if full else None
         rows.append({"layout": name, "rate": rate, ("staleness" if full else "slowdown"): v, "measured_s": meas,
@@ -258,7 +287,7 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                      "predicted_sync_s": pred.sync_s, "measured_halo_wait_s": halo,
                      "predicted_halo_s": pred.parts.get("halo_s")})
     return {"dataset": a.dataset, "strategy": a.strategy, "hidden": a.hidden, "batch_size": a.batch_size, "epochs": a.epochs,
-            "repeats": a.repeats, "profile": profile, "links": links, "rows": rows}
+            "repeats": a.repeats, "profile": profile, "links": links, "bursts": bursts, "rows": rows}
 
 
 def print_table(res: dict[str, Any]) -> None:

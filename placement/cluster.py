@@ -14,9 +14,11 @@ Written as YAML (``--cluster cluster.yaml``)::
     local_link: 100gbit         # between workers of one host (default 100gbit)
     duplex: 0.5                 # optional, measured: each direction's share of a link carrying both
     duplex_stream: 0.97         #   (one exchange at a time / back to back; default 1: full duplex)
+    burst: 64KiB                # optional, measured: what a rate-limited link passes at once after idling
 
 ``duplex`` and ``duplex_stream`` are what ``bench/bench_simulator.py --strategy fullgraph`` measures
-on a link (the simulator's full-graph halo model reads them: ``placement.simulator.Layout``).
+on a link (the simulator's full-graph halo model reads them), ``burst`` what ``bench/bench_simulator.py``
+measures (the gradient term reads it): ``placement.simulator.Layout``.
 A worker's ``speed`` is its throughput relative to the others (default 1.0); the profiler's
 measurements replace it when a run has them. Ranks follow the spec's order: host by host,
 worker by worker. Every mistake is reported, one line each, naming where it is
@@ -76,6 +78,7 @@ class ClusterSpec:
     local_link_bps: float = 100e9
     duplex: float = 1.0
     duplex_stream: float = 1.0
+    burst_bytes: float = 0.0
 
     @property
     def workers(self) -> tuple[WorkerSpec, ...]:
@@ -144,11 +147,12 @@ def parse_cluster(doc: Any, source: str = "cluster spec") -> ClusterSpec:
     errors: list[str] = []
     if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
         raise ClusterSpecError(f"{source}: expected a mapping with a non-empty list 'hosts'")
-    unknown = set(doc) - {"hosts", "local_link", "duplex", "duplex_stream"}
-    errors += [f"{source}: unknown key {k!r} (expected hosts, local_link, duplex, duplex_stream)"
+    unknown = set(doc) - {"hosts", "local_link", "duplex", "duplex_stream", "burst"}
+    errors += [f"{source}: unknown key {k!r} (expected hosts, local_link, duplex, duplex_stream, burst)"
                for k in sorted(unknown)]
     local = _field(errors, f"{source}: local_link", doc.get("local_link", 100e9), parse_rate)
     duplex = {k: _field(errors, f"{source}: {k}", doc.get(k, 1.0), _share) for k in ("duplex", "duplex_stream")}
+    burst = _field(errors, f"{source}: burst", doc.get("burst", 0), _burst)
     hosts, names = [], set()
     for i, h in enumerate(doc["hosts"]):
         where = f"{source}: hosts[{i}]"
@@ -172,7 +176,16 @@ def parse_cluster(doc: Any, source: str = "cluster spec") -> ClusterSpec:
     if errors:
         raise ClusterSpecError("\n".join(errors))
     return ClusterSpec(hosts=tuple(hosts), local_link_bps=local or 100e9, duplex=duplex["duplex"] or 1.0,
-                       duplex_stream=duplex["duplex_stream"] or 1.0)
+                       duplex_stream=duplex["duplex_stream"] or 1.0, burst_bytes=burst or 0.0)
+
+
+def _burst(value: Any) -> float:
+    """A link's burst: ``"64KiB"``, or a number of bytes (not GiB, as a worker's memory is)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"expected a size like 64KiB or a number of bytes >= 0 (got {value!r})")
+        return float(value)
+    return parse_memory(value)
 
 
 def _share(value: Any) -> float:

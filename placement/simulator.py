@@ -138,6 +138,9 @@ class Layout:
     Measure them (``bench/bench_simulator.py`` probes the link): this machine's emulated links
     give about 0.5 and 0.97-1.0. Only the full-graph halo model uses them (its exchanges are
     symmetric bulk transfers: one at a time under staleness 0, back to back under 1).
+    ``burst_bytes``: what a rate-limited host link passes at once after idling (a token bucket's
+    depth: this machine's emulated links, a cloud VM's NIC cap; 0: none). The gradient term uses it:
+    a step's first ``burst_bytes`` on the wire cost no time, the bucket refilling during compute.
     """
 
     host_of: tuple[int, ...]
@@ -149,6 +152,7 @@ class Layout:
     cross: Optional[tuple[float, ...]] = None
     duplex: float = 1.0
     duplex_stream: float = 1.0
+    burst_bytes: float = 0.0
 
     @classmethod
     def one_host(cls, workers: int, cores: int = 1 << 16) -> "Layout":
@@ -407,8 +411,8 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
     n = len(workers)
     if n < 2 or not model.linears:
         return 0.0
-    layers = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
-              for i in range(len(model.linears))]
+    layers = _burst([_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
+                     for i in reversed(range(len(model.linears)))], layout)[::-1]  # sent last layer first
     other = max(0, model.param_bytes - sum(4 * (out * inp + out) for _, out, inp in model.linears))
     ring_bps = layout.ring_bps()
     other_s = _ring_s(other, n, ring_bps, layout.latency_s) if other else 0.0
@@ -422,6 +426,19 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
         ready += backward * work[i] / total
         wire = max(wire, ready) + layers[i]
     return max(0.0, wire + other_s - backward)
+
+
+def _burst(seconds: list[float], layout: Layout) -> list[float]:
+    """Transfers in the order they go out, less what a full token bucket of ``layout.burst_bytes`` carries at once."""
+    if layout.num_hosts < 2 or layout.burst_bytes <= 0:
+        return seconds
+    credit = 8.0 * layout.burst_bytes / layout.ring_bps()
+    out = []
+    for t in seconds:
+        saved = min(credit, max(0.0, t - layout.latency_s))
+        credit -= saved
+        out.append(t - saved)
+    return out
 
 
 def _layer_work(workers: Sequence[WorkerCosts], shares: Sequence[int], model: ModelShape, layer: int) -> float:

@@ -146,7 +146,7 @@ def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[s
     hosts = {h.name: i for i, h in enumerate(spec.hosts)}
     layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),
                     link_bps=tuple(h.link_bps for h in spec.hosts), local_bps=spec.local_link_bps,
-                    duplex=spec.duplex, duplex_stream=spec.duplex_stream)
+                    duplex=spec.duplex, duplex_stream=spec.duplex_stream, burst_bytes=spec.burst_bytes)
     out: dict[str, Any] = {}
     if profile.get("fullgraph"):
         full, shape = fullgraph_costs_from_profile(profile)

@@ -59,6 +59,16 @@ def test_gradient_exchange_overlaps_backward_under_dwbp_only():
     assert 0 < dwbp.sync_s < blocking.sync_s
 
 
+def test_a_links_burst_carries_the_first_bytes_of_each_steps_gradients_at_once():
+    w = _worker(compute_ms=30.0, rows_per_seed=1000.0)
+    dense = 4 * (256 * 512 + 256) + 4 * (16 * 256 + 16)
+    plain, burst = (Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0, burst_bytes=b) for b in (0.0, 64 * 1024))
+    a = simulate([w, w], [100, 100], plain, steps=1, model=SHAPE, sync="blocking")
+    b = simulate([w, w], [100, 100], burst, steps=1, model=SHAPE, sync="blocking")
+    assert a.sync_s - b.sync_s == pytest.approx(8 * 64 * 1024 / 100e6)  # the bucket's bytes cost nothing
+    assert b.sync_s == pytest.approx(8 * (dense - 64 * 1024) / 100e6, rel=0.02)
+
+
 def test_sacp_sends_factors_when_poseidons_rule_picks_them():
     few = _worker(rows_per_seed=0.2)  # K = 20 rows: 20 (256 + 512) < 2 * 256 * 512 / 2
     lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
