@@ -110,10 +110,10 @@ LINK_MODES = ("one", "both", "stream")
 
 def link_worker(rows: int, width: int, mode: str, repeats: int) -> None:
     """In an emulated host (RANK, MASTER_ADDR/PORT set): all-to-alls of ``rows x width`` float32, rank 0
-    prints the median seconds per exchange. ``one``: rank 0 to rank 1, 20 ms
-    apart (``burst``: 200 ms apart, the link's token bucket full); ``both``: both ways at once, 20 ms apart (one exchange at a time, as staleness 0 sends
-    them); ``stream``: both ways, each issued as the one before the last lands (as staleness 1
-    keeps its exchanges queued on the halo group, the link never idle)."""
+    prints the median seconds per exchange. ``one``: rank 0 to rank 1, 20 ms apart (``burst``: 200 ms
+    apart, the link's token bucket full); ``both``: both ways at once, 20 ms apart (one exchange at
+    a time, as staleness 0 sends them); ``stream``: both ways, each issued as the one before the last
+    lands (as staleness 1 keeps its exchanges queued on the halo group, the link never idle)."""
     from graphdist import comm
 
     rank = int(os.environ["RANK"])
@@ -153,25 +153,29 @@ def probe_link(rate: str, rows: int, width: int, port: int, repeats: int = 12) -
     keeps when both carry it: one exchange at a time (``duplex``) and back to back (``duplex_stream``)."""
     from graphdist.testing.netns import EmulatedCluster
 
-    medians = {}
     with EmulatedCluster(hosts=2, rate=rate) as c:
-        for k, mode in enumerate(LINK_MODES):
-            procs = []
-            for h in range(2):
-                env = {"RANK": str(h), "MASTER_ADDR": c.addr(0), "MASTER_PORT": str(port + k),
-                       "GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"}
-                argv = [sys.executable, str(Path(__file__).resolve()), "--link-worker", str(rows), str(width), mode,
-                        str(repeats)]
-                procs.append(c.run(h, argv, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-            outs = [p.communicate(timeout=120)[0].decode() for p in procs]
-            lines = [line for line in outs[0].splitlines() if line.startswith("{")]
-            if not lines or any(p.returncode for p in procs):
-                raise RuntimeError(f"link probe at {rate} failed:\n{outs[0][-2000:]}\n{outs[1][-2000:]}")
-            medians[mode] = float(json.loads(lines[-1])["median_s"])
+        medians = {mode: _link_median(c, rate, rows, width, mode, repeats, port + k)
+                   for k, mode in enumerate(LINK_MODES)}
     bits = 8.0 * 4 * rows * width
     return {"one_way_s": medians["one"], "both_ways_s": medians["both"], "stream_s": medians["stream"],
             "link_bps": bits / medians["one"], "duplex": min(1.0, medians["one"] / medians["both"]),
             "duplex_stream": min(1.0, medians["one"] / medians["stream"])}
+
+
+def _link_median(c: Any, rate: str, rows: int, width: int, mode: str, repeats: int, port: int) -> float:
+    """One ``link_worker`` per emulated host of ``c`` in ``mode``: rank 0's median seconds per exchange."""
+    procs = []
+    for h in range(2):
+        env = {"RANK": str(h), "MASTER_ADDR": c.addr(0), "MASTER_PORT": str(port),
+               "GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"}
+        argv = [sys.executable, str(Path(__file__).resolve()), "--link-worker", str(rows), str(width), mode,
+                str(repeats)]
+        procs.append(c.run(h, argv, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    lines = [line for line in outs[0].splitlines() if line.startswith("{")]
+    if not lines or any(p.returncode for p in procs):
+        raise RuntimeError(f"link probe ({mode}) at {rate} failed:\n{outs[0][-2000:]}\n{outs[1][-2000:]}")
+    return float(json.loads(lines[-1])["median_s"])
 
 
 def probe_burst(rate: str, nbytes: int, port: int, repeats: int = 8) -> float:
@@ -182,18 +186,7 @@ def probe_burst(rate: str, nbytes: int, port: int, repeats: int = 8) -> float:
 
     rows = max(1, nbytes // (4 * 128))
     with EmulatedCluster(hosts=2, rate=rate) as c:
-        procs = []
-        for h in range(2):
-            env = {"RANK": str(h), "MASTER_ADDR": c.addr(0), "MASTER_PORT": str(port),
-                   "GLOO_SOCKET_IFNAME": c.iface(h), "OMP_NUM_THREADS": "1"}
-            argv = [sys.executable, str(Path(__file__).resolve()), "--link-worker", str(rows), "128", "burst",
-                    str(repeats)]
-            procs.append(c.run(h, argv, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
-        lines = [line for line in outs[0].splitlines() if line.startswith("{")]
-        if not lines or any(p.returncode for p in procs):
-            raise RuntimeError(f"burst probe at {rate} failed:\n{outs[0][-2000:]}\n{outs[1][-2000:]}")
-    seconds = float(json.loads(lines[-1])["median_s"])
+        seconds = _link_median(c, rate, rows, 128, "burst", repeats, port)
     return max(0.0, rows * 128 * 4 - seconds * parse_rate(rate) / 8.0)
 
 

@@ -182,6 +182,11 @@ class Layout:
         """``machine``'s cores; one value given stands for every machine."""
         return self.cores[machine] if machine < len(self.cores) else self.cores[-1]
 
+    def workers_per_core(self, worker: int) -> float:
+        """How many workers share each core of ``worker``'s machine."""
+        m = self.machine(worker)
+        return sum(self.machine(i) == m for i in range(len(self.host_of))) / self.cores_of(m)
+
     def cross_share(self, worker: int) -> float:
         if self.cross is not None:
             return self.cross[worker]
@@ -336,7 +341,8 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
         # Last step's halo is what a layer reads: this step's exchanges overlap the whole step,
         # but their own CPU work (copies, the network stack) overlaps compute only on a spare core.
         transfer = min(w.halo_wait_s for w in workers)
-        own = [max(w.compute_s + (transfer if _cores_busy(layout, i) else 0.0), halo) + exposed
+        # (A machine with at least one worker per core has none to spare.)
+        own = [max(w.compute_s + (transfer if layout.workers_per_core(i) >= 1.0 else 0.0), halo) + exposed
                for i, w in enumerate(workers)]
     slowest = max(range(n), key=lambda i: own[i])
     step = own[slowest]
@@ -350,12 +356,6 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
         bottleneck = f"worker {slowest}"
     return EpochPrediction(step_s=step, epoch_s=step, steps=1, per_worker_s=own, sync_s=exposed,
                            bottleneck=bottleneck, parts={"halo_s": halo, "compute_s": workers[slowest].compute_s})
-
-
-def _cores_busy(layout: Layout, worker: int) -> bool:
-    """Whether ``worker``'s machine runs at least one worker per core (nothing left for background work)."""
-    m = layout.machine(worker)
-    return sum(layout.machine(i) == m for i in range(len(layout.host_of))) >= layout.cores_of(m)
 
 
 def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) -> float:
@@ -386,11 +386,7 @@ def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) ->
 
 def _same_sharing(layout: Layout, base: Layout, worker: int) -> bool:
     """Whether ``worker`` shares its machine's cores with at least as many workers per core as where it was profiled."""
-    def per_core(lay: Layout) -> float:
-        m = lay.machine(worker)
-        return sum(lay.machine(i) == m for i in range(len(lay.host_of))) / lay.cores_of(m)
-
-    return per_core(layout) >= per_core(base) * 0.999
+    return layout.workers_per_core(worker) >= base.workers_per_core(worker) * 0.999
 
 
 def _network_s(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout) -> list[float]:
