@@ -69,7 +69,8 @@ def best_test(records: list[dict[str, Any]]) -> float:
 
 def simulated(run_dir: Path, records: list[dict[str, Any]]) -> Any:
     """The simulator's prediction for this run, from the profile the run itself measured (one host)."""
-    from placement.simulator import Layout, costs_from_profile, simulate
+    from placement.profiled import costs_from_profile
+    from placement.simulator import Layout, simulate
 
     profile = json.loads((run_dir / "profile.json").read_text())
     workers, shape = costs_from_profile(profile)

@@ -193,7 +193,8 @@ def probe_burst(rate: str, nbytes: int, port: int, repeats: int = 8) -> float:
 def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Optional[float],
             factor: float, burst_bytes: float = 0.0) -> Any:
     """The simulator's epoch for one validation run's layout, shares and steps."""
-    from placement.simulator import Layout, costs_from_profile, simulate
+    from placement.profiled import costs_from_profile
+    from placement.simulator import Layout, simulate
 
     workers, shape = costs_from_profile(profile)
     cores = os.cpu_count() or 1
@@ -206,7 +207,8 @@ def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Op
 
 def predict_fullgraph(profile: dict[str, Any], link: Optional[dict[str, float]], staleness: int) -> Any:
     """The simulator's full-graph epoch on one validation run's layout (``link``: the probe's figures)."""
-    from placement.simulator import Layout, fullgraph_costs_from_profile, simulate_fullgraph
+    from placement.profiled import fullgraph_costs_from_profile
+    from placement.simulator import Layout, simulate_fullgraph
 
     workers, shape = fullgraph_costs_from_profile(profile)
     cores = os.cpu_count() or 1

@@ -57,8 +57,8 @@ from typing import Any, Optional, Sequence
 
 from placement.shares import LinearCost
 
-__all__ = ["EpochPrediction", "FullGraphCosts", "Layout", "ModelShape", "Pipelined", "WorkerCosts", "costs_from_profile",
-           "fullgraph_costs_from_profile", "simulate", "simulate_fullgraph"]
+__all__ = ["EpochPrediction", "FullGraphCosts", "Layout", "ModelShape", "Pipelined", "WorkerCosts", "simulate",
+           "simulate_fullgraph"]
 
 BACKWARD_FRACTION = 2.0 / 3.0  # backward's share of forward + backward (about twice the forward FLOPs)
 DEFAULT_LATENCY_S = 1e-4  # one exchange's latency over a host link, beyond what the profile measured
@@ -227,7 +227,7 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
     """The predicted minibatch epoch of ``workers`` with ``shares`` on ``layout`` (see the module doc).
 
     Args:
-        workers: per worker its measured costs (``costs_from_profile``).
+        workers: per worker its measured costs (``placement.profiled.costs_from_profile``).
         shares: per worker its seeds per step.
         layout: hosts, links and cores to predict for.
         steps: steps per epoch.
@@ -246,7 +246,8 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
     """
     if strategy == "fullgraph":
         raise ValueError("simulate: fullgraph's costs are per full-graph step: use simulate_fullgraph with "
-                         "fullgraph_costs_from_profile (a profile of --strategy fullgraph --placement profiled)")
+                         "placement.profiled.fullgraph_costs_from_profile (a profile of --strategy fullgraph "
+                         "--placement profiled)")
     if strategy not in ("minibatch", "aggregation"):
         raise ValueError(f"simulate: strategy {strategy!r} is not modelled (minibatch, aggregation, fullgraph)")
     n = len(workers)
@@ -466,55 +467,3 @@ def _layer_seconds(workers: Sequence[WorkerCosts], shares: Sequence[int], layout
 def _ring_s(nbytes: float, n: int, bps: float, latency_s: float) -> float:
     """A ring allreduce of ``nbytes`` over ``n`` workers whose slowest link is ``bps``."""
     return 2 * (n - 1) * (8.0 * nbytes / n / bps + latency_s)
-
-
-def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], ModelShape]:
-    """Per worker its :class:`WorkerCosts`, and the model's shape, from a ``profile.json`` document.
-
-    Raises:
-        ValueError: a profile written before the simulator's measures existed (profile again).
-    """
-    parts, measures = profile.get("parts"), profile.get("measures")
-    if not parts or not measures or len(parts) != len(measures) or not all(measures):
-        raise ValueError("profile.json has no simulator measures (written by an older graphdist or by one "
-                         "worker): run --placement profiled again")
-    workers = []
-    for p, m in zip(parts, measures):
-        sent = [LinearCost(*m["bytes"][tag]) for tag in ("sample", "feature")]
-        workers.append(WorkerCosts(
-            sample=LinearCost(*p["sample"]), gather=LinearCost(*p["gather"]), compute=LinearCost(*p["compute"]),
-            wait=LinearCost(*m["wait"]), sent_bytes=LinearCost(sum(c.fixed_s for c in sent),
-                                                              sum(c.per_seed_s for c in sent)),
-            rows=tuple(LinearCost(*r) for r in m["rows"]), exchanges=float(m["exchanges"]),
-            sync_wait_s=float(m.get("sync_wait", 0.0)), pipelined=_pipelined(m.get("pipelined"))))
-    return workers, _model_shape(measures[0])
-
-
-def fullgraph_costs_from_profile(profile: dict[str, Any]) -> tuple[list[FullGraphCosts], ModelShape]:
-    """Per rank its :class:`FullGraphCosts`, and the model's shape, from a fullgraph ``profile.json``.
-
-    Raises:
-        ValueError: a profile without full-graph probes (one of ``--strategy minibatch``, or older).
-    """
-    measures = profile.get("fullgraph")
-    if not measures or not all(measures):
-        raise ValueError("profile.json has no full-graph probes: profile with --strategy fullgraph --placement profiled")
-    workers = [FullGraphCosts(compute_s=float(m["compute_s"]), send_rows=tuple(int(r) for r in m["send_rows"]),
-                              widths=tuple(int(d) for d in m["widths"]), inner=int(m["inner"]),
-                              halo_wait_s=float(m["halo_wait_s"]), sync_wait_s=float(m["sync_wait_s"]))
-               for m in measures]
-    return workers, _model_shape(measures[0])
-
-
-def _model_shape(measure: dict[str, Any]) -> ModelShape:
-    return ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in measure["linears"]),
-                      param_bytes=int(measure["param_bytes"]))
-
-
-def _pipelined(doc: Optional[dict[str, Any]]) -> Optional[Pipelined]:
-    if not doc:
-        return None
-    return Pipelined(step=LinearCost(*doc["step"]), load_cpu=LinearCost(*doc["load_cpu"]),
-                     compute_cpu=LinearCost(*doc["compute_cpu"]),
-                     compute_wall=LinearCost(*doc.get("compute_wall", doc["compute_cpu"])),
-                     sync_wait_s=float(doc.get("sync_wait", 0.0)))

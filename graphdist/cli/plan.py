@@ -99,7 +99,7 @@ def describe_from_args(a: argparse.Namespace) -> dict[str, Any]:
     from partition.api import read_meta
     from placement.cluster import parse_rate
     from placement.describe import Assumptions, parse_described, predict_described
-    from placement.simulator import costs_from_profile
+    from placement.profiled import costs_from_profile
 
     if not a.profile:
         raise ValueError("--describe needs --profile: a profile.json measured here with the same model and fan-outs")
@@ -140,8 +140,8 @@ def print_described(res: dict[str, Any]) -> None:
 
 def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[str, Any]]:
     """Per strategy the simulator's epoch on the spec's hosts and links (None: an older profile)."""
-    from placement.simulator import (Layout, costs_from_profile, fullgraph_costs_from_profile, simulate,
-                                      simulate_fullgraph)
+    from placement.profiled import costs_from_profile, fullgraph_costs_from_profile
+    from placement.simulator import Layout, simulate, simulate_fullgraph
 
     hosts = {h.name: i for i, h in enumerate(spec.hosts)}
     layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),

@@ -69,7 +69,7 @@ class Profile:
         fullgraph: ``--strategy fullgraph`` instead: per rank its exact full-graph step
             (:func:`profile_fullgraph`): ``compute_s``, ``halo_wait_s``, ``sync_wait_s``,
             ``send_rows`` per rank, the exchanged layers' ``widths``, ``inner`` rows, ``linears``
-            and ``param_bytes`` (``placement.simulator.fullgraph_costs_from_profile``).
+            and ``param_bytes`` (``placement.profiled.fullgraph_costs_from_profile``).
     """
 
     key: dict[str, Any]

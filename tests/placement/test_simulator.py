@@ -3,8 +3,8 @@
 import pytest
 
 from placement.shares import LinearCost
-from placement.simulator import (FullGraphCosts, Layout, ModelShape, WorkerCosts, costs_from_profile,
-                                  fullgraph_costs_from_profile, simulate, simulate_fullgraph)
+from placement.profiled import costs_from_profile, fullgraph_costs_from_profile
+from placement.simulator import FullGraphCosts, Layout, ModelShape, WorkerCosts, simulate, simulate_fullgraph
 
 
 def _worker(load_ms=4.0, compute_ms=10.0, sent_per_seed=1000.0, rows_per_seed=8.0):

@@ -185,7 +185,8 @@ def test_profiled_placement_records_the_halo_plan_and_leaves_training_unchanged(
         assert m["widths"] == [8, 8] and m["compute_s"] > 0 and m["inner"] > 0
         assert [n for n, _, _ in m["linears"]] and m["param_bytes"] > 0
 
-    from placement.simulator import Layout, fullgraph_costs_from_profile, simulate_fullgraph
+    from placement.profiled import fullgraph_costs_from_profile
+    from placement.simulator import Layout, simulate_fullgraph
 
     workers, shape = fullgraph_costs_from_profile({"fullgraph": probes})
     here = simulate_fullgraph(workers, Layout.one_host(2), shape)

@@ -1,0 +1,69 @@
+"""The simulator's inputs read back from a ``profile.json`` document (``graphdist/trainers/profile.py`` writes it).
+
+Example:
+    >>> costs_from_profile({"parts": None, "measures": None})
+    Traceback (most recent call last):
+    ...
+    ValueError: profile.json has no simulator measures (written by an older graphdist or by one worker): run --placement profiled again
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from placement.shares import LinearCost
+from placement.simulator import FullGraphCosts, ModelShape, Pipelined, WorkerCosts
+
+__all__ = ["costs_from_profile", "fullgraph_costs_from_profile"]
+
+
+def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], ModelShape]:
+    """Per worker its :class:`WorkerCosts`, and the model's shape, from a ``profile.json`` document.
+
+    Raises:
+        ValueError: a profile written before the simulator's measures existed (profile again).
+    """
+    parts, measures = profile.get("parts"), profile.get("measures")
+    if not parts or not measures or len(parts) != len(measures) or not all(measures):
+        raise ValueError("profile.json has no simulator measures (written by an older graphdist or by one "
+                         "worker): run --placement profiled again")
+    workers = []
+    for p, m in zip(parts, measures):
+        sent = [LinearCost(*m["bytes"][tag]) for tag in ("sample", "feature")]
+        workers.append(WorkerCosts(
+            sample=LinearCost(*p["sample"]), gather=LinearCost(*p["gather"]), compute=LinearCost(*p["compute"]),
+            wait=LinearCost(*m["wait"]), sent_bytes=LinearCost(sum(c.fixed_s for c in sent),
+                                                              sum(c.per_seed_s for c in sent)),
+            rows=tuple(LinearCost(*r) for r in m["rows"]), exchanges=float(m["exchanges"]),
+            sync_wait_s=float(m.get("sync_wait", 0.0)), pipelined=_pipelined(m.get("pipelined"))))
+    return workers, _model_shape(measures[0])
+
+
+def fullgraph_costs_from_profile(profile: dict[str, Any]) -> tuple[list[FullGraphCosts], ModelShape]:
+    """Per rank its :class:`FullGraphCosts`, and the model's shape, from a fullgraph ``profile.json``.
+
+    Raises:
+        ValueError: a profile without full-graph probes (one of ``--strategy minibatch``, or older).
+    """
+    measures = profile.get("fullgraph")
+    if not measures or not all(measures):
+        raise ValueError("profile.json has no full-graph probes: profile with --strategy fullgraph --placement profiled")
+    workers = [FullGraphCosts(compute_s=float(m["compute_s"]), send_rows=tuple(int(r) for r in m["send_rows"]),
+                              widths=tuple(int(d) for d in m["widths"]), inner=int(m["inner"]),
+                              halo_wait_s=float(m["halo_wait_s"]), sync_wait_s=float(m["sync_wait_s"]))
+               for m in measures]
+    return workers, _model_shape(measures[0])
+
+
+def _model_shape(measure: dict[str, Any]) -> ModelShape:
+    return ModelShape(linears=tuple((str(a), int(b), int(c)) for a, b, c in measure["linears"]),
+                      param_bytes=int(measure["param_bytes"]))
+
+
+def _pipelined(doc: Optional[dict[str, Any]]) -> Optional[Pipelined]:
+    if not doc:
+        return None
+    return Pipelined(step=LinearCost(*doc["step"]), load_cpu=LinearCost(*doc["load_cpu"]),
+                     compute_cpu=LinearCost(*doc["compute_cpu"]),
+                     compute_wall=LinearCost(*doc.get("compute_wall", doc["compute_cpu"])),
+                     sync_wait_s=float(doc.get("sync_wait", 0.0)))
