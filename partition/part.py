@@ -79,8 +79,10 @@ class Partition:
         """``(start, stop)`` per part held: it owns new global ids ``start <= g < stop``, ascending."""
         return [(int(self.part_offsets[p]), int(self.part_offsets[p + 1])) for p in self.parts]
 
-    def inner_local(self, global_ids: torch.Tensor) -> torch.Tensor:
+    def inner_local(self, global_ids: torch.Tensor, all_inner: bool = False) -> torch.Tensor:
         """Local id of each global id among the inner nodes, ``-1`` where another part owns it.
+
+        ``all_inner``: the caller knows every id is inner (``is_inner``): no mask is computed.
 
         Example:
             >>> import tempfile
@@ -96,13 +98,30 @@ class Partition:
         if len(ranges) == 1:
             start, stop = ranges[0]
             local = ids - start
-            return local.masked_fill_((ids < start) | (ids >= stop), -1)
+            return local if all_inner else local.masked_fill_((ids < start) | (ids >= stop), -1)
         starts = torch.tensor([a for a, _ in ranges], dtype=torch.int64)
         stops = torch.tensor([b for _, b in ranges], dtype=torch.int64)
         base = torch.cumsum(stops - starts, 0) - (stops - starts)
         which = (torch.searchsorted(starts, ids, right=True) - 1).clamp_(min=0)
         local = ids - starts.index_select(0, which) + base.index_select(0, which)
         return local.masked_fill_((ids < starts[0]) | (ids >= stops.index_select(0, which)), -1)
+
+    def is_inner(self, global_ids: torch.Tensor) -> torch.Tensor:
+        """True where this part owns the global id: ``inner_local(ids) >= 0`` in two compares a range.
+
+        Example:
+            >>> import tempfile
+            >>> from graphdist.testing import tiny_graph
+            >>> from partition.api import load_partition, partition
+            >>> part = load_partition(partition(tiny_graph(), 2, method="metis", out=tempfile.mkdtemp() + "/p"), 1)
+            >>> part.is_inner(torch.tensor([int(part.part_offsets[1]), 0])).tolist()
+            [True, False]
+        """
+        ids = torch.as_tensor(global_ids, dtype=torch.int64)
+        inner = torch.zeros(ids.shape, dtype=torch.bool)
+        for start, stop in self.inner_ranges:
+            inner |= (ids >= start) & (ids < stop)
+        return inner
 
     def owner(self, global_ids: torch.Tensor) -> torch.Tensor:
         """Part owning each new global id (binary search over ``part_offsets``)."""

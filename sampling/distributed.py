@@ -129,10 +129,9 @@ class DistNeighborSource(NeighborSource):
     ) -> Generator[None, None, tuple[Tensor, Tensor]]:
         """``sample_neighbors``, pausing three times (every rank alike) while the exchanges travel."""
         nodes = nodes.to(torch.int64)
-        local = self.partition.inner_local(nodes)
-        is_own = local >= 0
+        is_own = self.partition.is_inner(nodes)
         own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
-        own = local.index_select(0, own_idx)
+        own = self.partition.inner_local(nodes.index_select(0, own_idx), all_inner=True)
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
         if self.num_ranks == 1:  # one worker: nothing to exchange, already in order
@@ -140,21 +139,24 @@ class DistNeighborSource(NeighborSource):
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
-        remote = nodes.index_select(0, remote_idx)
-        requests, remote_order = self.owners.split(remote)
+        requests, remote_order = self.owners.split(nodes.index_select(0, remote_idx))
         remote_idx = remote_idx.index_select(0, remote_order)
         sizes = comm.all_to_all_counts_async([r.numel() for r in requests], group=self.group, tag="sample")
         yield  # 1: the request sizes travel
-        pending = comm.all_to_all_v_async(requests, group=self.group, tag="sample", recv_rows=sizes.wait())
-        # Own nodes are sampled while the requests travel. A fixed fan-out fills rows of
+        asked_rows = sizes.wait()
+        if int(sizes.matrix.sum()) == 0:
+            # Nobody asks anybody (the seeds' hop, own nodes everywhere): every rank sees the same
+            # count matrix, so all skip the two exchanges alike; own rows only, as a local sampler.
+            yield  # 2
+            yield  # 3
+            return self._sample(own, fanout, replace, generator)
+        pending = comm.all_to_all_v_async(requests, group=self.group, tag="sample", recv_rows=asked_rows)
+        # Own nodes are sampled while the requests travel. A fixed fan-out answers in rows of
         # `fanout` slots padded with -1: rows move and reorder whole (no per-edge offsets), the
         # reply needs no size exchange, and one compaction at the end gives the edges.
-        if fanout >= 0:
-            table = torch.empty((nodes.numel(), fanout), dtype=torch.int64)
-            mine = self._sample_padded(own, fanout, replace, generator)
-            table.index_copy_(0, own_idx, mine)
-        else:
-            mine_all = self._sample(own, -1)
+        padded = fanout >= 0 and remote_idx.numel() > 0
+        mine = (self._sample_padded(own, fanout, replace, generator) if padded
+                else self._sample(own, fanout, replace, generator))  # all own here: compact, in order
         yield  # 2: the requests travel
         asked = pending.wait()
         if fanout >= 0:
@@ -167,14 +169,21 @@ class DistNeighborSource(NeighborSource):
             answering = comm.all_to_all_v_async(replies, group=self.group, tag="sample")
         yield  # 3: the answers travel
         answers = answering.wait()
-        if fanout >= 0:
-            table.index_copy_(0, remote_idx, torch.cat(answers))
+        if not remote_idx.numel():
+            return mine  # type: ignore[return-value]
+        if padded:
+            table = torch.empty((nodes.numel(), fanout), dtype=torch.int64)
+            table.index_copy_(0, own_idx, mine)  # type: ignore[arg-type]
+            joined = comm.joined_rows(answers)  # the receive buffer itself: no copy
+            table.index_copy_(0, remote_idx, joined if joined is not None else torch.cat(answers))
             return unpad(table)
-        parts = [mine_all] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
-        return _reassemble(parts, torch.cat([own_idx, remote_idx]))
+        parts = [mine] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
+        return _reassemble(parts, torch.cat([own_idx, remote_idx]))  # type: ignore[list-item]
 
     def _serve_padded(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
         """``[len(ids), fanout]`` sampled neighbours (``-1``-padded) for another rank's request."""
+        if not ids.numel():  # this rank's own entry (own nodes never enter the exchange), or nothing asked
+            return torch.empty((0, fanout), dtype=torch.int64)
         return self._sample_padded(self.partition.inner_local(ids), fanout, replace, self.serve_generator)
 
     def _sample(self, rows: Tensor, fanout: int, replace: bool = False,

@@ -80,6 +80,11 @@ class OwnerMap:
         """
         ids = torch.as_tensor(ids, dtype=torch.int64)
         ranks = self.rank_of(ids)
+        if ids.numel() and int(ranks.min()) == int(ranks.max()):
+            # One serving rank (every remote id, with two workers): already grouped, no sort.
+            groups = [ids[:0]] * self.world_size
+            groups[int(ranks[0])] = ids
+            return groups, torch.arange(ids.numel())
         order = torch.argsort(ranks, stable=True)
         counts = torch.bincount(ranks, minlength=self.world_size).tolist()
         return list(torch.split(ids.index_select(0, order), counts)), order

@@ -307,14 +307,23 @@ def joined_rows(parts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 class PendingCounts:
-    """The size exchange of an all-to-all in flight; ``wait()`` returns the rows each rank sends here."""
+    """The size exchange of an all-to-all in flight; ``wait()`` returns the rows each rank sends here.
+
+    Every rank receives every rank's whole row-count vector (P*P integers, negligible next to a
+    payload), so after ``wait()`` the ``matrix`` (``matrix[s, d]``: rows rank s sends to rank d) is
+    the same on every rank: a decision taken from it (skip an exchange nobody sends in) is taken
+    alike everywhere, which a rank's own counts alone cannot guarantee.
+    """
 
     def __init__(self, work: Any, counts_out: torch.Tensor, counts_in: torch.Tensor, tag: str, group: Group) -> None:
         self._work, self._counts_out, self._counts_in, self._tag, self._group = work, counts_out, counts_in, tag, group
+        self.matrix: Optional[torch.Tensor] = None
 
     def wait(self) -> list[int]:
         _timed_wait(self._work, "all_to_all_v(sizes)", self._tag, self._group)
-        return self._counts_in.tolist()
+        size = dist.get_world_size(self._group)
+        self.matrix = self._counts_in.view(size, size).cpu()
+        return self.matrix[:, dist.get_rank(self._group)].tolist()
 
 
 def _timed_wait(work: Any, op: str, tag: str, group: Group, already_s: float = 0.0) -> None:
@@ -355,7 +364,8 @@ def all_to_all_counts_async(send_rows: Sequence[int], group: Group = None, tag: 
         raise ValueError(f"all_to_all_v: expected one row count per rank ({size}) (got {len(send_rows)})")
     # NCCL moves device tensors only; gloo host tensors.
     device = torch.device("cuda", torch.cuda.current_device()) if _backend(group) == "nccl" else torch.device("cpu")
-    counts_out = torch.tensor([int(r) for r in send_rows], dtype=torch.int64, device=device)
+    # Each rank's whole vector to every rank (see PendingCounts.matrix).
+    counts_out = torch.tensor([int(r) for r in send_rows] * size, dtype=torch.int64, device=device)
     counts_in = torch.empty_like(counts_out)
     work = _run("all_to_all_v(sizes)", group,
                 lambda: dist.all_to_all_single(counts_in, counts_out, group=group, async_op=True))

@@ -20,6 +20,11 @@ def _all_to_all_v_body(rank: int, world_size: int) -> None:
         assert bool((t == 100 * src + rank).all())
     sent_rows = sum((rank + 1) * (d + 1) for d in range(world_size) if d != rank)
     assert comm.byte_counts()["test"] == sent_rows * 3 * 4
+    # The size exchange gives every rank the whole count matrix (what each rank sends to each).
+    sizes = comm.all_to_all_counts_async([(rank + 1) * (d + 1) for d in range(world_size)], tag="test")
+    assert sizes.wait() == [(s + 1) * (rank + 1) for s in range(world_size)]
+    expected = [[(s + 1) * (d + 1) for d in range(world_size)] for s in range(world_size)]
+    assert sizes.matrix.tolist() == expected
 
 
 def _empty_parts_body(rank: int, world_size: int) -> None:

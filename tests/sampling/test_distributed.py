@@ -177,13 +177,14 @@ def _loader_body(rank: int, world_size: int, part_dir: str, prefetch: bool) -> N
     for i, batch in enumerate(loader):
         sizes.append(batch.seed_nodes.numel())
         if i == 0:
-            # Pipelined sampler: one batch in flight beyond the one produced; prefetch one more.
+            # Pipelined sampler (3 in flight): two batches beyond the one produced; prefetch one more.
             change = loader.earliest_batch_size_change()
-            assert change == 1 + (1 if prefetch else 0) + 1
+            assert change == 1 + (1 if prefetch else 0) + 2
             loader.set_batch_size(3, from_batch=change)
     assert len(sizes) == 5 and all(s <= 2 for s in sizes[:change])
     if rank == 2:  # 9 seeds: 2 per batch until the change, then 3 while they last
-        assert sizes[change] == 3
+        assert sizes[change] == min(3, 9 - 2 * change)
+        assert sum(sizes) == 9
 
 
 @pytest.fixture(scope="module")
