@@ -8,8 +8,8 @@ METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs
   and as 2 processes at once (both cores busy, as the 2 distributed workers have them);
 - distributed: 2 workers on localhost (gloo), each ``NeighborSampler(DistNeighborSource(part))``
   on its partition, driven two ways: ``sample`` one batch at a time, and ``sample_stream`` (what
-  ``NodeLoader`` calls), which keeps 3 batches in flight so one samples while the others'
-  exchanges travel. Per worker: sampled edges/s, the share of frontier nodes owned by the other
+  ``NodeLoader`` calls), which keeps 6 batches in flight (two streams of 3 that share each hop's
+  exchanges) so one stream samples while the other's exchanges travel. Per worker: sampled edges/s, the share of frontier nodes owned by the other
   worker, and the time spent waiting in the all-to-alls (what limits it). Best of two
   alternating rounds per mode (the local baseline too);
 - features: each worker gathers its batches' input features through ``DistFeatureSource`` with
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, r in enumerate(local_pair):
         print(f"{'local, 2 processes at once #' + str(i):<36}{r['edges_per_s'] / 1e6:>10.2f}{r['seeds_per_s']:>9,.0f}"
               f"{r['edges_per_s'] / local['edges_per_s']:>9.2f}")
-    for mode, label in (("single", "one batch at a time"), ("stream", "pipelined, 3 in flight")):
+    for mode, label in (("single", "one batch at a time"), ("stream", "pipelined, 6 in flight")):
         for r in ranks:
             m = r[mode]
             print(f"{'dist. rank ' + str(r['rank']) + ', ' + label:<36}{m['edges_per_s'] / 1e6:>10.2f}"

@@ -152,7 +152,7 @@ def _loader_body(rank: int, world_size: int, part_dir: str, prefetch: bool) -> N
 
     part = load_partition(part_dir, rank)
     orig = torch.as_tensor(part.orig_ids).to(torch.float32)
-    sampler = NeighborSampler(DistNeighborSource(part), [3, 2], seed=rank)
+    sampler = NeighborSampler(DistNeighborSource(part), [3, 2], seed=rank, pipeline=3)  # streams of 1 and 2
     features = DistFeatureSource(part, cache_rows=5)
     [(lo, hi)] = part.inner_ranges
     mine = torch.arange(lo, hi)[: 3 * (rank + 1)]  # uneven: rank r has 3 (r + 1) seeds
