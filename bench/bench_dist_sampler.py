@@ -127,7 +127,7 @@ def _cache_policies(part: Any, sampler: Any, order: torch.Tensor, fresh: list[to
 
 
 def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size: int, out_dir: str,
-            cache_sizes: list[float], oracle_batches: int) -> None:
+            cache_sizes: list[float], oracle_batches: int, pipeline: int) -> None:
     from graphdist import comm
     from partition.api import load_partition
     from sampling import NeighborSampler
@@ -136,7 +136,7 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
     torch.set_num_threads(1)
     part = load_partition(part_dir, rank, verify=False)
     source = DistNeighborSource(part, seed=0)
-    sampler = NeighborSampler(source, FANOUTS, seed=rank)
+    sampler = NeighborSampler(source, FANOUTS, seed=rank, pipeline=pipeline)
     [(lo, hi)] = part.inner_ranges
     order = lo + torch.randperm(hi - lo, generator=torch.Generator().manual_seed(rank))
     seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(3 + batches)]
@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--cache-sizes", type=float, nargs="+", default=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0],
                    help="cache sizes as shares of the halo (default 1%% to 100%%)")
+    p.add_argument("--pipeline", type=int, default=6, help="batches in flight in sample_stream (default 6, "
+                   "NeighborSampler's)")
     p.add_argument("--oracle-batches", type=int, default=200, help="batches the oracle counts inputs of")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "dist_sampler.json"))
     p.add_argument("--png", default=str(REPO / "bench" / "results" / "cache_policies.png"))
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         launch(_local_worker, 2, args.nodes, args.batches, args.batch_size, tmp, timeout=1800)
         local_pair = [json.loads(Path(tmp, f"local{r}.json").read_text()) for r in range(2)]
         launch(_worker, 2, str(part_dir), args.batches, args.batch_size, tmp, args.cache_sizes, args.oracle_batches,
-               timeout=1800)
+               args.pipeline, timeout=1800)
         ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
     pair_rate = min(r["edges_per_s"] for r in local_pair)
     print(f"\nsynthetic-{args.nodes}, 2 METIS parts, batch {args.batch_size}, fan-outs {FANOUTS}, 1 thread/worker")
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, r in enumerate(local_pair):
         print(f"{'local, 2 processes at once #' + str(i):<36}{r['edges_per_s'] / 1e6:>10.2f}{r['seeds_per_s']:>9,.0f}"
               f"{r['edges_per_s'] / local['edges_per_s']:>9.2f}")
-    for mode, label in (("single", "one batch at a time"), ("stream", "pipelined, 6 in flight")):
+    for mode, label in (("single", "one batch at a time"), ("stream", f"pipelined, {args.pipeline} in flight")):
         for r in ranks:
             m = r[mode]
             print(f"{'dist. rank ' + str(r['rank']) + ', ' + label:<36}{m['edges_per_s'] / 1e6:>10.2f}"
@@ -256,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     plot_policies(ranks, Path(args.png))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"nodes": args.nodes, "local": local, "local_pair": local_pair, "ranks": ranks},
+    out.write_text(json.dumps({"nodes": args.nodes, "pipeline": args.pipeline, "local": local, "local_pair": local_pair,
+                               "ranks": ranks},
                               indent=2))
     print(f"\nwrote {out}")
     return 0
