@@ -13,6 +13,9 @@ Run book:
 
     sudo .venv/bin/python bench/bench_comm.py                          # 1gbit,100mbit; 1,16,64 MB
     sudo .venv/bin/python bench/bench_comm.py --rates 1gbit --sizes-mb 16 --repeats 7
+    # compressed payloads, one worker per host (as bench_cluster.py's training rows):
+    sudo .venv/bin/python bench/bench_comm.py --rates 100mbit --sizes-mb 18.7 --workers-per-host 1 \
+        --algorithms ring,ring-fp16,int8
     # writes bench/results/comm.json
 
 What to read: at 1 Gbit/s and 16 MB, ``hier`` should beat ``ring`` by close to the byte ratio
@@ -38,6 +41,11 @@ RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 ALGORITHMS = ("ring", "hd", "hier")
+# Compressed payloads, beside the algorithms (not run by default): the float32 tensor cast to fp16 over
+# the ring and back (what --compress fp16 and torch's fp16 hook send), and --compress int8's
+# ZeRO++ shape (block-quantised all-to-all, local sum, quantised all-gather; error feedback off).
+# int8's all-to-alls are counted in `counted MB` only as bytes sent, not per host crossing (0 there).
+COMPRESSED = ("ring-fp16", "int8")
 
 
 # --------------------------------------------------------------------------- worker (in a host)
@@ -57,7 +65,7 @@ def worker(a: argparse.Namespace) -> None:
     try:
         topology = comm.discover_topology()
         reads_tx = topology.hosts[topology.host_of(a.rank)][0] == a.rank  # one reader per host
-        algorithms = {name: comm.allreduce_algorithm(name, topology) for name in a.algorithms.split(",")}
+        algorithms = {name: _algorithm(name, topology) for name in a.algorithms.split(",")}
         expect = float(a.world * (a.world + 1) // 2)
         records = []
         for size_mb in (float(s) for s in a.sizes_mb.split(",")):
@@ -77,7 +85,8 @@ def worker(a: argparse.Namespace) -> None:
                     took = time.perf_counter() - t0
                     comm.barrier()
                     tx = own_tx_bytes(iface) - tx0 if reads_tx else 0
-                    if not bool((t == expect).all()):
+                    # int8 of a constant block is exact up to float rounding; fp16 holds these sums exactly
+                    if not torch.allclose(t, torch.full_like(t, expect), rtol=1e-3 if name in COMPRESSED else 0.0):
                         raise AssertionError(f"{name}: wrong sum on rank {a.rank}")
                     rec = {"took": took, "tx": tx, "inter": comm.inter_host_byte_counts().get("grad", 0),
                            "sent": comm.byte_counts().get("grad", 0)}
@@ -92,6 +101,39 @@ def worker(a: argparse.Namespace) -> None:
             Path(a.result).write_text(json.dumps(doc))
     finally:
         comm.shutdown()
+
+
+def _algorithm(name: str, topology: Any) -> Any:
+    """``fn(tensor, group, tag) -> handle`` summing ``tensor`` in place: an allreduce algorithm by name,
+    or one of ``COMPRESSED`` (collective to build: int8 opens its own channel)."""
+    from graphdist import comm
+
+    if name not in COMPRESSED:
+        return comm.allreduce_algorithm(name, topology)
+    if name == "ring-fp16":
+        ring = comm.allreduce_algorithm("ring", topology)
+
+        def fp16(t: Any, group: Any = None, tag: str = "grad") -> Any:
+            half = t.half()
+            ring(half, group, tag).wait()
+            t.copy_(half)
+            return _Done()
+        return fp16
+    from graphdist.sync.compress import Int8State, _int8_sum
+
+    state = Int8State(error_feedback=False)
+
+    def int8(t: Any, group: Any = None, tag: str = "grad") -> Any:
+        t.copy_(_int8_sum(state, 0, t))
+        return _Done()
+    return int8
+
+
+class _Done:
+    """The handle of a collective that already finished."""
+
+    def wait(self) -> None:
+        return None
 
 
 # ----------------------------------------------------------------------------- driver (parent)
@@ -136,13 +178,13 @@ def summarize(rate: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    head = (f"{'link':>8}{'MB':>6}{'alg':>6}{'median ms':>11}{'vs ring':>9}{'tx MB':>9}{'counted MB':>12}"
+    head = (f"{'link':>8}{'MB':>6}{'alg':>10}{'median ms':>11}{'vs ring':>9}{'tx MB':>9}{'counted MB':>12}"
             f"{'tx ring/alg':>12}{'tx/counted':>11}{'Gbit/s/link':>12}")
     print(head)
     print("-" * len(head))
     fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
     for r in rows:
-        print(f"{r['rate']:>8}{r['size_mb']:>6g}{r['algorithm']:>6}{1000 * r['median_s']:>11.1f}"
+        print(f"{r['rate']:>8}{r['size_mb']:>6g}{r['algorithm']:>10}{1000 * r['median_s']:>11.1f}"
               f"{fmt(r['speedup_vs_ring'], '.2f'):>9}{r['tx_bytes'] / 1e6:>9.1f}{r['counted_inter_bytes'] / 1e6:>12.1f}"
               f"{fmt(r['tx_ring_over_this'], '.2f'):>12}{fmt(r['tx_over_counted_inter'], '.3f'):>11}"
               f"{r['link_gbps']:>12.3f}")
@@ -152,7 +194,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="1gbit,100mbit", help="link rates, each direction (default 1gbit,100mbit)")
     p.add_argument("--sizes-mb", default="1,16,64", help="tensor sizes in MB (default 1,16,64)")
-    p.add_argument("--algorithms", default=",".join(ALGORITHMS), help="default ring,hd,hier")
+    p.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                   help=f"default ring,hd,hier; also {','.join(COMPRESSED)} (compressed payloads)")
     p.add_argument("--workers-per-host", type=int, default=2, help="default 2 (4 ranks on 2 hosts)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds per size (default 5)")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, s")
