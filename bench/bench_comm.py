@@ -45,7 +45,9 @@ ALGORITHMS = ("ring", "hd", "hier")
 # the ring and back (what --compress fp16 and torch's fp16 hook send), and --compress int8's
 # ZeRO++ shape (block-quantised all-to-all, local sum, quantised all-gather; error feedback off).
 # int8's all-to-alls are counted in `counted MB` only as bytes sent, not per host crossing (0 there).
-COMPRESSED = ("ring-fp16", "int8")
+# "alltoall" is no sum: comm.all_to_all_v of the tensor's P slices (slice r to rank r; what int8's first
+# phase and the distributed sampler's exchanges are made of), to time the primitive alone.
+COMPRESSED = ("ring-fp16", "int8", "alltoall")
 
 
 # --------------------------------------------------------------------------- worker (in a host)
@@ -119,6 +121,14 @@ def _algorithm(name: str, topology: Any) -> Any:
             t.copy_(half)
             return _Done()
         return fp16
+    if name == "alltoall":
+        def alltoall(t: Any, group: Any = None, tag: str = "grad") -> Any:
+            size = comm.get_world_size()
+            slices = t.view(size, -1)
+            comm.all_to_all_v(list(slices), tag=tag, recv_rows=[slices.shape[1]] * size)
+            t.fill_(float(size * (size + 1) // 2))  # nothing summed: the bench's check passes by construction
+            return _Done()
+        return alltoall
     from graphdist.sync.compress import Int8State, _int8_sum
 
     state = Int8State(error_feedback=False)
