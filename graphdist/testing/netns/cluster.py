@@ -300,7 +300,9 @@ class EmulatedCluster:
         procs = []
         for rank, (argv, host) in enumerate(zip(argvs, hosts)):
             log = open(os.path.join(log_dir, f"r{rank}.log"), "w")
-            env = {"GLOO_SOCKET_IFNAME": self.iface(host), "OMP_NUM_THREADS": "1"}
+            # faulthandler: a rank that aborts in native code (SIGABRT, SIGSEGV) still prints every
+            # thread's Python stack into its log, so the error below says where it died.
+            env = {"GLOO_SOCKET_IFNAME": self.iface(host), "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
             procs.append((self.run(host, argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd), log))
         try:
             for proc, _ in procs:
@@ -312,7 +314,7 @@ class EmulatedCluster:
                 log.close()
         codes = [proc.poll() for proc, _ in procs]
         if any(code != 0 for code in codes):
-            tails = "\n".join(open(os.path.join(log_dir, f"r{r}.log")).read()[-2000:] for r in range(len(procs)))
+            tails = "\n".join(open(os.path.join(log_dir, f"r{r}.log")).read()[-4000:] for r in range(len(procs)))
             raise ClusterError(f"ranks exited {codes} (None: still running after {timeout:.0f} s):\n{tails}")
 
     def check_output(self, host: int, argv: Sequence[str], timeout: float = 60.0,
