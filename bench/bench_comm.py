@@ -41,13 +41,14 @@ RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 ALGORITHMS = ("ring", "hd", "hier")
-# Compressed payloads, beside the algorithms (not run by default): the float32 tensor cast to fp16 over
+# Beside the algorithms (not run by default), compressed payloads: the float32 tensor cast to fp16 over
 # the ring and back (what --compress fp16 and torch's fp16 hook send), and --compress int8's
 # ZeRO++ shape (block-quantised all-to-all, local sum, quantised all-gather; error feedback off).
 # int8's all-to-alls are counted in `counted MB` only as bytes sent, not per host crossing (0 there).
-# "alltoall" is no sum: comm.all_to_all_v of the tensor's P slices (slice r to rank r; what int8's first
-# phase and the distributed sampler's exchanges are made of), to time the primitive alone.
-COMPRESSED = ("ring-fp16", "int8", "alltoall")
+COMPRESSED = ("ring-fp16", "int8")
+# ... and "alltoall", no sum: comm.all_to_all_v of the tensor's P slices (slice r to rank r; what int8's
+# first phase and the distributed sampler's exchanges are made of), to time the primitive alone.
+PRIMITIVES = ("alltoall",)
 
 
 # --------------------------------------------------------------------------- worker (in a host)
@@ -107,10 +108,10 @@ def worker(a: argparse.Namespace) -> None:
 
 def _algorithm(name: str, topology: Any) -> Any:
     """``fn(tensor, group, tag) -> handle`` summing ``tensor`` in place: an allreduce algorithm by name,
-    or one of ``COMPRESSED`` (collective to build: int8 opens its own channel)."""
+    one of ``COMPRESSED`` (collective to build: int8 opens its own channel), or ``alltoall``."""
     from graphdist import comm
 
-    if name not in COMPRESSED:
+    if name not in COMPRESSED + PRIMITIVES:
         return comm.allreduce_algorithm(name, topology)
     if name == "ring-fp16":
         ring = comm.allreduce_algorithm("ring", topology)
@@ -205,7 +206,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--rates", default="1gbit,100mbit", help="link rates, each direction (default 1gbit,100mbit)")
     p.add_argument("--sizes-mb", default="1,16,64", help="tensor sizes in MB (default 1,16,64)")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                   help=f"default ring,hd,hier; also {','.join(COMPRESSED)} (compressed payloads)")
+                   help=f"default ring,hd,hier; also {','.join(COMPRESSED)} (compressed payloads) and "
+                        f"{','.join(PRIMITIVES)} (the primitive alone, no sum)")
     p.add_argument("--workers-per-host", type=int, default=2, help="default 2 (4 ranks on 2 hosts)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds per size (default 5)")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, s")

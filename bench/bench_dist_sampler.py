@@ -9,8 +9,9 @@ METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs
 - distributed: 2 workers on localhost (gloo), each ``NeighborSampler(DistNeighborSource(part))``
   on its partition, driven two ways: ``sample`` one batch at a time, and ``sample_stream`` (what
   ``NodeLoader`` calls), which keeps 6 batches in flight (two streams of 3 that share each hop's
-  exchanges) so one stream samples while the other's exchanges travel. Per worker: sampled edges/s, the share of frontier nodes owned by the other
-  worker, and the time spent waiting in the all-to-alls (what limits it). Best of two
+  exchanges; ``--pipeline``) so one stream samples while the other's exchanges travel. Per worker:
+  sampled edges/s, the share of frontier nodes owned by the other worker, and the time spent
+  waiting in the all-to-alls (what limits it). Best of two
   alternating rounds per mode (the local baseline too);
 - features: each worker gathers its batches' input features through ``DistFeatureSource`` with
   the cache off, at 10% of the halo, and holding the whole halo: hit rate and rows fetched;
@@ -142,7 +143,9 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
     seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(3 + batches)]
     for s in seeds[:3]:
         sampler.sample(s)
-    result: dict[str, Any] = {"rank": rank, "halo_nodes": part.num_local - part.num_inner}
+    # The sampler may keep fewer in flight than asked (its mark arrays' memory cap): report what it keeps.
+    result: dict[str, Any] = {"rank": rank, "halo_nodes": part.num_local - part.num_inner,
+                              "pipeline": sampler.pipeline}
     inputs: list[torch.Tensor] = []
     # Two rounds of each mode, alternating, so that outside load hits both alike; best round kept.
     for mode in ("single", "stream", "single", "stream"):
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, r in enumerate(local_pair):
         print(f"{'local, 2 processes at once #' + str(i):<36}{r['edges_per_s'] / 1e6:>10.2f}{r['seeds_per_s']:>9,.0f}"
               f"{r['edges_per_s'] / local['edges_per_s']:>9.2f}")
-    for mode, label in (("single", "one batch at a time"), ("stream", f"pipelined, {args.pipeline} in flight")):
+    for mode, label in (("single", "one batch at a time"), ("stream", f"pipelined, {ranks[0]['pipeline']} in flight")):
         for r in ranks:
             m = r[mode]
             print(f"{'dist. rank ' + str(r['rank']) + ', ' + label:<36}{m['edges_per_s'] / 1e6:>10.2f}"
@@ -258,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     plot_policies(ranks, Path(args.png))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"nodes": args.nodes, "pipeline": args.pipeline, "local": local, "local_pair": local_pair,
+    out.write_text(json.dumps({"nodes": args.nodes, "pipeline": ranks[0]["pipeline"], "local": local, "local_pair": local_pair,
                                "ranks": ranks},
                               indent=2))
     print(f"\nwrote {out}")
