@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 import socket
@@ -70,6 +71,8 @@ def init_process_group(
         # and gloo's connect is refused.
         store = dist.PrefixStore(f"graphdist/attempt-{attempt}", store)
     store.set(f"{JOINED}{rank}", "1")
+    _import_group_defaults()
+    _free_groups_at_exit()
     try:
         dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - turn any rendezvous failure into one clear error
@@ -93,6 +96,35 @@ def init_process_group(
 
 
 JOINED = "graphdist-joined/"
+
+
+def _import_group_defaults() -> None:
+    """Imports, before the default group exists, the torch modules that take it as a default argument.
+
+    ``torch.distributed.nn.functional`` writes ``group=group.WORLD`` in its signatures, so importing
+    it once the group exists (``torch.optim`` does, through ``torch._dynamo``, when a trainer builds
+    its optimizer) keeps the group alive for the rest of the process. Its gloo worker threads then
+    outlive :func:`shutdown` into the interpreter's finalisation, and one that is still releasing a
+    finished collective's tensors aborts the process there ("terminate called without an active
+    exception"): it needs the GIL, and a finalising interpreter ends any thread that asks for it.
+    Imported first, the defaults are ``None`` (the default group, looked up at each call).
+    """
+    import torch.distributed.nn.functional  # noqa: F401
+
+
+_EXIT_HOOKED = False
+
+
+def _free_groups_at_exit() -> None:
+    """Collects garbage once more at exit (atexit runs before finalisation), so that groups still in
+    reference cycles then (a strategy dropped after :func:`shutdown`, its sampling group inside) are
+    destroyed, their worker threads joined, while those threads can still take the GIL."""
+    global _EXIT_HOOKED
+    if not _EXIT_HOOKED:
+        import atexit
+
+        atexit.register(gc.collect)
+        _EXIT_HOOKED = True
 
 
 def _missing_ranks(store: Any, world_size: int) -> str:
@@ -183,6 +215,10 @@ def shutdown() -> None:
     _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S = None, [], None
     if dist.is_initialized():
         dist.destroy_process_group()
+        # Groups left in reference cycles are freed now, while their worker threads can still take
+        # the GIL to release their last collectives' tensors (see _import_group_defaults), not in
+        # the interpreter's finalisation.
+        gc.collect()
 
 
 def is_initialized() -> bool:
