@@ -116,15 +116,38 @@ _EXIT_HOOKED = False
 
 
 def _free_groups_at_exit() -> None:
-    """Collects garbage once more at exit (atexit runs before finalisation), so that groups still in
-    reference cycles then (a strategy dropped after :func:`shutdown`, its sampling group inside) are
-    destroyed, their worker threads joined, while those threads can still take the GIL."""
+    """Registers :func:`_collect_live_groups` to run at exit (atexit handlers run before finalisation)."""
     global _EXIT_HOOKED
     if not _EXIT_HOOKED:
         import atexit
 
-        atexit.register(gc.collect)
+        atexit.register(_collect_live_groups)
         _EXIT_HOOKED = True
+
+
+def _collect_live_groups() -> None:
+    """Frees the groups still alive at exit, kept only by reference cycles (a strategy dropped after
+    :func:`shutdown`, its sampling group inside): destroyed now, their worker threads are joined
+    while they can still take the GIL. A full collection costs ~0.2 s once torch._dynamo is loaded,
+    so it runs only while gloo threads are left (or where their names cannot be read)."""
+    if _gloo_threads() != 0:
+        gc.collect()
+
+
+def _gloo_threads() -> Optional[int]:
+    """How many of this process's threads are gloo's (by the names torch gives them); None off Linux."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    count = 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                count += f.read().startswith(("pt_gloo", "gloo"))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return count
 
 
 def _missing_ranks(store: Any, world_size: int) -> str:
@@ -215,10 +238,6 @@ def shutdown() -> None:
     _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S = None, [], None
     if dist.is_initialized():
         dist.destroy_process_group()
-        # Groups left in reference cycles are freed now, while their worker threads can still take
-        # the GIL to release their last collectives' tensors (see _import_group_defaults), not in
-        # the interpreter's finalisation.
-        gc.collect()
 
 
 def is_initialized() -> bool:

@@ -97,6 +97,9 @@ class AlgorithmThread:
                 done.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
                 done.set_exception(exc)
+            # Idle, this frame would keep the last function (and the algorithm and group it closes
+            # over) alive for the rest of the process: a group must die with its last user.
+            del fn, done
 
 
 _CHANNELS: dict[str, tuple[Any, "AlgorithmThread"]] = {}

@@ -24,7 +24,7 @@ RANK = textwrap.dedent("""
 
     def gloo_threads():
         names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
-        return sum(n.startswith("pt_gloo") or n.startswith("gloo") for n in names)
+        return sum(n.startswith(("pt_gloo", "gloo")) for n in names)
 
     # Registered first, so it runs last: after graphdist's own exit hook, just before finalisation.
     atexit.register(lambda: print("at exit:", gloo_threads(), flush=True))
