@@ -46,9 +46,10 @@ ALGORITHMS = ("ring", "hd", "hier")
 # ZeRO++ shape (block-quantised all-to-all, local sum, quantised all-gather; error feedback off).
 # int8's all-to-alls are counted in `counted MB` only as bytes sent, not per host crossing (0 there).
 COMPRESSED = ("ring-fp16", "int8")
-# ... and "alltoall", no sum: comm.all_to_all_v of the tensor's P slices (slice r to rank r; what int8's
-# first phase and the distributed sampler's exchanges are made of), to time the primitive alone.
-PRIMITIVES = ("alltoall",)
+# ... and "alltoall", no sum: comm.all_to_all_v of the tensor's P slices (slice r to rank r), to time the
+# primitive alone: as int8's phases move it (duplex: point-to-point, every receive posted first), and
+# "alltoall-single" as gloo's one all_to_all_single (the distributed sampler's small exchanges).
+PRIMITIVES = ("alltoall", "alltoall-single")
 
 
 # --------------------------------------------------------------------------- worker (in a host)
@@ -122,11 +123,13 @@ def _algorithm(name: str, topology: Any) -> Any:
             t.copy_(half)
             return _Done()
         return fp16
-    if name == "alltoall":
+    if name in PRIMITIVES:
+        duplex = name == "alltoall"
+
         def alltoall(t: Any, group: Any = None, tag: str = "grad") -> Any:
             size = comm.get_world_size()
             slices = t.view(size, -1)
-            comm.all_to_all_v(list(slices), tag=tag, recv_rows=[slices.shape[1]] * size)
+            comm.all_to_all_v(list(slices), tag=tag, recv_rows=[slices.shape[1]] * size, duplex=duplex)
             t.fill_(float(size * (size + 1) // 2))  # nothing summed: the bench's check passes by construction
             return _Done()
         return alltoall

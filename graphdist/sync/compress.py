@@ -170,12 +170,13 @@ def _int8_sum(state: Int8State, key: int, buf: torch.Tensor) -> torch.Tensor:
     per_rank = q.view(size, -1)
     blocks = chunk // block
     sent = [_pack(per_rank[r], scales[r * blocks : (r + 1) * blocks]) for r in range(size)]
-    received = comm.all_to_all_v(sent, group=state._group, tag=state.tag, recv_rows=[sent[0].numel()] * size)
+    received = comm.all_to_all_v(sent, group=state._group, tag=state.tag, recv_rows=[sent[0].numel()] * size,
+                                duplex=True)
     mine = torch.stack([_unpack(p, chunk, block) for p in received]).sum(dim=0)
     q2, s2 = quantize_blocks(mine, block)
     packed = _pack(q2, s2)
     gathered = comm.all_to_all_v([packed] * size, group=state._group, tag=state.tag,
-                                 recv_rows=[packed.numel()] * size)
+                                 recv_rows=[packed.numel()] * size, duplex=True)
     out = torch.cat([_unpack(p, chunk, block) for p in gathered])
     if state.error_feedback:
         kept = grad - dequantize_blocks(q, scales, block)

@@ -138,7 +138,7 @@ class HaloExchange:
 
     def _start_forward(self, inner: Tensor) -> Any:
         payload = [inner.index_select(0, idx) for idx in self.send_index]
-        return comm.all_to_all_v_async(payload, group=self.group, tag=TAG, recv_rows=self.recv_rows)
+        return comm.all_to_all_v_async(payload, group=self.group, tag=TAG, recv_rows=self.recv_rows, duplex=True)
 
     def _halo_from(self, received: list[Tensor], like: Tensor) -> Tensor:
         halo = torch.zeros((self.num_halo, like.shape[1]), dtype=like.dtype)
@@ -149,7 +149,7 @@ class HaloExchange:
     def _start_backward(self, grad_halo: Tensor) -> Any:
         rows = grad_halo.index_select(0, self.recv_index)
         return comm.all_to_all_v_async(list(torch.split(rows, self.recv_rows)), group=self.group, tag=TAG,
-                                       recv_rows=self.send_rows)
+                                       recv_rows=self.send_rows, duplex=True)
 
     def _grad_from(self, received: list[Tensor], like: Tensor) -> Tensor:
         grad = torch.zeros((self.num_inner, like.shape[1]), dtype=like.dtype)

@@ -354,7 +354,7 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     state.scheme_bytes[(bucket.name, "sfb")] += payload.numel() * payload.element_size() * (size - 1)
 
     def run() -> torch.Tensor:
-        got = comm.all_to_all_v([payload] * size, group=state._group, tag=state.tag, recv_rows=rows)
+        got = comm.all_to_all_v([payload] * size, group=state._group, tag=state.tag, recv_rows=rows, duplex=True)
         # This rank's share is autograd's own gradient (scaled); only the peers' factors are multiplied.
         others = torch.cat([g for r, g in enumerate(got) if r != me]).to(flat.device, flat.dtype)
         flat.mul_(scale)
@@ -403,7 +403,8 @@ def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN2
     state.scheme_bytes[(bucket.name, "sparse")] += packed.numel() * (size - 1)
 
     def run() -> torch.Tensor:
-        got = torch.cat(comm.all_to_all_v([packed] * size, group=state._group, tag=state.tag, recv_rows=rows))
+        got = torch.cat(comm.all_to_all_v([packed] * size, group=state._group, tag=state.tag, recv_rows=rows,
+                                           duplex=True))
         every_index = got[:, :8].contiguous().view(torch.int64).view(-1)
         every_value = got[:, 8:].contiguous().view(torch.float32).view(-1, dim)
         summed = torch.zeros(num_rows, dim, dtype=torch.float32).index_add_(0, every_index, every_value)

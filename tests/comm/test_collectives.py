@@ -27,6 +27,41 @@ def _all_to_all_v_body(rank: int, world_size: int) -> None:
     assert sizes.matrix.tolist() == expected
 
 
+def _duplex_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+    from graphdist.comm import collectives
+
+    used = []
+    exchange = collectives._exchange_rows
+    collectives._exchange_rows = lambda *args: used.append(1) or exchange(*args)
+    # uneven sizes, an empty message (rank 0 sends nothing to the last rank), rows of width 2
+    inputs = [torch.full((0 if (rank, dst) == (0, world_size - 1) else (rank + 1) * (dst + 2), 2),
+                         float(100 * rank + dst)) for dst in range(world_size)]
+
+    def check(out: list) -> None:
+        for src, t in enumerate(out):
+            rows = 0 if (src, rank) == (0, world_size - 1) else (src + 1) * (rank + 2)
+            assert t.shape == (rows, 2) and bool((t == 100 * src + rank).all()), (src, t.shape)
+
+    check(comm.all_to_all_v(inputs, duplex=True))  # receives first, point to point
+    assert len(used) == 1
+    recv_rows = [0 if (src, rank) == (0, world_size - 1) else (src + 1) * (rank + 2) for src in range(world_size)]
+    check(comm.all_to_all_v_async(inputs, recv_rows=recv_rows, duplex=True).wait())
+    check(comm.all_to_all_v(inputs))  # small messages: gloo's all_to_all_single
+    assert len(used) == 2
+    big = [torch.full((DUPLEX_ROWS, 1), float(rank)) for _ in range(world_size)]
+    out = comm.all_to_all_v(big)  # a message of DUPLEX_MIN_BYTES: duplex, alike on every rank
+    assert len(used) == 3 and [float(t[0, 0]) for t in out] == [float(s) for s in range(world_size)]
+
+
+DUPLEX_ROWS = 64 * 1024 // 4
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_to_all_v_duplex(world_size):
+    launch(_duplex_body, world_size, timeout=60)
+
+
 def _empty_parts_body(rank: int, world_size: int) -> None:
     from graphdist import comm
 
