@@ -192,13 +192,13 @@ def summarize(rate: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    head = (f"{'link':>8}{'MB':>6}{'alg':>10}{'median ms':>11}{'vs ring':>9}{'tx MB':>9}{'counted MB':>12}"
+    head = (f"{'link':>8}{'MB':>6}{'alg':>16}{'median ms':>11}{'vs ring':>9}{'tx MB':>9}{'counted MB':>12}"
             f"{'tx ring/alg':>12}{'tx/counted':>11}{'Gbit/s/link':>12}")
     print(head)
     print("-" * len(head))
     fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
     for r in rows:
-        print(f"{r['rate']:>8}{r['size_mb']:>6g}{r['algorithm']:>10}{1000 * r['median_s']:>11.1f}"
+        print(f"{r['rate']:>8}{r['size_mb']:>6g}{r['algorithm']:>16}{1000 * r['median_s']:>11.1f}"
               f"{fmt(r['speedup_vs_ring'], '.2f'):>9}{r['tx_bytes'] / 1e6:>9.1f}{r['counted_inter_bytes'] / 1e6:>12.1f}"
               f"{fmt(r['tx_ring_over_this'], '.2f'):>12}{fmt(r['tx_over_counted_inter'], '.3f'):>11}"
               f"{r['link_gbps']:>12.3f}")
