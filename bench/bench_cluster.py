@@ -55,6 +55,7 @@ VARIANTS = {
     "auto": {"sync": "dwbp", "allreduce": "auto", "sacp": "on"},
     "auto-fp16": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "fp16"},
     "auto-int8": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "int8"},
+    "auto-compress": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "auto"},  # fp16 or int8, timed
 }
 
 
@@ -279,7 +280,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default="pubmed,synthetic-1m", help="comma-separated (default pubmed,synthetic-1m)")
     p.add_argument("--rates", default="1gbit,300mbit,100mbit", help="link rates, each direction")
-    p.add_argument("--syncs", default="ddp,dwbp,sacp,auto,ddp-fp16,auto-fp16,auto-int8",
+    p.add_argument("--syncs", default="ddp,dwbp,sacp,auto,ddp-fp16,auto-fp16,auto-int8,auto-compress",
                    help=f"variants, of {', '.join(VARIANTS)} (default: all but blocking)")
     p.add_argument("--hidden", type=int, default=1024, help="wide, so gradient traffic matters (default 1024; "
                    "pubmed-wide: 2048)")

@@ -36,7 +36,8 @@ def make_sync(
         seed_weighted: each rank's loss is a mean over its own seeds (True: gradients weighted by
             seed share) or its part of one global mean (False: gradients summed).
         compress: ``--compress``: none, fp16, bf16 (a cast around the allreduce; under ``ddp`` torch's
-            own wrappers) or int8 (``graphdist.sync.compress``; not under ``ddp``).
+            own wrappers), int8 (``graphdist.sync.compress``; not under ``ddp``) or auto (fp16 or
+            int8, timed here: collective; fp16 under ``ddp``).
         sacp: send each Linear's gradient dense or as sufficient factors, whichever is smaller
             (``graphdist.sync.sacp``; layer-wise modes only: ``ddp`` warns and ignores it).
         sacp_overrides: layer name -> ``dense`` or ``sfb`` (debugging).
@@ -54,6 +55,8 @@ def make_sync(
     """
     if mode not in SYNC_MODES:
         raise ValueError(f"Expected a sync mode in {tuple(SYNC_MODES)} (got {mode!r}); e.g. --sync dwbp")
+    if compress == "auto":
+        compress = _resolve_auto(mode, model, algorithm, group)
     if mode == "ddp":
         if sacp:
             warnings.warn("sacp is ignored under --sync ddp (DDP sends its own buckets); use --sync dwbp",
@@ -84,6 +87,21 @@ def make_sync(
     return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, seed_weighted=seed_weighted, **kwargs)
 
 
+
+
+def _resolve_auto(mode: str, model: nn.Module, algorithm: Optional[Any], group: Any) -> str:
+    """``--compress auto``'s choice (timed, collective); fp16 under ddp (torch's hooks have no int8)."""
+    import logging
+
+    from graphdist.sync.compress import choose_compression
+
+    if mode == "ddp":
+        return "fp16"
+    if group is not None:
+        raise ValueError("--compress auto times int8, which runs over all ranks on its own group (got a group)")
+    choice = choose_compression(model, algorithm)
+    logging.getLogger("graphdist").info(choice.describe())
+    return choice.chosen
 
 
 __all__ = ["make_sync"]

@@ -31,6 +31,8 @@ COMPRESS_MODES: dict[str, str] = {
     "int8": "block-quantised int8 with one scale per 512 values and error feedback, ZeRO++ style: an "
             "all-to-all, a local fp32 sum, an all-gather (about a quarter of the bytes; bypasses --allreduce; "
             "not under ddp)",
+    "auto": "fp16 or int8, whichever sums a probe the size of the largest gradient faster on this job's links "
+            "(timed once at start, the slowest rank deciding; int8 pays on slow links); fp16 under ddp",
 }
 
 # --sacp: per Linear, dense allreduce or sufficient factors, whichever sends less

@@ -99,12 +99,41 @@ def test_compressed_syncs_match_the_exact_gradient_with_fewer_bytes():
     launch(_cast_body, 2, timeout=90)
 
 
+def _auto_body(rank: int, world_size: int) -> None:
+    import warnings
+
+    from graphdist import comm
+    from graphdist.sync import compress, make_sync
+
+    warnings.simplefilter("ignore")
+    net = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
+    comm.reset_byte_counts()
+    choice = compress.choose_compression(net)
+    assert choice.chosen in compress.AUTO_CANDIDATES and set(choice.timings) == {"fp16", "int8"}
+    assert choice.probe_values == 64 * 512 and "grad" not in comm.byte_counts()  # probe bytes are not gradients
+    assert len({repr(c) for c in comm.all_gather_object((choice.chosen, choice.timings))}) == 1  # slowest rank decides
+    assert compress.choose_compression(net) is choice  # kept for the group: a rebuilt sync does not probe
+    sync = make_sync("dwbp", net, compress="auto")
+    wire = type(sync.hook_state).__name__
+    assert wire == ("Int8State" if choice.chosen == "int8" else "AllreduceState"), (wire, choice)
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(rank))
+    sync.begin_step(8)
+    sync.model(x).pow(2).mean().backward()
+    sync.finish()
+    sync.close()
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters())
+
+
+def test_compress_auto_times_fp16_and_int8_and_every_rank_agrees():
+    launch(_auto_body, 2, timeout=90)
+
+
 def test_ddp_refuses_int8_and_config_names_the_fix():
     from graphdist.config import TrainConfig
 
     with pytest.raises(ValueError, match=r"--compress int8 needs --sync dwbp or blocking"):
         TrainConfig(sync="ddp", compress="int8")
-    with pytest.raises(ValueError, match=r"--compress must be one of none, fp16, bf16, int8 \(got 'fp8'\)"):
+    with pytest.raises(ValueError, match=r"--compress must be one of none, fp16, bf16, int8, auto \(got 'fp8'\)"):
         TrainConfig(compress="fp8")
 
 
@@ -112,4 +141,4 @@ def test_compress_choices_match_the_hooks():
     from graphdist.sync.compress import COMPRESSIONS
     from graphdist.sync.modes import COMPRESS_MODES
 
-    assert tuple(COMPRESS_MODES) == COMPRESSIONS
+    assert tuple(COMPRESS_MODES) == (*COMPRESSIONS, "auto")  # auto: one of them, timed
