@@ -121,7 +121,7 @@ class Auto:
             return
         probe = torch.zeros(max(1, probe_bytes // 4))
         for name, algorithm in candidates.items():
-            self.timings[name] = slowest_median(algorithm, probe, repeats)
+            self.timings[name] = _slowest_median(algorithm, probe, repeats)
         self.chosen = min(self.timings, key=self.timings.__getitem__)
         self._algorithm = candidates[self.chosen]
 
@@ -142,13 +142,8 @@ class Auto:
         return f"Auto({self.chosen})"
 
 
-def slowest_median(algorithm: Any, probe: torch.Tensor, repeats: int) -> float:
-    """Median over ``repeats`` runs of the slowest rank's time to sum ``probe`` (one warm-up first).
-
-    ``algorithm(tensor, group, tag)`` returns something to ``wait()`` on, as an allreduce algorithm
-    does. Collective: the max over ranks makes the figure, and a choice taken from it, the same on
-    every rank.
-    """
+def _slowest_median(algorithm: Any, probe: torch.Tensor, repeats: int) -> float:
+    """Median over ``repeats`` runs of the slowest rank's time to sum ``probe`` (one warm-up first)."""
     import time
 
     algorithm(probe.clone(), None, "probe").wait()
@@ -205,4 +200,4 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Group = None, tag: 
 
 
 __all__ = ["ALLREDUCE_ALGORITHMS", "AllreduceAlgorithm", "Auto", "HalvingDoubling", "Hierarchical", "Ring",
-           "all_reduce", "all_reduce_async", "allreduce_algorithm", "slowest_median"]
+           "all_reduce", "all_reduce_async", "allreduce_algorithm"]

@@ -239,8 +239,8 @@ def all_to_all_v(
     """Variable-size all-to-all: ``inputs[r]`` goes to rank ``r``; returns what each rank sent here.
 
     Tensors may have any trailing shape but must agree on it and on dtype across
-    ranks. Sizes are exchanged first (one small all-to-all), then the payload in
-    one ``all_to_all_single``.
+    ranks. Sizes are exchanged first (one small all-to-all), then the payload: one
+    ``all_to_all_single``, or point-to-point messages (``duplex``).
 
     Args:
         inputs: one tensor per rank (``len(inputs) == world_size``); the entry

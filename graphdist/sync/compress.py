@@ -195,7 +195,7 @@ _AUTO_CHOICES: dict[tuple[int, int, int], "CompressionChoice"] = {}
 
 @dataclass(frozen=True)
 class CompressionChoice:
-    """What ``--compress auto`` chose and the probe timings it chose by (slowest rank's medians, s)."""
+    """What ``--compress auto`` chose and the probe costs it chose by (wall + CPU s, slowest rank's medians)."""
 
     chosen: str
     timings: dict[str, float]
@@ -213,15 +213,18 @@ class CompressionChoice:
 
 
 def choose_compression(model: torch.nn.Module, algorithm: Any = None, repeats: int = 3) -> CompressionChoice:
-    """``--compress auto``: fp16 or int8, whichever sums a probe the size of the model's largest
-    gradient faster here (fp16 over ``algorithm``, int8 by its all-to-alls), the time of the
-    slowest rank deciding, so every rank chooses alike.
+    """``--compress auto``: fp16 or int8, whichever costs less on a probe the size of the model's
+    largest gradient (fp16 over ``algorithm``, int8 by its all-to-alls); the slowest rank's cost
+    decides, so every rank chooses alike.
 
-    int8 sends half of fp16's bytes but quantises and sums on the CPU: it wins where the link
-    is slow (synthetic-1m at 100 Mbit/s: 358 against 573 ms a step) and loses where it is fast
-    (1 Gbit/s: 212 against 193). Collective (every rank, same point; it opens int8's channel).
-    The choice is kept for the process group (a sync rebuilt every few steps, as aggregation's
-    corrections, does not probe again). Without a group of 2+ ranks: fp16, nothing to time.
+    The cost is the wall time plus the CPU time of this thread: DWBP hides the wire time behind
+    the layers below, not the CPU that casting, quantising and summing take from them. int8 sends
+    half of fp16's bytes but quantises and sums on the CPU: it wins where the link is slow
+    (synthetic-1m at 100 Mbit/s: 358 against 573 ms a step) and loses where it is fast (1 Gbit/s:
+    212 against 193, although its collective alone was 82 against 87 ms). Collective (every rank,
+    same point; it opens int8's channel). The choice is kept for the process group (a sync rebuilt
+    every few steps, as aggregation's corrections, does not probe again). Without a group of 2+
+    ranks: fp16, nothing to time.
     """
     if not comm.is_initialized() or comm.get_world_size() < 2:
         return CompressionChoice("fp16", {}, 0)
@@ -232,30 +235,39 @@ def choose_compression(model: torch.nn.Module, algorithm: Any = None, repeats: i
     if key in _AUTO_CHOICES:
         return _AUTO_CHOICES[key]
 
-    class _Done:
-        def wait(self) -> None:
-            return None
-
-    def fp16(t: torch.Tensor, group: Any, tag: str) -> _Done:
+    def fp16(t: torch.Tensor) -> None:
         half = t.half()
         if algorithm is None:
-            comm.all_reduce(half, tag=tag)
+            comm.all_reduce(half, tag="probe")
         else:
-            algorithm(half, group, tag).wait()
+            algorithm(half, None, "probe").wait()
         t.copy_(half)
-        return _Done()
 
-    def int8(t: torch.Tensor, group: Any, tag: str) -> _Done:
+    def int8(t: torch.Tensor) -> None:
         t.copy_(_int8_sum(state, -1, t))
-        return _Done()
-
-    from graphdist.comm.algorithms import slowest_median
 
     probe = torch.randn(values, generator=torch.Generator().manual_seed(0))
-    timings = {name: slowest_median(fn, probe, repeats) for name, fn in (("fp16", fp16), ("int8", int8))}
+    timings = {name: _probe_cost(fn, probe, repeats) for name, fn in (("fp16", fp16), ("int8", int8))}
     choice = CompressionChoice(min(AUTO_CANDIDATES, key=lambda name: timings[name]), timings, values)
     _AUTO_CHOICES[key] = choice
     return choice
+
+
+def _probe_cost(fn: Any, probe: torch.Tensor, repeats: int) -> float:
+    """Median over ``repeats`` runs (after one warm-up) of ``fn(probe copy)``'s wall plus CPU time, s,
+    the largest over ranks (collective)."""
+    import time
+
+    fn(probe.clone())
+    costs = []
+    for _ in range(repeats):
+        t = probe.clone()
+        w0, c0 = time.perf_counter(), time.thread_time()
+        fn(t)
+        costs.append(time.perf_counter() - w0 + time.thread_time() - c0)
+    cost = torch.tensor([sorted(costs)[len(costs) // 2]], dtype=torch.float64)
+    comm.all_reduce(cost, op="max", tag="probe")
+    return float(cost.item())
 
 
 def compressed_hook(name: str, algorithm: Any = None, group: Any = None, tag: str = "grad",
