@@ -91,7 +91,9 @@ def _sampled_positions(
         positions = (u * deg.unsqueeze(1)).to(torch.int64).add_(starts.unsqueeze(1))
         has = deg > 0
         return positions, None if bool(has.all()) else has.unsqueeze(1).expand(n, k)
-    positions = _floyd(deg, k, generator).t() + starts.unsqueeze(1)
+    # Row-major [n, k] (a row per node, as the padded table): the add writes Floyd's [k, n]
+    # steps transposed, so nothing copies them again.
+    positions = torch.add(_floyd(deg, k, generator).t(), starts.unsqueeze(1), out=torch.empty((n, k), dtype=torch.int64))
     if bool((deg >= k).all()):
         return positions, None
     return positions, torch.arange(k).unsqueeze(0) >= (k - deg.clamp(max=k)).unsqueeze(1)
@@ -105,10 +107,12 @@ def sample_csr_padded(
     replace: bool = False,
     generator: Optional[torch.Generator] = None,
 ) -> Tensor:
-    """:func:`sample_csr` with a fixed fan-out, as an ``[n, fanout]`` int64 table padded with ``-1``.
+    """:func:`sample_csr` with a fixed fan-out, as an ``[n, fanout]`` table padded with ``-1``.
 
     Same draws as ``sample_csr`` with the same generator. No compaction: the distributed
-    source moves and reorders whole rows and compacts once, at the end (``unpad``).
+    source moves and reorders whole rows and compacts once, at the end (``unpad``). The table
+    has the dtype of ``indices``: int32 ids halve what the distributed source gathers, copies,
+    sends and reorders (its tables are the largest arrays of a hop).
 
     Example:
         >>> sample_csr_padded(torch.tensor([0, 2, 3]), torch.tensor([1, 2, 0]), torch.tensor([1]), 2).tolist()
@@ -119,27 +123,30 @@ def sample_csr_padded(
     starts = indptr.index_select(0, nodes)
     deg = indptr[1:].index_select(0, nodes).sub_(starts)
     if indices.numel() == 0:
-        return torch.full((nodes.numel(), fanout), -1, dtype=torch.int64)
+        return torch.full((nodes.numel(), fanout), -1, dtype=indices.dtype)
     positions, real = _sampled_positions(starts, deg, fanout, replace, generator)
     if real is None:
-        return _gather_ids(indices, positions.reshape(-1)).view(-1, fanout)
-    # Padding slots may point outside the array: read position 0 there, then overwrite.
-    out = _gather_ids(indices, torch.where(real, positions, 0).view(-1)).view(-1, fanout)
+        return indices.index_select(0, positions.reshape(-1)).view(-1, fanout)
+    # Padding slots may point outside the array: clamp them into it (in place, cheaper than a
+    # masked select or where over the whole table), read whatever is there, then overwrite.
+    out = indices.index_select(0, positions.clamp_(0, indices.numel() - 1).view(-1)).view(-1, fanout)
     return out.masked_fill_(~real, -1)
 
 
 def unpad(table: Tensor) -> tuple[Tensor, Tensor]:
-    """``(neighbors, counts)`` of a ``-1``-padded ``[n, k]`` table, rows in order (``sample_csr``'s form).
+    """``(neighbors, counts)`` of a ``-1``-padded ``[n, k]`` table, rows in order (``sample_csr``'s form,
+    int64 whatever the table's dtype).
 
     Example:
         >>> [t.tolist() for t in unpad(torch.tensor([[-1, 4], [2, 3]]))]
         [[4, 2, 3], [1, 2]]
     """
     real = table >= 0
-    counts = real.sum(1)
+    # An int32 sum of the flags, widened after: half the time of a bool -> int64 row sum.
+    counts = real.sum(1, dtype=torch.int32).to(torch.int64)
     if int(counts.sum()) == table.numel():
-        return table.reshape(-1), counts
-    return torch.masked_select(table, real), counts
+        return table.reshape(-1).to(torch.int64), counts
+    return torch.masked_select(table, real).to(torch.int64), counts
 
 
 def _sample_fixed(

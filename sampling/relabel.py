@@ -55,7 +55,7 @@ class _DenseRelabeler:
             raise ValueError(f"seeds: expected fewer than {_FREE} seeds per batch (got {n})")
         pos = torch.arange(n, dtype=torch.int32)
         self.mark.scatter_reduce_(0, seeds, pos, reduce="amin")
-        self.parts, self.count, self.idmap = [seeds], n, [torch.arange(n, dtype=torch.int64)]
+        self.parts, self.count, self.idmap = [seeds], n, [torch.arange(n, dtype=torch.int32)]
         self.stream = n
         if n and not bool(torch.equal(self.mark.index_select(0, seeds), pos)):
             self.finish()
@@ -74,12 +74,14 @@ class _DenseRelabeler:
         first_pos = mark.index_select(0, nbrs)
         is_first = first_pos == pos
         # rank[i] = how many first appearances up to and including i in this hop (1-based).
-        rank = torch.cumsum(is_first, 0)
+        # int32 like mark: idmap lives as long as the batch and is read at random, and with
+        # several batches in flight (the distributed sampler) their arrays compete for cache.
+        rank = torch.cumsum(is_first, 0, dtype=torch.int32)
         num_new = int(rank[-1])
         self.idmap.append(rank.add_(self.count - 1))
         idmap = torch.cat(self.idmap)
         self.idmap = [idmap]
-        local = idmap.index_select(0, first_pos.to(torch.int64))
+        local = idmap.index_select(0, first_pos).to(torch.int64)
         if num_new:
             # Compaction by scatter into slot rank (1..num_new), slot 0 a dump for repeats: faster
             # than a boolean mask and deterministic since every real slot is written once.

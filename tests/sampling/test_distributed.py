@@ -57,6 +57,17 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph,
         b = NeighborSampler(copied, [fanout, 2], seed=rank).sample(batches[0])
         assert torch.equal(a.input_nodes, b.input_nodes)
         assert all(torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) for x, y in zip(a.blocks, b.blocks))
+    # Sampled ids travel as int32: one more slot of fan-out costs 4 bytes for each row another
+    # rank asks of this one (every other rank asks for all of this rank's nodes here).
+    from graphdist import comm
+
+    sent = []
+    for fanout in (2, 3):
+        comm.reset_byte_counts()
+        nbrs, _ = copied.sample_neighbors(torch.arange(graph.num_nodes), fanout)
+        assert nbrs.dtype == torch.int64
+        sent.append(comm.byte_counts().get("sample", 0))
+    assert sent[1] - sent[0] == 4 * (world_size - 1) * part.num_inner, sent
 
 
 def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) -> None:
