@@ -111,10 +111,11 @@ def test_bench_dist_sampler(tmp_path):
     out = tmp_path / "dist_sampler.json"
     png = tmp_path / "cache.png"
     res = _bench("bench_dist_sampler.py", "--nodes", 5000, "--batches", 3, "--batch-size", 64, "--cache-sizes", 0.1,
-                 1.0, "--oracle-batches", 4, "--out", out, "--png", png)
+                 1.0, "--oracle-batches", 4, "--rounds", 2, "--out", out, "--png", png)
     _ok(res)
     assert "M edges/s" in res.stdout and "remote features" in res.stdout and "incl/oracle" in res.stdout
-    doc = _read(out, "nodes", "local", "local_pair", "ranks")
+    doc = _read(out, "nodes", "local", "local_pair", "ranks", "rounds")
+    assert len(doc["rounds"]) == 2 and all(len(r["ranks"]) == 2 for r in doc["rounds"])
     assert len(doc["local_pair"]) == 2 and doc["local"]["edges_per_s"] > 0
     assert [r["rank"] for r in doc["ranks"]] == [0, 1] and png.exists()
     for r in doc["ranks"]:
