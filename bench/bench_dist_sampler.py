@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds.append({"local": local_i,
                            "ranks": [json.loads(Path(tmp, f"rank{r}_{i}.json").read_text()) for r in range(2)]})
     local = _median_rows([r["local"] for r in rounds])
-    ranks = rounds[-1]["ranks"]
+    ranks = [dict(r) for r in rounds[-1]["ranks"]]  # copies: the rounds keep their own figures in the JSON
     for rank, r in enumerate(ranks):
         for mode in ("single", "stream"):
             r[mode] = _median_rows([rd["ranks"][rank][mode] for rd in rounds])

@@ -99,7 +99,7 @@ class DistNeighborSource(NeighborSource):
         inner_indices = partition.indices[: int(self.indptr[-1])]
         # Sampled ids are gathered, sent and reordered as int32 while the graph allows: a hop's
         # padded tables are its largest arrays, and two processes with six batches in flight
-        # each overflow the shared L3 (half the bytes: +3% edges/s on bench_dist_sampler).
+        # each overflow the shared L3 (half the bytes: +2% edges/s for this alone, alternating A/B of sample_stream).
         self.id_dtype = torch.int32 if self.owners.num_nodes < 2**31 else torch.int64
         self.translate = inner_indices.numel() * 8 > MAPPED_COPY_MAX_BYTES and is_mapped(inner_indices)
         self.indices = (inner_indices if self.translate
