@@ -1,7 +1,8 @@
 """The only code in graphdist that calls ``torch.distributed``.
 
 - ``group``: process-group set-up with a timeout, role helpers (``is_main_process``).
-- ``collectives``: all-to-all, gather, broadcast, handles and futures; errors name the rank.
+- ``collectives``: gather, broadcast, handles and futures, the shared error and timeout handling;
+  ``alltoall``: the variable-size all-to-all. Errors name the rank.
 - ``algorithms``: allreduce algorithms as callables ``algorithm(tensor, group, tag) -> Handle``
   (``ring``, ``auto``; ``halving``: halving-doubling and hierarchical; ``rankmap``: their pure rank maps;
   ``p2p``: their point-to-point steps and thread).
@@ -26,16 +27,13 @@ from graphdist.comm.algorithms import (
     all_reduce_async,
     allreduce_algorithm,
 )
+from graphdist.comm.alltoall import all_to_all_counts_async, all_to_all_v, all_to_all_v_async, joined_rows
 from graphdist.comm.collectives import (
     Handle,
     all_gather_object,
-    all_to_all_counts_async,
-    all_to_all_v,
-    all_to_all_v_async,
     broadcast,
     broadcast_object,
     injection_point,
-    joined_rows,
     new_group,
     start_all_reduce,
     wait_future,

@@ -131,7 +131,7 @@ def exchange_many(ops: Sequence[tuple[torch.Tensor, torch.Tensor, int, int]], gr
     The tags keep two messages to one peer in one batch apart (both sides list them alike).
     """
     # Every receive before any send: a large message sent before its receive is posted waits for
-    # it, and the link's two directions then take turns (see collectives._exchange_rows).
+    # it, and the link's two directions then take turns (see alltoall._exchange_rows).
     batch = [dist.P2POp(dist.irecv, into, peer, group, tag) for _, into, peer, tag in ops]
     batch += [dist.P2POp(dist.isend, out.contiguous(), peer, group, tag) for out, _, peer, tag in ops]
     if batch:

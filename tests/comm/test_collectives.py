@@ -29,11 +29,11 @@ def _all_to_all_v_body(rank: int, world_size: int) -> None:
 
 def _duplex_body(rank: int, world_size: int) -> None:
     from graphdist import comm
-    from graphdist.comm import collectives
+    from graphdist.comm import alltoall
 
     used = []
-    exchange = collectives._exchange_rows
-    collectives._exchange_rows = lambda *args: used.append(1) or exchange(*args)
+    exchange = alltoall._exchange_rows
+    alltoall._exchange_rows = lambda *args: used.append(1) or exchange(*args)
     # uneven sizes, an empty message (rank 0 sends nothing to the last rank), rows of width 2
     inputs = [torch.full((0 if (rank, dst) == (0, world_size - 1) else (rank + 1) * (dst + 2), 2),
                          float(100 * rank + dst)) for dst in range(world_size)]
