@@ -11,13 +11,19 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
   host memory; SACP (on by default) captures CUDA factors;
 - ``cpu,cuda:0`` with placement end to end: ``--placement profiled`` (the start-up profile of
   unlike workers, its simulator measures), ``--rebalance-every 5``; the case records the start
-  and end shares and fails unless the GPU worker ends with the larger one.
+  and end shares and fails unless the GPU worker ends with the larger one;
+- ``cpu,cuda:0`` under the other strategies: ``--strategy fullgraph`` exact (``--staleness 0``)
+  and wait-free (``--staleness 1``: the halo exchange runs on its own group while the GPU
+  computes), and ``--strategy aggregation`` (the model average crosses devices).
 
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
     python bench/check_cuda.py --nodes 200000  # a bigger graph
     python bench/check_cuda.py --nodes 2000 --epochs 1 --out /tmp/cuda.json  # seconds
-Exit code 0 when every case that could run passed; 2 when there is no CUDA device at all.
+    python bench/check_cuda.py --as-cpu --nodes 2000 --epochs 1  # rehearse every case on CPUs
+Exit code 0 when every case that could run passed; 2 when there is no CUDA device at all (and
+no ``--as-cpu``, which runs the same cases with each ``cuda:N`` replaced by ``cpu``: it checks the
+commands themselves before scarce GPU time is spent on them, not the CUDA paths).
 Writes bench/results/cuda.json (``--out``).
 """
 
@@ -36,9 +42,8 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_case(devices: str, workers: int, args: argparse.Namespace, tmp: Path, extra: tuple = (),
+def run_case(devices: str, workers: int, args: argparse.Namespace, run: Path, extra: tuple = (),
              env: Optional[dict] = None) -> dict:
-    run = tmp / "_".join([devices.replace(",", "_").replace(":", ""), *(str(e).lstrip("-") for e in extra)])
     cmd = [sys.executable, "-m", "graphdist.cli.train", *map(str, extra), "--dataset", f"synthetic-{args.nodes}",
            "--num-workers", str(workers), "--devices", devices, "--epochs", str(args.epochs),
            "--layers", "3", "--fanouts", "15,10,5", "--hidden", "256", "--batch-size", str(1024 * workers),
@@ -55,7 +60,7 @@ def run_case(devices: str, workers: int, args: argparse.Namespace, tmp: Path, ex
     row.update(seeds_per_s=round(last["seeds_per_s"]), test_acc=last.get("test_acc"),
                hidden_fraction=last.get("hidden_fraction"), shares=last.get("batch_share"),
                shares_end=last.get("batch_share_end"))
-    if "--placement" in extra:  # the GPU rank (rank 1 of "cpu,cuda:0") must end with the larger share
+    if "--placement" in extra and not args.as_cpu:  # the GPU rank (rank 1 of "cpu,cuda:0") must end with the larger share
         end = last.get("batch_share_end") or [0, 0]
         row["ok"] = bool((run / "profile.json").exists() and end[1] > end[0])
         if not row["ok"]:
@@ -68,26 +73,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=100_000)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "cuda.json"))
+    p.add_argument("--as-cpu", action="store_true", help="rehearse: every cuda:N becomes cpu")
     args = p.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not args.as_cpu:
         print(f"no CUDA device (torch {torch.__version__}, built with CUDA {torch.version.cuda}): nothing to check")
         return 2
-    gpus = torch.cuda.device_count()
+    gpus = 2 if args.as_cpu else torch.cuda.device_count()
     cases = [("cuda:0", 1, (), None), ("cpu,cuda:0", 2, (), None)]
     cases += [("cuda:0,cuda:1", 2, (), None)] if gpus >= 2 else []
     cases += [("cpu,cuda:0", 2, ("--compress", "int8"), None),
               ("cpu,cuda:0", 2, ("--allreduce", "hier"), {"GRAPHDIST_TOPOLOGY": "2x1"}),
-              ("cpu,cuda:0", 2, ("--placement", "profiled", "--rebalance-every", "5"), None)]
+              ("cpu,cuda:0", 2, ("--placement", "profiled", "--rebalance-every", "5"), None),
+              ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "0"), None),
+              ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "1"), None),
+              ("cpu,cuda:0", 2, ("--strategy", "aggregation"), None)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="graphdist-cuda-") as tmp:
-        for devices, workers, extra, env in cases:
-            rows.append(run_case(devices, workers, args, Path(tmp), extra, env))
+        for i, (devices, workers, extra, env) in enumerate(cases):
+            if args.as_cpu:
+                devices = ",".join("cpu" if d.startswith("cuda") else d for d in devices.split(","))
+            rows.append(run_case(devices, workers, args, Path(tmp) / f"case{i}", extra, env))
             print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"gpus": gpus, "torch": torch.__version__, "cases": rows}, indent=2))
+    out.write_text(json.dumps({"gpus": gpus, "torch": torch.__version__, "as_cpu": args.as_cpu, "cases": rows},
+                              indent=2))
     return 0 if all(r["ok"] for r in rows) else 1
 
 
