@@ -252,6 +252,12 @@ def test_check_cuda(tmp_path):
         assert res.returncode == 2, res.stdout + res.stderr
         assert "no CUDA device" in res.stdout
         assert not out.exists()
+        # The GPU machine is lent rarely: the rehearsal keeps every case's command valid here.
+        res = _bench("check_cuda.py", "--as-cpu", "--nodes", 2000, "--epochs", 1, "--out", out, timeout=240)
+        _ok(res)
+        doc = _read(out, "gpus", "torch", "cases")
+        assert doc["as_cpu"] and len(doc["cases"]) == 9 and all(c["ok"] for c in doc["cases"]), doc["cases"]
+        assert {c["devices"] for c in doc["cases"]} == {"cpu", "cpu,cpu"}
         return
     res = _bench("check_cuda.py", "--nodes", 2000, "--epochs", 1, "--out", out, timeout=240)
     _ok(res)

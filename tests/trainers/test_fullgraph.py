@@ -197,14 +197,12 @@ def test_profiled_placement_records_the_halo_plan_and_leaves_training_unchanged(
 def test_refusals_come_before_any_worker_starts(tmp_path):
     import subprocess
     import sys
-    import time
 
     from graphdist.api import train
     from graphdist.testing.models import PygGAT
     from partition.api import partition
 
     part_dir = partition(_graph(), 2, method="metis", out=tmp_path / "parts", seed=0)
-    start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(part_dir),
                            "--strategy", "fullgraph", "--num-workers", "2", "--max-memory", "0.00001",
                            "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
@@ -214,7 +212,9 @@ def test_refusals_come_before_any_worker_starts(tmp_path):
     with pytest.raises(ValueError, match="fullgraph runs the model layer by layer, with a halo exchange between layers: PygGAT needs num_layers"):
         train(PygGAT(6, 4, 3, heads=1), part_dir, strategy="fullgraph", num_workers=2, epochs=1,
               run_dir=str(tmp_path / "run2"))
-    assert time.monotonic() - start < 60
+    # No wall-clock bound here: on a loaded 16-core GPU machine the two refusals took 69 s of
+    # imports. That no worker ran is what the test is about, and the outputs say it.
+    assert not (tmp_path / "run2" / "metrics.jsonl").exists()
 
 
 def _bns_body(rank: int, world_size: int, part_dir: str, expected_bytes: dict[int, list[int]]) -> None:
