@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
@@ -89,6 +89,13 @@ class LinearCapture:
     """This step's input rows and output gradients of every Linear in ``model``, and the rows of
     every embedding table it looked up, kept by hooks.
 
+    Args:
+        model: the model whose Linears and embedding tables are watched.
+        prune_for: the number of ranks; when given, a Linear whose rows on this rank alone rule
+            factors out for that many ranks keeps only its row count this step (it will go
+            dense); None keeps every Linear's factors.
+        keep: Linears that keep their factors whatever their rows (forced by an override).
+
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Linear(3, 2))
         >>> cap = LinearCapture(net)
@@ -97,10 +104,14 @@ class LinearCapture:
         (5, torch.Size([5, 2]), torch.Size([5, 3]))
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, prune_for: Optional[int] = None, keep: Sequence[nn.Module] = ()) -> None:
         self.linears = [m for m in model.modules() if is_linear(m)]
         self.embeddings = [m for m in model.modules() if is_dense_embedding(m)]
         self.modules = self.linears + self.embeddings  # the order of RowCounts' columns
+        self.prune_for = prune_for
+        self._keep = {id(m) for m in keep}  # Linears forced to factors (--sacp-override): always kept
+        self._pruned: set[int] = set()
+        self._rows: dict[int, int] = defaultdict(int)
         self._inputs: dict[int, list[torch.Tensor]] = defaultdict(list)
         self._grads: dict[int, list[torch.Tensor]] = defaultdict(list)
         self._touched: dict[int, torch.Tensor] = {}
@@ -125,11 +136,27 @@ class LinearCapture:
         if not (torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad):
             return
         key = id(module)
-        self._inputs[key].append(inputs[0].detach().reshape(-1, inputs[0].shape[-1]))
+        x = inputs[0].detach().reshape(-1, inputs[0].shape[-1])
+        self._rows[key] += int(x.shape[0])
+        if key in self._pruned:
+            return
+        m, n = module.weight.shape
+        if (self.prune_for is not None and key not in self._keep
+                and sacp_choice([self._rows[key]], m, n, self.prune_for) == "dense"):
+            # This rank's K alone already rules factors out (the rule takes the max over ranks), so
+            # the layer goes dense: holding its inputs and output gradients (a K x M tensor kept
+            # alive until the next step) would only cost memory and fresh allocations.
+            self._pruned.add(key)
+            self._inputs.pop(key, None)
+            self._grads.pop(key, None)
+            return
+        self._inputs[key].append(x)
         grads = self._grads[key]
         output.register_hook(lambda g: grads.append(g.detach().reshape(-1, g.shape[-1])))
 
     def reset(self) -> None:
+        self._rows.clear()
+        self._pruned.clear()
         self._inputs.clear()
         self._grads.clear()
         self._touched.clear()
@@ -138,7 +165,7 @@ class LinearCapture:
         """K: input rows a Linear saw this step, or distinct rows an embedding table gave (0 if unused)."""
         if is_dense_embedding(module):
             return int(self.touched(module).numel())
-        return sum(int(x.shape[0]) for x in self._inputs.get(id(module), []))
+        return self._rows.get(id(module), 0)
 
     def factors(self, module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """``(U, V)``: ``K x M`` output gradients and ``K x N`` inputs, so that ``dW = U^T V``.
@@ -146,6 +173,9 @@ class LinearCapture:
         Raises:
             RuntimeError: the Linear ran more times than it got output gradients for.
         """
+        if id(module) in self._pruned:
+            raise RuntimeError(f"SACP: this Linear's {self._rows[id(module)]} rows rule factors out for "
+                               f"{self.prune_for} ranks, so none were kept; it goes dense")
         xs, gs = self._inputs.get(id(module), []), self._grads.get(id(module), [])
         if len(xs) != len(gs):
             raise RuntimeError(f"SACP: a Linear ran {len(xs)} times this step but {len(gs)} output gradients "
@@ -302,7 +332,9 @@ def make_sacp(model: nn.Module, dense_hook: CommHook, dense_state: Any, seed_wei
     """
     from graphdist.sync.hooks import AllreduceState
 
-    capture = LinearCapture(model)
+    named = dict(model.named_modules())
+    forced = [named[name] for name, scheme in (overrides or {}).items() if scheme == "sfb" and name in named]
+    capture = LinearCapture(model, prune_for=_world(), keep=forced)
     weights = RowCounts(capture, None, tag, normalize=seed_weighted)
     if dense_state is None:
         dense_state = AllreduceState(None, None, tag, weights)

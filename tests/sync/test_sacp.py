@@ -30,6 +30,28 @@ def test_factors_rebuild_the_weight_and_bias_gradient_of_torch_and_pyg_linears()
     assert cap.rows(cap.linears[0]) == 0  # evaluation captures nothing
 
 
+
+def test_a_linear_whose_own_rows_rule_factors_out_keeps_nothing():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+    # P = 2: factors need K (64 + 64) <= 64 * 64, K <= 32. 40 rows rule them out for every Linear
+    # but the forced last one; a second call of 20 rows keeps counting.
+    cap = LinearCapture(net, prune_for=2, keep=[net[4]])
+    x = torch.randn(40, 64)
+    (net(x).sum() + net(x[:20]).sum()).backward()
+    assert [cap.rows(lin) for lin in cap.linears] == [60, 60, 60]
+    with pytest.raises(RuntimeError, match="rule factors out for 2 ranks, so none were kept"):
+        cap.factors(net[0])
+    # Nothing of the pruned layers outlives backward (their output gradients would: K x M each).
+    assert not any(cap._grads.get(id(net[i])) or cap._inputs.get(id(net[i])) for i in (0, 2))
+    u, v = cap.factors(net[4])  # forced: kept whatever its rows
+    torch.testing.assert_close(u.t() @ v, net[4].weight.grad)
+    cap.reset()
+    net.zero_grad()
+    net(x[:30]).sum().backward()  # a new step decides afresh: 30 rows allow factors again
+    u, v = cap.factors(net[0])
+    torch.testing.assert_close(u.t() @ v, net[0].weight.grad)
+
 def test_poseidon_rule_at_its_boundary():
     m = n = 1024
     threshold = 2 * m * n / 2 / (m + n)  # K (M+N) <= 2MN/P, P = 2: K <= 512
