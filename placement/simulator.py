@@ -140,7 +140,8 @@ class Layout:
     symmetric bulk transfers: one at a time under staleness 0, back to back under 1).
     ``burst_bytes``: what a rate-limited host link passes at once after idling (a token bucket's
     depth: this machine's emulated links, a cloud VM's NIC cap; 0: none). The gradient term uses it:
-    a step's first ``burst_bytes`` on the wire cost no time, the bucket refilling during compute.
+    a step's first ``burst_bytes`` on the wire cost no time, as far as the bucket refilled while
+    the link idled since the last step's gradients.
     """
 
     host_of: tuple[int, ...]
@@ -408,16 +409,24 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
     n = len(workers)
     if n < 2 or not model.linears:
         return 0.0
-    layers = _burst([_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
-                     for i in reversed(range(len(model.linears)))], layout)[::-1]  # sent last layer first
+    compute = max(w.compute.time(b) for w, b in zip(workers, shares))
+    backward = BACKWARD_FRACTION * compute
+    work = [_layer_work(workers, shares, model, i) for i in range(len(model.linears))]
+    total = sum(work) or 1.0
+    sent = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
+            for i in reversed(range(len(model.linears)))]  # in the order they go out: the last layer first
+    # The token bucket refills while the link idles: through compute, less what the link carries
+    # meanwhile (the step's sampling and feature traffic; under DWBP every layer's gradients but
+    # the last to go out). With short steps on a slow link it never fills (measured on
+    # synthetic-100k at 20 Mbit/s: a 56 KiB bucket, 13 ms steps, every gradient byte at the
+    # link's rate), with long ones it always does (at 100 Mbit/s the full bucket's 4 ms were seen).
+    busy = max(_network_s(workers, shares, layout)) + (sum(sent[:-1]) if sync == "dwbp" else 0.0)
+    layers = _burst(sent, layout, refill_s=max(0.0, compute - busy))[::-1]
     other = max(0, model.param_bytes - sum(4 * (out * inp + out) for _, out, inp in model.linears))
     ring_bps = layout.ring_bps()
     other_s = _ring_s(other, n, ring_bps, layout.latency_s) if other else 0.0
-    backward = BACKWARD_FRACTION * max(w.compute.time(b) for w, b in zip(workers, shares))
     if sync != "dwbp":
         return sum(layers) + other_s
-    work = [_layer_work(workers, shares, model, i) for i in range(len(model.linears))]
-    total = sum(work) or 1.0
     ready, wire = 0.0, 0.0
     for i in reversed(range(len(layers))):  # backward reaches the last layer first
         ready += backward * work[i] / total
@@ -425,11 +434,12 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
     return max(0.0, wire + other_s - backward)
 
 
-def _burst(seconds: list[float], layout: Layout) -> list[float]:
-    """Transfers in the order they go out, less what a full token bucket of ``layout.burst_bytes`` carries at once."""
+def _burst(seconds: list[float], layout: Layout, refill_s: float = float("inf")) -> list[float]:
+    """Transfers in the order they go out, less what the token bucket of ``layout.burst_bytes`` carries at
+    once: full after ``refill_s`` seconds of idle link (it refills at the link's rate), partly before."""
     if layout.num_hosts < 2 or layout.burst_bytes <= 0:
         return seconds
-    credit = 8.0 * layout.burst_bytes / layout.ring_bps()
+    credit = min(8.0 * layout.burst_bytes / layout.ring_bps(), refill_s)
     out = []
     for t in seconds:
         saved = min(credit, max(0.0, t - layout.latency_s))
