@@ -89,17 +89,18 @@ def main(argv: list[str] | None = None) -> int:
               ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "0"), None),
               ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "1"), None),
               ("cpu,cuda:0", 2, ("--strategy", "aggregation"), None)]
-    rows = []
+    rows: list[dict] = []
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="graphdist-cuda-") as tmp:
         for i, (devices, workers, extra, env) in enumerate(cases):
             if args.as_cpu:
                 devices = ",".join("cpu" if d.startswith("cuda") else d for d in devices.split(","))
             rows.append(run_case(devices, workers, args, Path(tmp) / f"case{i}", extra, env))
             print(json.dumps(rows[-1]), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"gpus": gpus, "torch": torch.__version__, "as_cpu": args.as_cpu, "cases": rows},
-                              indent=2))
+            # Written after every case: a GPU lease that ends mid-run still leaves what ran.
+            out.write_text(json.dumps({"gpus": gpus, "torch": torch.__version__, "as_cpu": args.as_cpu,
+                                       "cases": rows, "complete": len(rows) == len(cases)}, indent=2))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -256,7 +256,8 @@ def test_check_cuda(tmp_path):
         res = _bench("check_cuda.py", "--as-cpu", "--nodes", 2000, "--epochs", 1, "--out", out, timeout=240)
         _ok(res)
         doc = _read(out, "gpus", "torch", "cases")
-        assert doc["as_cpu"] and len(doc["cases"]) == 9 and all(c["ok"] for c in doc["cases"]), doc["cases"]
+        assert doc["as_cpu"] and doc["complete"] and len(doc["cases"]) == 9, doc
+        assert all(c["ok"] for c in doc["cases"]), doc["cases"]
         assert {c["devices"] for c in doc["cases"]} == {"cpu", "cpu,cpu"}
         return
     res = _bench("check_cuda.py", "--nodes", 2000, "--epochs", 1, "--out", out, timeout=240)
