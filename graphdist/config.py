@@ -92,7 +92,7 @@ class TrainConfig:
     placement: str = "auto"  # start shares: "profiled" (probe steps), "equal" (by train nodes), "auto" (profiled
     # when the workers' devices differ; equal, and deterministic, when they are alike)
     rebalance_every: int = 0  # steps between share rebalancing from measured busy times (0: fixed shares)
-    rebalance_eps: float = 0.1  # tolerated imbalance of predicted busy times (max/min - 1)
+    rebalance_eps: float = 0.05  # tolerated imbalance of predicted busy times (max/min - 1)
     # --- System
     num_workers: int = DEFAULT_NUM_WORKERS
     devices: tuple[str, ...] = ("cpu",)  # one entry for all workers, or one per worker

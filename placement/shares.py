@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["LinearCost", "balanced_shares", "fit_cost", "rebalance", "round_to_total", "largest_remainder", "migration", "quotas", "imbalance"]
+__all__ = ["LinearCost", "balanced_shares", "drifted", "fit_cost", "rebalance", "round_to_total", "largest_remainder", "migration", "quotas", "imbalance"]
 
 
 @dataclass(frozen=True)
@@ -177,6 +177,24 @@ def fit_cost(samples: Sequence[tuple[float, float]], min_spread: float = 0.1) ->
         return LinearCost(0.0, my / mx)
     return LinearCost(round(fixed, 12), round(slope, 12))
 
+
+
+def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], tolerance: float = 0.3) -> bool:
+    """Whether ``point`` (seeds per step, busy seconds per step) lies off the cost fitted to ``samples``
+    by more than ``tolerance`` of the prediction: the worker's speed changed (a slowdown began, a
+    neighbour arrived), so the older samples describe another machine.
+
+    Example:
+        >>> drifted([(100, 1.0), (200, 2.0)], (150, 1.6)), drifted([(100, 1.0), (200, 2.0)], (150, 3.0))
+        (False, True)
+        >>> drifted([], (150, 3.0))
+        False
+    """
+    try:
+        predicted = fit_cost(samples).time(point[0])
+    except ValueError:  # nothing to compare with
+        return False
+    return predicted > 0 and abs(point[1] - predicted) > tolerance * predicted
 
 def rebalance(shares: Sequence[int], costs: Sequence[LinearCost], eps: float = 0.1,
               damping: float = 1.0) -> Optional[list[int]]:

@@ -42,13 +42,15 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
-from placement.shares import fit_cost, migration, quotas, rebalance
+from placement.shares import drifted, fit_cost, migration, quotas, rebalance
 
 logger = logging.getLogger(__name__)
 
 DAMPING = 0.7  # share of the way to the fitted optimum each decision moves (placement.shares.rebalance)
 WORK_BOUND = 0.5  # act only when the busiest rank's own work fills at least this share of the step
-HISTORY = 4  # windows each rank's cost fit looks back on (older ones may predate a slowdown)
+HISTORY = 4  # windows each rank's cost fit looks back on
+SPREAD = 0.5  # shares must differ by half before a fit splits fixed from per-seed cost (else through the origin)
+DRIFT = 0.3  # a window this far off a rank's fitted cost starts the history afresh (placement.shares.drifted)
 
 __all__ = ["Rebalancer"]
 
@@ -123,10 +125,15 @@ class Rebalancer:
             return
         # (seeds per step, busy per step) of every rank; the last few windows fit each rank's
         # fixed and per-seed cost (the shares differ between windows once they have moved).
-        self.history.append([(s / self.every, b / self.every) for b, s, _ in window])
+        point = [(s / self.every, b / self.every) for b, s, _ in window]
+        if any(drifted([h[r] for h in self.history], point[r], DRIFT) for r in range(self.world)):
+            # A rank's speed changed (a slowdown began): older windows describe another machine,
+            # and mixed into the fit they hold the shares back for a whole history's length.
+            self.history = []
+        self.history.append(point)
         self.history = self.history[-HISTORY:]
         try:
-            costs = [fit_cost([h[r] for h in self.history]) for r in range(self.world)]
+            costs = [fit_cost([h[r] for h in self.history], min_spread=SPREAD) for r in range(self.world)]
         except ValueError:  # a rank trained no seeds in these windows: nothing to fit yet
             return
         new = rebalance(self.shares, costs, eps=self.eps, damping=DAMPING)
