@@ -11,7 +11,9 @@ owner whoever trains the seed. Counting that serving would over-move: measured o
 synthetic-100k with one rank 2x slower, balancing total CPU time moved 90% of the seeds to the
 fast rank and gained nothing, since every step then waited first for the fast rank's compute
 and then for the slow rank's serving. Each rank's fixed and per-seed cost is fitted over the
-last few windows (``placement.shares.fit_cost``); nothing moves while even the busiest rank
+last few windows (``placement.shares.fit_cost``; per seed only until the windows' shares differ
+by half, since closer shares make the split noise), and a window far off the fit (a slowdown
+began) starts the history afresh; nothing moves while even the busiest rank
 works less than half of the step (latency-bound steps: moving seeds cannot help).
 ``placement.shares.rebalance`` turns the busy times into new shares, the same on every rank;
 every rank applies them from the same batch on. Because a rank's share then differs from
