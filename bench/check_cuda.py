@@ -60,7 +60,8 @@ def run_case(devices: str, workers: int, args: argparse.Namespace, run: Path, ex
     row.update(seeds_per_s=round(last["seeds_per_s"]), test_acc=last.get("test_acc"),
                hidden_fraction=last.get("hidden_fraction"), shares=last.get("batch_share"),
                shares_end=last.get("batch_share_end"))
-    if "--placement" in extra and not args.as_cpu:  # the GPU rank (rank 1 of "cpu,cuda:0") must end with the larger share
+    # The GPU rank (rank 1 of "cpu,cuda:0") must end with the larger share (a rehearsal has no GPU rank).
+    if "--placement" in extra and not args.as_cpu:
         end = last.get("batch_share_end") or [0, 0]
         row["ok"] = bool((run / "profile.json").exists() and end[1] > end[0])
         if not row["ok"]:

@@ -178,7 +178,6 @@ def fit_cost(samples: Sequence[tuple[float, float]], min_spread: float = 0.1) ->
     return LinearCost(round(fixed, 12), round(slope, 12))
 
 
-
 def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], tolerance: float = 0.3) -> bool:
     """Whether ``point`` (seeds per step, busy seconds per step) lies off the cost fitted to ``samples``
     by more than ``tolerance`` of the prediction: the worker's speed changed (a slowdown began, a
@@ -195,6 +194,7 @@ def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], 
     except ValueError:  # nothing to compare with
         return False
     return predicted > 0 and abs(point[1] - predicted) > tolerance * predicted
+
 
 def rebalance(shares: Sequence[int], costs: Sequence[LinearCost], eps: float = 0.1,
               damping: float = 1.0) -> Optional[list[int]]:

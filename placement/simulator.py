@@ -410,9 +410,6 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
     if n < 2 or not model.linears:
         return 0.0
     compute = max(w.compute.time(b) for w, b in zip(workers, shares))
-    backward = BACKWARD_FRACTION * compute
-    work = [_layer_work(workers, shares, model, i) for i in range(len(model.linears))]
-    total = sum(work) or 1.0
     sent = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
             for i in reversed(range(len(model.linears)))]  # in the order they go out: the last layer first
     # The token bucket refills while the link idles: through compute, less what the link carries
@@ -427,6 +424,9 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
     other_s = _ring_s(other, n, ring_bps, layout.latency_s) if other else 0.0
     if sync != "dwbp":
         return sum(layers) + other_s
+    backward = BACKWARD_FRACTION * compute
+    work = [_layer_work(workers, shares, model, i) for i in range(len(model.linears))]
+    total = sum(work) or 1.0
     ready, wire = 0.0, 0.0
     for i in reversed(range(len(layers))):  # backward reaches the last layer first
         ready += backward * work[i] / total

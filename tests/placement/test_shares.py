@@ -56,7 +56,6 @@ def test_fit_cost_separates_fixed_and_per_seed_parts():
         fit_cost([(0, 1.0)])
 
 
-
 def test_a_slowdown_restarts_the_history_and_the_shares_follow_at_once():
     from placement.shares import drifted
 
@@ -68,6 +67,7 @@ def test_a_slowdown_restarts_the_history_and_the_shares_follow_at_once():
     # Mixed with the old windows the slow rank looks 1.2x slower; from its own window, 2x.
     assert rebalance([509, 509], [fast, mixed], damping=1.0) == [555, 463]
     assert rebalance([509, 509], [fast, fresh], damping=1.0) == [679, 339]
+
 
 @pytest.mark.parametrize("seed", range(20))
 def test_migration_gives_every_remaining_seed_to_exactly_one_worker_within_quota(seed):

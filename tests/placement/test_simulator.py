@@ -69,7 +69,6 @@ def test_a_links_burst_carries_the_first_bytes_of_each_steps_gradients_at_once()
     assert b.sync_s == pytest.approx(8 * (dense - 64 * 1024) / 100e6, rel=0.02)
 
 
-
 def test_the_bucket_refills_only_while_the_link_idles():
     # 3 ms of compute and no sampling traffic: from the last step's gradients to this step's
     # first (the end of backward under blocking), the link idles 3 ms and refills 3 ms of its
@@ -80,6 +79,7 @@ def test_the_bucket_refills_only_while_the_link_idles():
         w = _worker(compute_ms=3.0, sent_per_seed=sent, rows_per_seed=1000.0)
         a, b = (simulate([w, w], [100, 100], x, steps=1, model=SHAPE, sync="blocking") for x in (plain, lay))
         assert a.sync_s - b.sync_s == pytest.approx(idle), sent
+
 
 def test_sacp_sends_factors_when_poseidons_rule_picks_them():
     few = _worker(rows_per_seed=0.2)  # K = 20 rows: 20 (256 + 512) < 2 * 256 * 512 / 2

@@ -30,7 +30,6 @@ def test_factors_rebuild_the_weight_and_bias_gradient_of_torch_and_pyg_linears()
     assert cap.rows(cap.linears[0]) == 0  # evaluation captures nothing
 
 
-
 def test_a_linear_whose_own_rows_rule_factors_out_keeps_nothing():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
@@ -51,6 +50,7 @@ def test_a_linear_whose_own_rows_rule_factors_out_keeps_nothing():
     net(x[:30]).sum().backward()  # a new step decides afresh: 30 rows allow factors again
     u, v = cap.factors(net[0])
     torch.testing.assert_close(u.t() @ v, net[0].weight.grad)
+
 
 def test_poseidon_rule_at_its_boundary():
     m = n = 1024
