@@ -146,6 +146,8 @@ class _StepScratch:
     ready_at: list[Optional[float]] = field(default_factory=list)
     launch_at: list[float] = field(default_factory=list)
     complete_at: list[Optional[float]] = field(default_factory=list)
+    sent: list[Optional[torch.Tensor]] = field(default_factory=list)  # per layer: the flat tensor the hook got
+    viewed: list[bool] = field(default_factory=list)  # per layer: its gradients are views of `sent`
 
 
 # ------------------------------------------------------------------ sync
@@ -200,6 +202,7 @@ class LayerwiseSync(GradientSync):
         self._owner = self._owner_of(self.layers)
         self._model = model
         self._step = 0
+        self._buffers: dict[int, torch.Tensor] = {}  # id(layer) -> the flat tensor its gradients view
         self._s = _StepScratch()
         if not self.config.distributed:
             warnings.warn(
@@ -240,7 +243,7 @@ class LayerwiseSync(GradientSync):
         self._step += 1
         self._s = _StepScratch(active=True, num_seeds=int(num_seeds), remaining=[len(l.params) for l in self.layers],
                                futures=[None] * n, ready_at=[None] * n, launch_at=[0.0] * n, complete_at=[None] * n,
-                               t_begin=time.perf_counter())
+                               sent=[None] * n, viewed=[False] * n, t_begin=time.perf_counter())
         self.timeline = []
         self._event("begin", "")
         self.weights.begin_step(int(num_seeds))
@@ -311,8 +314,13 @@ class LayerwiseSync(GradientSync):
         """Hands layer ``index``'s flattened gradients to the hook; records when its future completes."""
         s = self._s
         layer = self.layers[index]
-        bucket = Bucket(index, layer.name, layer.params, torch.cat([_flat_grad(p) for p in layer.params]),
-                        layer.modules, is_last_bucket=index == len(self.layers) - 1)
+        flat = self._flat_view(layer)
+        s.viewed[index] = flat is not None
+        if flat is None:  # gradients that cannot share one buffer (sparse, mixed dtypes or devices)
+            flat = torch.cat([_flat_grad(p) for p in layer.params])
+        s.sent[index] = flat
+        bucket = Bucket(index, layer.name, layer.params, flat, layer.modules,
+                        is_last_bucket=index == len(self.layers) - 1)
         s.launch_at[index] = self._event("launch", layer.name)
         future = self.hook(self.hook_state, bucket)
         s.futures[index] = future
@@ -345,6 +353,13 @@ class LayerwiseSync(GradientSync):
         done = self._event("waited", layer.name)
         if s.complete_at[index] is None:  # the completion callback has not run yet: the wait is what we know
             s.complete_at[index] = done
+        sent = s.sent[index]
+        if s.viewed[index]:
+            # The gradients are views of what was sent: a hook that reduced it in place (every
+            # hook here does) has written them already.
+            if value.data_ptr() != sent.data_ptr():
+                sent.copy_(value)
+            return
         offset = 0
         for p in layer.params:
             view = value[offset : offset + p.numel()].view_as(p)
@@ -376,6 +391,39 @@ class LayerwiseSync(GradientSync):
         self._owner = self._owner_of(self.layers)
 
     # ------------------------------------------------------------ bookkeeping
+
+    def _flat_view(self, layer: Layer) -> Optional[torch.Tensor]:
+        """The layer's gradients as one flat tensor that they are views of (None: they cannot be).
+
+        As DDP's ``gradient_as_bucket_view``: the first step copies each gradient into a
+        per-layer buffer and points ``p.grad`` at its slice; from then on autograd accumulates
+        straight into the buffer (``zero_grad(set_to_none=False)`` keeps the views), so neither
+        the send nor the write-back copies anything. ``set_to_none=True`` costs one copy a step.
+        Measured on 5 Linears of 1024 (2 local ranks): the concatenation and the copy back were
+        3.7 ms of an 80 ms step.
+        """
+        params = layer.params
+        grads = [p.grad for p in params]
+        known = [g for g in grads if g is not None]
+        dtype, device = (known[0].dtype, known[0].device) if known else (params[0].dtype, params[0].device)
+        if any(g.layout != torch.strided or g.dtype != dtype or g.device != device for g in known) or any(
+                p.dtype != dtype or p.device != device for p in params):
+            return None
+        buf = self._buffers.get(id(layer))
+        if buf is not None and buf.dtype == dtype and buf.device == device and _all_views(params, buf):
+            return buf
+        if buf is None or buf.dtype != dtype or buf.device != device:
+            buf = self._buffers[id(layer)] = torch.empty(layer.numel, dtype=dtype, device=device)
+        offset = 0
+        for p in params:
+            view = buf[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+            if p.grad is None:
+                view.zero_()
+            else:
+                view.copy_(p.grad)
+            p.grad = view
+        return buf
 
     @staticmethod
     def _owner_of(layers: list[Layer]) -> dict[int, int]:
@@ -426,6 +474,17 @@ class LayerwiseSync(GradientSync):
                 getattr(self.hook, "__name__", type(self.hook).__name__), algorithm,
                 "default" if self.config.group is None else "custom",
             )
+
+
+def _all_views(params: list[nn.Parameter], buf: torch.Tensor) -> bool:
+    """Every parameter's gradient is the slice of ``buf`` at its offset, shaped like the parameter."""
+    offset, step = buf.data_ptr(), buf.element_size()
+    for p in params:
+        g = p.grad
+        if g is None or g.data_ptr() != offset or not g.is_contiguous() or g.shape != p.shape:
+            return False
+        offset += p.numel() * step
+    return True
 
 
 def _flat_grad(p: torch.Tensor) -> torch.Tensor:

@@ -61,7 +61,7 @@ def _reference(world_size: int) -> _Net:
     return net
 
 
-def _train(rank: int, world_size: int, mode: str, sync_cls=None):
+def _train(rank: int, world_size: int, mode: str, sync_cls=None, set_to_none: bool = True):
     from graphdist.sync import make_sync
 
     torch.manual_seed(7)
@@ -73,14 +73,16 @@ def _train(rank: int, world_size: int, mode: str, sync_cls=None):
     model = sync.model
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     timelines, stats = [], []
+    sync.grad_storage = []  # per step, where each gradient lives
     for step, (x, y) in enumerate(_data(world_size)):
         shares = _shares(step, world_size)
         lo = sum(shares[:rank])
         xs, ys = x[lo : lo + shares[rank]], y[lo : lo + shares[rank]]
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=set_to_none)
         sync.begin_step(int(xs.shape[0]))
         _loss(model(xs), ys).backward()
         stats.append(sync.finish())
+        sync.grad_storage.append([p.grad.data_ptr() if p.grad is not None else None for p in net.parameters()])
         opt.step()
         timelines.append(list(sync.timeline))
         assert stats[-1].total_seeds == x.shape[0], (stats[-1].total_seeds, x.shape[0])
@@ -125,6 +127,15 @@ def _body(rank: int, world_size: int) -> None:
             assert sync.summary.comm_s == pytest.approx(sum(s.comm_s for s in stats))
         if mode == "blocking":
             assert not any(wait_free_witness(tl, "fc3") for tl in timelines)
+    # Kept gradients (zero_grad(set_to_none=False)) are views of one buffer per layer from the
+    # first step on: the same storage every step, each layer's gradients side by side in it.
+    net, sync, _, _ = _train(rank, world_size, "dwbp", set_to_none=False)
+    _assert_same(net, ref, "dwbp, gradients kept")
+    assert all(ptrs == sync.grad_storage[0] for ptrs in sync.grad_storage), sync.grad_storage
+    for layer in sync.layers:
+        starts = [p.grad.data_ptr() for p in layer.params]
+        ends = [p.grad.data_ptr() + 4 * p.numel() for p in layer.params]
+        assert starts[1:] == ends[:-1], (layer.name, starts, ends)
     # Waiting right after each launch gives the same numbers but fails the check.
     net, sync, timelines, _ = _train(rank, world_size, "dwbp", _waiting_sync())
     _assert_same(net, ref, "wait-in-hook")
