@@ -178,10 +178,12 @@ def fit_cost(samples: Sequence[tuple[float, float]], min_spread: float = 0.1) ->
     return LinearCost(round(fixed, 12), round(slope, 12))
 
 
-def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], tolerance: float = 0.3) -> bool:
+def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], tolerance: float = 0.3,
+            min_spread: float = 0.1) -> bool:
     """Whether ``point`` (seeds per step, busy seconds per step) lies off the cost fitted to ``samples``
     by more than ``tolerance`` of the prediction: the worker's speed changed (a slowdown began, a
-    neighbour arrived), so the older samples describe another machine.
+    neighbour arrived), so the older samples describe another machine. ``min_spread`` is
+    :func:`fit_cost`'s: pass the caller's own, so the check compares with the cost it acts on.
 
     Example:
         >>> drifted([(100, 1.0), (200, 2.0)], (150, 1.6)), drifted([(100, 1.0), (200, 2.0)], (150, 3.0))
@@ -190,7 +192,7 @@ def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], 
         False
     """
     try:
-        predicted = fit_cost(samples).time(point[0])
+        predicted = fit_cost(samples, min_spread=min_spread).time(point[0])
     except ValueError:  # nothing to compare with
         return False
     return predicted > 0 and abs(point[1] - predicted) > tolerance * predicted

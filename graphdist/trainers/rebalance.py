@@ -128,7 +128,8 @@ class Rebalancer:
         # (seeds per step, busy per step) of every rank; the last few windows fit each rank's
         # fixed and per-seed cost (the shares differ between windows once they have moved).
         point = [(s / self.every, b / self.every) for b, s, _ in window]
-        if any(drifted([h[r] for h in self.history], point[r], DRIFT) for r in range(self.world)):
+        if any(drifted([h[r] for h in self.history], point[r], DRIFT, min_spread=SPREAD)
+               for r in range(self.world)):
             # A rank's speed changed (a slowdown began): older windows describe another machine,
             # and mixed into the fit they hold the shares back for a whole history's length.
             self.history = []

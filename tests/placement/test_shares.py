@@ -69,6 +69,16 @@ def test_a_slowdown_restarts_the_history_and_the_shares_follow_at_once():
     assert rebalance([509, 509], [fast, fresh], damping=1.0) == [679, 339]
 
 
+def test_drift_is_judged_against_the_cost_the_caller_fits():
+    from placement.shares import drifted
+
+    # Shares 20% apart and noise: a least-squares fit reads a slope of pure noise (0.02 s a seed,
+    # 3.0 s at 150 seeds); through the origin (the rebalancer's min_spread of 0.5) it predicts 1.36 s.
+    noisy = [(100, 0.8), (120, 1.2)]
+    assert drifted(noisy, (150, 1.4))
+    assert not drifted(noisy, (150, 1.4), min_spread=0.5)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_migration_gives_every_remaining_seed_to_exactly_one_worker_within_quota(seed):
     rng = random.Random(seed)
