@@ -151,8 +151,15 @@ class LinearCapture:
             self._grads.pop(key, None)
             return
         self._inputs[key].append(x)
-        grads = self._grads[key]
-        output.register_hook(lambda g: grads.append(g.detach().reshape(-1, g.shape[-1])))
+        self._grads.setdefault(key, [])  # the list the hook appends to
+        output.register_hook(lambda g: self._keep_grad(key, g))
+
+    def _keep_grad(self, key: int, g: torch.Tensor) -> None:
+        # Looked up when the gradient arrives: a later call this step may have pruned the layer,
+        # and then its earlier calls' gradients are not kept either.
+        grads = self._grads.get(key)
+        if grads is not None:
+            grads.append(g.detach().reshape(-1, g.shape[-1]))
 
     def reset(self) -> None:
         self._rows.clear()

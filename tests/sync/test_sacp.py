@@ -52,6 +52,16 @@ def test_a_linear_whose_own_rows_rule_factors_out_keeps_nothing():
     torch.testing.assert_close(u.t() @ v, net[0].weight.grad)
 
 
+def test_a_linear_pruned_by_its_second_call_keeps_no_gradient_of_its_first():
+    net = nn.Sequential(nn.Linear(64, 64))
+    cap = LinearCapture(net, prune_for=2)  # K <= 32 allows factors: 20 rows do, 20 more do not
+    x = torch.randn(20, 64)
+    first = net(x)
+    kept = cap._grads[id(net[0])]  # what the first call's hook appends to
+    (first.sum() + net(x).sum()).backward()
+    assert cap.rows(net[0]) == 40 and kept == [] and id(net[0]) not in cap._grads
+
+
 def test_poseidon_rule_at_its_boundary():
     m = n = 1024
     threshold = 2 * m * n / 2 / (m + n)  # K (M+N) <= 2MN/P, P = 2: K <= 512
