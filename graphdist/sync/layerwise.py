@@ -403,15 +403,14 @@ class LayerwiseSync(GradientSync):
         3.7 ms of an 80 ms step.
         """
         params = layer.params
-        grads = [p.grad for p in params]
-        known = [g for g in grads if g is not None]
+        buf = self._buffers.get(id(layer))
+        if buf is not None and _all_views(params, buf):  # every step after the first
+            return buf
+        known = [p.grad for p in params if p.grad is not None]
         dtype, device = (known[0].dtype, known[0].device) if known else (params[0].dtype, params[0].device)
         if any(g.layout != torch.strided or g.dtype != dtype or g.device != device for g in known) or any(
                 p.dtype != dtype or p.device != device for p in params):
             return None
-        buf = self._buffers.get(id(layer))
-        if buf is not None and buf.dtype == dtype and buf.device == device and _all_views(params, buf):
-            return buf
         if buf is None or buf.dtype != dtype or buf.device != device:
             buf = self._buffers[id(layer)] = torch.empty(layer.numel, dtype=dtype, device=device)
         offset = 0

@@ -113,7 +113,7 @@ class LinearCapture:
         self._pruned: set[int] = set()
         self._rows: dict[int, int] = defaultdict(int)
         self._inputs: dict[int, list[torch.Tensor]] = defaultdict(list)
-        self._grads: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self._grads: dict[int, list[torch.Tensor]] = {}  # filled by _keep_grad, into lists made at forward
         self._touched: dict[int, torch.Tensor] = {}
         self._handles = [m.register_forward_hook(self._on_forward) for m in self.linears]
         self._handles += [m.register_forward_hook(self._on_lookup) for m in self.embeddings]
