@@ -6,6 +6,9 @@ handed to the communication hook (what is sent: ``graphdist.sync.hooks``), which
 future at once; backward carries on with the layers below. ``finish()``, right before
 ``optimizer.step()``, waits for the futures and writes their values back as gradients.
 ``blocking`` runs the same hook per layer after backward, waiting for each (``T_seq``).
+Under ``dwbp`` across ranks, every Linear computes its weight gradient before its input
+gradient (``graphdist.sync.reorder``): a layer's collective leaves one GEMM earlier and that
+GEMM runs under it.
 
 Collectives on one group must be issued in the same order on every rank, but autograd may
 finish layers in a different order on different ranks (a parameter unused on one rank).
@@ -41,6 +44,7 @@ from torch import nn
 from graphdist import comm
 from graphdist.sync.base import GradientSync
 from graphdist.sync.hooks import AllreduceState, Bucket, CommHook, seed_weighted_allreduce
+from graphdist.sync.reorder import WeightFirst
 from graphdist.sync.stats import Layer, LayerTiming, StepStats, backward_per_layer
 from graphdist.sync.timing import dwbp_timing
 
@@ -212,6 +216,9 @@ class LayerwiseSync(GradientSync):
             )
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for layer in self.layers
                        for p in layer.params]
+        # Wait-free: a Linear's weight gradient (and so its layer's collective) comes before its
+        # input gradient's GEMM, which the collective then overlaps (graphdist.sync.reorder).
+        self._reorder = WeightFirst(model) if mode == "dwbp" and self.config.distributed else None
         self._log_once()
 
     # ------------------------------------------------------------ public
@@ -276,6 +283,9 @@ class LayerwiseSync(GradientSync):
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()
+        if self._reorder is not None:
+            self._reorder.close()
+            self._reorder = None
         close_state = getattr(self.hook_state, "close", None)
         if close_state is not None:  # e.g. SACP's capture hooks on the model
             close_state()

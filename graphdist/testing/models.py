@@ -30,3 +30,26 @@ class PygGAT(torch.nn.Module):
             if i < len(self.convs) - 1:
                 x = F.elu(x)
         return x
+
+
+def input_gradient_node(output: torch.Tensor, inp: torch.Tensor) -> Any:
+    """The autograd node below ``output`` that hands ``inp`` its gradient (a walk of the graph).
+
+    A pre-hook on it fires when backward starts computing ``inp``'s gradient: tests use it to
+    check what happened before (e.g. a layer's collective left before its input gradient's GEMM).
+
+    Example:
+        >>> x = torch.ones(2, 3, requires_grad=True).tanh()
+        >>> type(input_gradient_node(torch.nn.Linear(3, 1)(x), x)).__name__
+        'AddmmBackward0'
+    """
+    todo, seen = [output.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if any(nxt is inp.grad_fn for nxt, _ in node.next_functions):
+            return node
+        todo += [nxt for nxt, _ in node.next_functions]
+    raise ValueError("no node below output computes the input's gradient")

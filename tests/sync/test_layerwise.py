@@ -61,6 +61,19 @@ def _reference(world_size: int) -> _Net:
     return net
 
 
+def _watch_input_gradient(sync, layer: nn.Module, name: str) -> None:
+    """Puts ("input-grad", name) in the sync's timeline when backward starts computing ``layer``'s input gradient."""
+
+    from graphdist.testing.models import input_gradient_node
+
+    def on_forward(_module, inputs, output) -> None:
+        if output.requires_grad and inputs[0].grad_fn is not None:
+            node = input_gradient_node(output, inputs[0])
+            node.register_prehook(lambda *_: sync.timeline.append(("input-grad", name, 0.0)))
+
+    layer.register_forward_hook(on_forward)
+
+
 def _train(rank: int, world_size: int, mode: str, sync_cls=None, set_to_none: bool = True):
     from graphdist.sync import make_sync
 
@@ -70,6 +83,8 @@ def _train(rank: int, world_size: int, mode: str, sync_cls=None, set_to_none: bo
         sync = make_sync(mode, net, find_unused_parameters=(mode == "ddp"))
     else:
         sync = sync_cls(net, mode=mode)
+    if mode == "dwbp":
+        _watch_input_gradient(sync, net.fc2, "fc2")
     model = sync.model
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     timelines, stats = [], []
@@ -119,6 +134,12 @@ def _body(rank: int, world_size: int) -> None:
             assert [layer.name for layer in sync.layers] == ["fc3", "fc2", "fc1", "unused"], sync.layers
             for tl in timelines[1:]:
                 assert wait_free_witness(tl, "fc3"), tl
+            # Weight gradients first (graphdist.sync.reorder): fc2's collective leaves before
+            # backward computes fc2's input gradient, so that GEMM runs under it (from step 2: the
+            # first step's order waits for the unused layer, flushed by finish()).
+            for tl in timelines[1:]:
+                events = [(kind, layer) for kind, layer, _ in tl]
+                assert events.index(("launch", "fc2")) < events.index(("input-grad", "fc2")), events
             # Every step communicated, and each layer's service time is within its launch-to-wait window.
             for s in stats:
                 assert s.comm_s > 0 and len(s.layers) == 4, s
