@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphdist.sync.reorder import WeightFirst, weight_first_linear
+from graphdist.sync.reorder import WeightFirst
 from graphdist.testing.models import input_gradient_node
 
 
