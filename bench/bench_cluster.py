@@ -45,11 +45,12 @@ PRESETS = {
 # --syncs names -> TrainConfig fields. "ddp" is torch DDP with its own allreduce; "ddp-fp16" with
 # torch's fp16_compress_wrapper; "dwbp" graphdist's layer-wise sync with every layer dense over the
 # ring (main before SACP); "sacp" adds sufficient factors; "auto" adds the topology-aware allreduce
-# choice; the last two compress too.
+# choice; the last two compress too ("dwbp-fp16": DDP-fp16's twin, the layer-wise schedule alone).
 VARIANTS = {
     "ddp": {"sync": "ddp", "allreduce": "ring", "sacp": "off"},
     "ddp-fp16": {"sync": "ddp", "allreduce": "ring", "sacp": "off", "compress": "fp16"},
     "dwbp": {"sync": "dwbp", "allreduce": "ring", "sacp": "off"},
+    "dwbp-fp16": {"sync": "dwbp", "allreduce": "ring", "sacp": "off", "compress": "fp16"},
     "blocking": {"sync": "blocking", "allreduce": "ring", "sacp": "off"},
     "sacp": {"sync": "dwbp", "allreduce": "ring", "sacp": "on"},
     "auto": {"sync": "dwbp", "allreduce": "auto", "sacp": "on"},
@@ -69,6 +70,7 @@ def worker(a: argparse.Namespace) -> None:
 
     from graphdist import comm
     from graphdist.testing.netns import own_tx_bytes
+    from graphdist.sync.compress import auto_choices
     from graphdist.config import TrainConfig
     from graphdist.trainers.run import build_strategy, seed_everything, worker_seed
 
@@ -106,7 +108,9 @@ def worker(a: argparse.Namespace) -> None:
             comm.barrier()
             tx = own_tx_bytes(iface) - tx0
             choices = dict(getattr(strategy.sync.hook_state, "choices", {}))
+            auto = [c.describe() for c in auto_choices()] if VARIANTS[mode].get("compress") == "auto" else []
             rec = {"rank": a.rank, "sync": mode, "round": round_, "sacp_choices": choices, "steps": stats.steps,
+                   "compress_auto": auto[-1] if auto else None,
                    "natural_steps": natural,
                    "seeds": stats.seeds, "time_s": stats.time_s, "bytes": comm.byte_counts(), "tx_bytes": tx,
                    "comm_exposed_s": stats.comm_exposed_s, "compute_s": stats.compute_s,
@@ -216,6 +220,7 @@ def _per_round(dataset: str, rate: str, per_mode: list[list[dict[str, Any]]]) ->
             "hidden_measured": _mean([r["hidden_measured"] for r in ranks]),
             "hidden_predicted": _mean([r["hidden_predicted"] for r in ranks]),
             "layers": r0.get("layers", []), "sacp_choices": r0.get("sacp_choices", {}),
+            "compress_auto": r0.get("compress_auto"),
         })
     return rows
 
@@ -226,7 +231,7 @@ def _mean(xs: list[Optional[float]]) -> Optional[float]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    head = (f"{'dataset':<14}{'link':>9}{'sync':>10}{'ms/step':>9}{'vs ddp':>7}{'vs ddp16':>9}{'seeds/s':>9}"
+    head = (f"{'dataset':<14}{'link':>9}{'sync':>14}{'ms/step':>9}{'vs ddp':>7}{'vs ddp16':>9}{'seeds/s':>9}"
             f"{'grad MB/st':>11}{'remote MB/st':>13}{'exposed':>8}{'hid meas':>9}{'tx/count':>9}  sfb layers")
     print(head)
     print("-" * len(head))
@@ -234,11 +239,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         ratio = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
         sfb = ",".join(k for k, v in r.get("sacp_choices", {}).items() if v == "sfb") or "-"
-        print(f"{r['dataset']:<14}{r['rate']:>9}{r['sync']:>10}{1000 * r['step_s']:>9.0f}"
+        print(f"{r['dataset']:<14}{r['rate']:>9}{r['sync']:>14}{1000 * r['step_s']:>9.0f}"
               f"{ratio(r.get('speedup_vs_ddp')):>7}{ratio(r.get('speedup_vs_ddp_fp16')):>9}"
               f"{r['seeds_per_s']:>9,.0f}{r['grad_bytes_per_step'] / 1e6:>11.2f}{r['remote_bytes_per_step'] / 1e6:>13.2f}"
               f"{pct(r['exposed_comm_share']):>8}{pct(r['hidden_measured']):>9}"
               f"{r['tx_over_counted'] or 0:>9.2f}  {sfb}")
+    for r in rows:
+        if r.get("compress_auto"):
+            print(f"  {r['dataset']} {r['rate']} {r['sync']}: {r['compress_auto']}")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -218,7 +218,7 @@ class CompressionChoice:
         return f"compress auto: {self.chosen} ({times} for a {self.probe_values * 4 / 2**20:.1f} MB probe)"
 
 
-def choose_compression(model: torch.nn.Module, algorithm: Any = None, repeats: int = 3) -> CompressionChoice:
+def choose_compression(model: torch.nn.Module, algorithm: Any = None, repeats: int = 5) -> CompressionChoice:
     """``--compress auto``: fp16 or int8 from their costs on a probe the size of the model's largest
     gradient (fp16 over ``algorithm``, int8 by its all-to-alls); int8 only when clearly cheaper
     (:func:`pick_compression`). The slowest rank's cost decides, so every rank chooses alike.
@@ -253,10 +253,15 @@ def choose_compression(model: torch.nn.Module, algorithm: Any = None, repeats: i
         t.copy_(_int8_sum(state, -1, t))
 
     probe = torch.randn(values, generator=torch.Generator().manual_seed(0))
-    timings = {name: _probe_cost(fn, probe, repeats) for name, fn in (("fp16", fp16), ("int8", int8))}
+    timings = _probe_costs({"fp16": fp16, "int8": int8}, probe, repeats)
     choice = CompressionChoice(pick_compression(timings), timings, values)
     _AUTO_CHOICES[key] = choice
     return choice
+
+
+def auto_choices() -> list[CompressionChoice]:
+    """The ``--compress auto`` choices this process has made (one per process group), for reports."""
+    return list(_AUTO_CHOICES.values())
 
 
 def pick_compression(timings: dict[str, float]) -> str:
@@ -269,21 +274,26 @@ def pick_compression(timings: dict[str, float]) -> str:
     return "int8" if timings["int8"] < INT8_MARGIN * timings["fp16"] else "fp16"
 
 
-def _probe_cost(fn: Any, probe: torch.Tensor, repeats: int) -> float:
-    """Median over ``repeats`` runs (after one warm-up) of ``fn(probe copy)``'s wall plus CPU time, s,
-    the largest over ranks (collective)."""
+def _probe_costs(fns: dict[str, Any], probe: torch.Tensor, repeats: int) -> dict[str, float]:
+    """Per function, the median over ``repeats`` runs (after one warm-up each) of ``fn(probe copy)``'s
+    wall plus CPU time, s, the largest over ranks (collective). The functions take turns, in an
+    order that flips every round, so a slow spell of the link or the machine (a shared 2-core
+    host, a TCP window that opens) falls on both alike instead of deciding the choice."""
     import time
 
-    fn(probe.clone())
-    costs = []
-    for _ in range(repeats):
-        t = probe.clone()
-        w0, c0 = time.perf_counter(), time.thread_time()
-        fn(t)
-        costs.append(time.perf_counter() - w0 + time.thread_time() - c0)
-    cost = torch.tensor([sorted(costs)[len(costs) // 2]], dtype=torch.float64)
-    comm.all_reduce(cost, op="max", tag="probe")
-    return float(cost.item())
+    names = list(fns)
+    for name in names:
+        fns[name](probe.clone())
+    costs: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t = probe.clone()
+            w0, c0 = time.perf_counter(), time.thread_time()
+            fns[name](t)
+            costs[name].append(time.perf_counter() - w0 + time.thread_time() - c0)
+    medians = torch.tensor([sorted(costs[n])[len(costs[n]) // 2] for n in names], dtype=torch.float64)
+    comm.all_reduce(medians, op="max", tag="probe")
+    return {name: float(v) for name, v in zip(names, medians.tolist())}
 
 
 def compressed_hook(name: str, algorithm: Any = None, group: Any = None, tag: str = "grad",
