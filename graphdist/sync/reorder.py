@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 import torch
@@ -107,13 +108,26 @@ def weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[to
     return y if x.dim() == 2 else y.view(*x.shape[:-1], y.shape[-1])
 
 
+def _plain_linear_call(args: tuple, kwargs: dict) -> bool:
+    """Whether an ``F.linear`` call is the dense, same-dtype product :func:`weight_first_linear` rebuilds."""
+    x = args[0] if args else kwargs.get("input")
+    weight = args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    tensors = [t for t in (x, weight, bias) if t is not None]
+    return (len(tensors) >= 2 and all(isinstance(t, torch.Tensor) and t.layout == torch.strided for t in tensors)
+            and len({t.dtype for t in tensors}) == 1 and x.dim() >= 1)
+
+
 class _Reroute(TorchFunctionMode):
     """Inside one Linear's forward: its ``F.linear`` becomes :func:`weight_first_linear`."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
-        if func is F.linear and torch.is_grad_enabled():
-            return weight_first_linear(*args, **kwargs)
+        if func is F.linear and _plain_linear_call(args, kwargs):
+            x = args[0] if args else kwargs["input"]
+            weight = args[1] if len(args) > 1 else kwargs["weight"]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            return weight_first_linear(x, weight, bias)
         return func(*args, **kwargs)
 
 
@@ -123,26 +137,36 @@ class WeightFirst:
     Args:
         model: the model (its ``torch.nn.Linear`` and PyG ``Linear`` modules are rerouted).
 
-    Call :meth:`close` to restore ``F.linear``'s own backward.
+    Only training calls are rerouted: under ``no_grad`` (evaluation) or autocast (whose casts
+    the rebuilt backward would not mirror) a Linear runs ``F.linear`` itself, as do sparse or
+    mixed-dtype calls. Call :meth:`close` to restore ``F.linear``'s own backward everywhere.
     """
 
     def __init__(self, model: nn.Module) -> None:
         from graphdist.sync.sacp import is_linear
 
         self.linears = [m for m in model.modules() if is_linear(m)]
-        self._modes: dict[int, _Reroute] = {}
+        self._local = threading.local()  # per thread: module id -> the mode its forward entered
         self._handles = []
         for m in self.linears:
             self._handles.append(m.register_forward_pre_hook(self._enter))
             self._handles.append(m.register_forward_hook(self._exit, always_call=True))
 
+    def _entered(self) -> dict[int, _Reroute]:
+        entered = getattr(self._local, "modes", None)
+        if entered is None:
+            entered = self._local.modes = {}
+        return entered
+
     def _enter(self, module: nn.Module, _args: Any) -> None:
+        if not torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"):
+            return
         mode = _Reroute()
         mode.__enter__()
-        self._modes[id(module)] = mode
+        self._entered()[id(module)] = mode
 
     def _exit(self, module: nn.Module, _args: Any, _output: Any) -> None:
-        mode = self._modes.pop(id(module), None)
+        mode = self._entered().pop(id(module), None)
         if mode is not None:
             mode.__exit__(None, None, None)
 

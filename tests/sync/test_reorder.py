@@ -84,3 +84,18 @@ def test_evaluation_and_closed_reorder_use_f_linear_itself():
     clone = copy.deepcopy(net)
     assert type(clone.b(torch.ones(2, 32)).grad_fn).__name__ == "MmBackward0"
 
+
+
+def test_autocast_sparse_and_evaluation_calls_keep_f_linear():
+    net = _Net()
+    reorder = WeightFirst(net)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = net.b(torch.ones(2, 32))
+    assert out.dtype == torch.bfloat16 and type(out.grad_fn).__name__ != "_ParameterGradientsBackward"
+    out.float().sum().backward()  # autocast's own backward: no dtype clash
+    sparse = torch.eye(32).to_sparse()
+    assert torch.equal(net.b(sparse), torch.nn.functional.linear(torch.eye(32), net.b.weight))
+    with torch.no_grad():
+        net(torch.ones(3, 6))
+    assert reorder._entered() == {}  # nothing entered or left behind
+    reorder.close()
