@@ -35,6 +35,7 @@ machine has no core to spare for it; both plus the gradient wait.
 
 ``sync`` is the gradient wait the profile measured plus what a slower link adds: the exchange is
 scheduled as DWBP sends it (layer by layer as backward produces the gradients, last layer first,
+each as soon as its weight gradient exists, before its input gradient: ``graphdist.sync.reorder``;
 one layer after another on the wire; ``blocking`` and ``ddp`` after the whole backward), each
 layer dense (ring allreduce, ``2 (P-1)/P`` of its bytes over the slowest link of the ring) or,
 under SACP, as sufficient factors when Poseidon's rule picks them. Backward is taken as 2/3 of
@@ -429,8 +430,12 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
     total = sum(work) or 1.0
     ready, wire = 0.0, 0.0
     for i in reversed(range(len(layers))):  # backward reaches the last layer first
-        ready += backward * work[i] / total
-        wire = max(wire, ready) + layers[i]
+        own = backward * work[i] / total
+        # Weight gradients first (graphdist.sync.reorder): a layer leaves after its weight-gradient
+        # GEMM, half its backward where an input gradient follows (every layer but the first).
+        launch = ready + (own / 2 if i > 0 else own)
+        ready += own
+        wire = max(wire, launch) + layers[i]
     return max(0.0, wire + other_s - backward)
 
 

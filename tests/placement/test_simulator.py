@@ -59,6 +59,21 @@ def test_gradient_exchange_overlaps_backward_under_dwbp_only():
     assert 0 < dwbp.sync_s < blocking.sync_s
 
 
+def test_dwbp_sends_a_middle_layer_after_its_weight_gradient_half_way_through_its_backward():
+    # Three Linears, the middle one holding nearly all the work and bytes: its transfer starts
+    # after its weight-gradient GEMM (graphdist.sync.reorder), half its backward, so the exchange
+    # runs past backward by its whole transfer less half of backward (20 ms of 30 ms compute).
+    per = lambda ms: LinearCost(0.0, ms / 1e3 / 100)  # noqa: E731
+    w = WorkerCosts(sample=per(1.0), gather=per(1.0), compute=per(30.0), sent_bytes=LinearCost(0.0, 0.0),
+                    rows=(LinearCost(0.0, 1000.0),) * 3)
+    linears = (("layers.0.lin", 2, 2), ("layers.1.lin", 1024, 1024), ("layers.2.lin", 2, 1024))
+    shape = ModelShape(linears=linears, param_bytes=sum(4 * (o * i + o) for _, o, i in linears))
+    lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
+    blocking = simulate([w, w], [100, 100], lay, steps=1, model=shape, sync="blocking", sacp=False)
+    dwbp = simulate([w, w], [100, 100], lay, steps=1, model=shape, sync="dwbp", sacp=False)
+    assert dwbp.sync_s == pytest.approx(blocking.sync_s - 0.010, abs=2e-4)
+
+
 def test_a_links_burst_carries_the_first_bytes_of_each_steps_gradients_at_once():
     w = _worker(compute_ms=30.0, rows_per_seed=1000.0)
     dense = 4 * (256 * 512 + 256) + 4 * (16 * 256 + 16)
