@@ -135,9 +135,20 @@ def _hidden(summary_sums: list[float], steps: list[Any]) -> dict[str, Any]:
     layers = []
     for i, name in enumerate(names):
         comm_l = [s.layers[i].comm_s for s in timed if len(s.layers) > i]
-        layers.append({"name": name, "numel": timed[0].layers[i].numel, "comm_s": sum(comm_l) / len(comm_l)})
+        # The layer's schedule in ms since begin_step (medians over the steps): when its last
+        # gradient landed, when its collective left and when it completed; with backward's end
+        # (the last layer's ready) this shows what stays exposed.
+        at = {key: _median_ms([getattr(s.layers[i], key) for s in timed if len(s.layers) > i])
+              for key in ("ready_s", "launch_s", "complete_s")}
+        layers.append({"name": name, "numel": timed[0].layers[i].numel, "comm_s": sum(comm_l) / len(comm_l),
+                       "ready_ms": at["ready_s"], "launch_ms": at["launch_s"], "complete_ms": at["complete_s"]})
     return {"comm_s": summary.comm_s, "backward_s": summary.backward_s, "hidden_measured": summary.hidden_fraction,
             "hidden_predicted": summary.predicted_hidden_fraction, "layers": layers}
+
+
+def _median_ms(seconds: list[Optional[float]]) -> Optional[float]:
+    known = sorted(1e3 * t for t in seconds if t is not None)
+    return known[len(known) // 2] if known else None
 
 
 # ----------------------------------------------------------------------------- driver (parent)
@@ -247,6 +258,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         if r.get("compress_auto"):
             print(f"  {r['dataset']} {r['rate']} {r['sync']}: {r['compress_auto']}")
+    for r in rows:  # layer-wise modes: each layer's ready / launch / complete, ms since begin_step (medians)
+        timed = [layer for layer in r.get("layers", []) if layer.get("launch_ms") is not None]
+        if timed:
+            ms = lambda v: f"{v:.0f}" if v is not None else "-"  # noqa: E731
+            print(f"  schedule {r['dataset']} {r['rate']} {r['sync']}: " + ", ".join(
+                f"{layer['name']} {ms(layer['ready_ms'])}/{ms(layer['launch_ms'])}/{ms(layer['complete_ms'])}"
+                for layer in timed))
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
