@@ -282,7 +282,7 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
                 seen["sync_wait"].append((n, sync_wait))
                 seen["exchanges"].append((n, sum(calls_now.get(t, 0) - calls.get(t, 0) for t in ("sample", "feature"))))
                 rows.append([(n, b.num_dst) for b in batch.blocks])
-        pipelined = _pipelined(strategy, sync, optimizer, list(sizes) + order[len(sizes):] * 2, seeds, rng, stretch)
+        pipelined = _pipelined(strategy, sync, optimizer, sizes, seeds, rng, stretch)
     finally:
         sync.close()
         _restore(batches, states)
@@ -311,16 +311,23 @@ def _train_step(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, batc
     return time.perf_counter() - t0 - (t_synced - t_wait), t_synced - t_wait
 
 
-def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order: list[int], seeds: torch.Tensor,
-               rng: torch.Generator, stretch: Any) -> list[tuple[float, ...]]:
-    """The probe steps again as training runs them with prefetch: a thread samples and gathers the
-    next batch while this one trains, so the cores are shared as they will be. Per timed step
-    ``(seeds, wall s, loading thread CPU s, training thread CPU s, gradient wait s, training wall s)``
-    (the last: from the batch's arrival to the step's end, the gradient wait excluded)."""
+def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes: tuple[int, int],
+               seeds: torch.Tensor, rng: torch.Generator, stretch: Any) -> list[tuple[float, ...]]:
+    """The probe steps again as training runs them with prefetch: a thread samples (``sample_stream``,
+    as the loader does: a pipelined sampler keeps ``lookahead`` more batches in flight and shares their
+    exchanges, about a third cheaper per batch than one at a time on the distributed sampler) and
+    gathers the next batch while this one trains, so the cores are shared as they will be. Batches
+    come in groups of one size, as many as the stream has in flight, sizes alternating by group; a
+    group's loading CPU and step walls are averaged over it (the stream samples a group at once).
+    Per timed step ``(seeds, wall s, loading thread CPU s, training thread CPU s, gradient wait s,
+    training wall s)`` (the last: from the batch's arrival to the step's end, the gradient wait excluded)."""
     import queue
     import threading
 
     batches = strategy.batches
+    group = 1 + max(0, int(getattr(batches.sampler, "lookahead", 0)))
+    per_size = max(2, 2 * PROBE_STEPS // group)  # timed groups of each size (one untimed group each first)
+    order = [size for k in range(2 + 2 * per_size) for size in [sizes[k % 2]] * group]
     plan = []
     for size in order:
         n = min(size, int(seeds.numel()))
@@ -331,25 +338,26 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order
         try:
             if stretch is not None:
                 stretch.mark()
-            for n, ids in plan:
-                c0 = time.thread_time()
-                batch = batches.sampler.sample(ids)
+            c0 = time.thread_time()
+            stream = batches.sampler.sample_stream(ids for _, ids in plan)
+            for (n, _), batch in zip(plan, stream):
                 x = batches.loader.features.gather(batch.input_nodes) if batches.loader.features is not None else None
                 y = batches.loader.labels(batch.seed_nodes) if n else None
-                cpu = time.thread_time() - c0
+                c1 = time.thread_time()
                 if stretch is not None:
                     stretch.tick()
-                ready.put((n, batch, x, y, cpu))
+                ready.put((n, batch, x, y, c1 - c0))
+                c0 = time.thread_time()
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
             ready.put(exc)
 
     thread = threading.Thread(target=load, name="graphdist-probe-loader", daemon=True)
     thread.start()
-    out: list[tuple[float, ...]] = []
+    steps: list[tuple[float, ...]] = []
     if stretch is not None:
         stretch.mark()
     last = time.perf_counter()
-    for k in range(len(plan)):
+    for _ in range(len(plan)):
         item = ready.get(timeout=strategy.ctx.cfg.timeout)
         if isinstance(item, BaseException):
             raise item
@@ -360,10 +368,16 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, order
         if stretch is not None:
             stretch.tick()
         now = time.perf_counter()
-        if k >= 2 and n:  # after one warm-up step at each size
-            out.append((n, now - last, load_cpu, cpu, sync_wait, now - t_got - sync_wait))
+        steps.append((n, now - last, load_cpu, cpu, sync_wait, now - t_got - sync_wait))
         last = now
     thread.join(timeout=strategy.ctx.cfg.timeout)
+    # Timed: every group after the first of each size, each step replaced by its group's mean.
+    out: list[tuple[float, ...]] = []
+    for start in range(2 * group, len(steps), group):
+        members = steps[start:start + group]
+        if members and members[0][0]:
+            mean = tuple(sum(m[i] for m in members) / len(members) for i in range(len(members[0])))
+            out += [mean] * len(members)
     return out
 
 
