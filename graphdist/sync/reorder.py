@@ -48,7 +48,7 @@ __all__ = ["WeightFirst", "weight_first_linear"]
 class _InputGradient(torch.autograd.Function):
     """``F.linear`` with the parameters as constants; its backward is the input gradient alone.
 
-    Its output is a zero-size *token* shaped like ``y`` (an expanded scalar, no memory): the
+    Its output is a *token* shaped like ``y`` (one scalar, expanded: no memory of its own): the
     product itself goes to :class:`_ParameterGradients` through ``holder``, which returns it,
     so ``y`` is a fresh output of that node (a model may modify it in place) and is never copied.
     """
