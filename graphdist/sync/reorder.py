@@ -152,6 +152,19 @@ class WeightFirst:
             self._handles.append(m.register_forward_pre_hook(self._enter))
             self._handles.append(m.register_forward_hook(self._exit, always_call=True))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A deep copy (or pickle) of a model carries its hooks, and with them this object: the
+        # copy reroutes its own Linears too (same values), with its own per-thread state and
+        # no handles of ours to remove.
+        state = dict(self.__dict__)
+        del state["_local"]
+        state["_handles"] = []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
     def _entered(self) -> dict[int, _Reroute]:
         entered = getattr(self._local, "modes", None)
         if entered is None:

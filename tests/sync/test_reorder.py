@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 import torch
@@ -80,9 +81,21 @@ def test_evaluation_and_closed_reorder_use_f_linear_itself():
     assert type(net.b(torch.ones(2, 32)).grad_fn).__name__ == "_ParameterGradientsBackward"
     reorder.close()
     assert type(net.b(torch.ones(2, 32)).grad_fn).__name__ == "MmBackward0"
-    # A deep copy made while installed trains normally too (its hooks are bound to the reorder, not the copy).
     clone = copy.deepcopy(net)
     assert type(clone.b(torch.ones(2, 32)).grad_fn).__name__ == "MmBackward0"
+
+
+def test_a_model_copied_or_pickled_while_rerouted_trains_to_the_same_gradients():
+    torch.manual_seed(0)
+    net = _Net()
+    x = torch.randn(9, 6)
+    plain = _grads(net, x)
+    reorder = WeightFirst(net)
+    for clone in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+        out = clone.b(torch.ones(2, 32, requires_grad=True))
+        assert type(out.grad_fn).__name__ == "_ParameterGradientsBackward"  # the copy reroutes too
+        assert all(torch.equal(u, v) for u, v in zip(plain, _grads(clone, x)))
+    reorder.close()
 
 
 
