@@ -108,14 +108,16 @@ def weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[to
     return y if x.dim() == 2 else y.view(*x.shape[:-1], y.shape[-1])
 
 
-def _plain_linear_call(args: tuple, kwargs: dict) -> bool:
-    """Whether an ``F.linear`` call is the dense, same-dtype product :func:`weight_first_linear` rebuilds."""
+def _plain_linear_args(args: tuple, kwargs: dict) -> Optional[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]]:
+    """``(x, weight, bias)`` of an ``F.linear`` call that is the dense, same-dtype product
+    :func:`weight_first_linear` rebuilds; None for any other call."""
     x = args[0] if args else kwargs.get("input")
     weight = args[1] if len(args) > 1 else kwargs.get("weight")
     bias = args[2] if len(args) > 2 else kwargs.get("bias")
     tensors = [t for t in (x, weight, bias) if t is not None]
-    return (len(tensors) >= 2 and all(isinstance(t, torch.Tensor) and t.layout == torch.strided for t in tensors)
-            and len({t.dtype for t in tensors}) == 1 and x.dim() >= 1)
+    plain = (len(tensors) >= 2 and all(isinstance(t, torch.Tensor) and t.layout == torch.strided for t in tensors)
+             and len({t.dtype for t in tensors}) == 1 and x.dim() >= 1)
+    return (x, weight, bias) if plain else None
 
 
 class _Reroute(TorchFunctionMode):
@@ -123,12 +125,8 @@ class _Reroute(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
-        if func is F.linear and _plain_linear_call(args, kwargs):
-            x = args[0] if args else kwargs["input"]
-            weight = args[1] if len(args) > 1 else kwargs["weight"]
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            return weight_first_linear(x, weight, bias)
-        return func(*args, **kwargs)
+        plain = _plain_linear_args(args, kwargs) if func is F.linear else None
+        return weight_first_linear(*plain) if plain is not None else func(*args, **kwargs)
 
 
 class WeightFirst:
@@ -145,10 +143,9 @@ class WeightFirst:
     def __init__(self, model: nn.Module) -> None:
         from graphdist.sync.sacp import is_linear
 
-        self.linears = [m for m in model.modules() if is_linear(m)]
         self._local = threading.local()  # per thread: module id -> the mode its forward entered
         self._handles = []
-        for m in self.linears:
+        for m in filter(is_linear, model.modules()):
             self._handles.append(m.register_forward_pre_hook(self._enter))
             self._handles.append(m.register_forward_hook(self._exit, always_call=True))
 
