@@ -319,8 +319,9 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
     gathers the next batch while this one trains, so the cores are shared as they will be. Batches
     come in groups of one size, as many as the stream has in flight, sizes alternating by group; a
     group's loading CPU and step walls are averaged over it (the stream samples a group at once).
-    Per timed step ``(seeds, wall s, loading thread CPU s, training thread CPU s, gradient wait s,
-    training wall s)`` (the last: from the batch's arrival to the step's end, the gradient wait excluded)."""
+    Per timed group, its mean step ``(seeds, wall s, loading thread CPU s, training thread CPU s,
+    gradient wait s, training wall s)`` (the last: from the batch's arrival to the step's end, the
+    gradient wait excluded)."""
     import queue
     import threading
 
@@ -371,14 +372,10 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
         steps.append((n, now - last, load_cpu, cpu, sync_wait, now - t_got - sync_wait))
         last = now
     thread.join(timeout=strategy.ctx.cfg.timeout)
-    # Timed: every group after the first of each size, each step replaced by its group's mean.
-    out: list[tuple[float, ...]] = []
-    for start in range(2 * group, len(steps), group):
-        members = steps[start:start + group]
-        if members and members[0][0]:
-            mean = tuple(sum(m[i] for m in members) / len(members) for i in range(len(members[0])))
-            out += [mean] * len(members)
-    return out
+    # Timed: every group after the first of each size, as its mean step (groups are all one length,
+    # so the fits and averages over these weigh every group alike, as over its steps).
+    groups = [steps[start:start + group] for start in range(2 * group, len(steps), group)]
+    return [tuple(sum(col) / len(members) for col in zip(*members)) for members in groups if members[0][0]]
 
 
 def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]],
