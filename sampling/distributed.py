@@ -110,6 +110,7 @@ class DistNeighborSource(NeighborSource):
         # With other workers each hop pauses while its exchanges travel, so
         # ``NeighborSampler.sample_stream`` interleaves batches; alone there is nothing to wait for.
         self.pipelined = self.num_ranks > 1
+        self._sole_peer = _sole_peer(self.owners, partition)
         self.remote_requests = 0
         self.local_requests = 0
 
@@ -144,9 +145,14 @@ class DistNeighborSource(NeighborSource):
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
-        requests, remote_order = self.owners.split(nodes.index_select(0, remote_idx))
-        requests = [r.to(self.id_dtype) for r in requests]
-        remote_idx = remote_idx.index_select(0, remote_order)
+        remote = nodes.index_select(0, remote_idx)
+        if self._sole_peer is not None:  # one other owner (two workers): no lookup, no reorder
+            requests = [torch.empty(0, dtype=self.id_dtype)] * self.num_ranks
+            requests[self._sole_peer] = remote.to(self.id_dtype)
+        else:
+            requests, remote_order = self.owners.split(remote)
+            requests = [r.to(self.id_dtype) for r in requests]
+            remote_idx = remote_idx.index_select(0, remote_order)
         sizes = comm.all_to_all_counts_async([r.numel() for r in requests], group=self.group, tag="sample")
         yield  # 1: the request sizes travel
         asked_rows = sizes.wait()
@@ -209,6 +215,16 @@ class DistNeighborSource(NeighborSource):
         valid = table >= 0
         table[valid] = self.partition.global_ids.index_select(0, table[valid].to(torch.int64)).to(self.id_dtype)
         return table
+
+
+def _sole_peer(owners: OwnerMap, partition: Partition) -> Optional[int]:
+    """The one rank that owns every node this partition does not (two workers), else None."""
+    starts = [a for a, b in partition.inner_ranges if b > a]
+    if not starts:
+        return None
+    mine = int(owners.rank_of(torch.tensor(starts[:1]))[0])
+    peers = {int(r) for r in owners.ranks.tolist()} - {mine}
+    return peers.pop() if len(peers) == 1 else None
 
 
 def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tensor, Tensor]:

@@ -98,16 +98,24 @@ def joined_rows(parts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
         >>> x = torch.arange(6).view(3, 2)
         >>> joined_rows(torch.split(x, [1, 2])) is not None, joined_rows([x[2:], x[:2]])
         (True, None)
+        >>> joined_rows([torch.empty(0, 2, dtype=x.dtype), x[1:]]).tolist()  # an empty block is skipped
+        [[2, 3], [4, 5]]
     """
-    if not parts or any(not t.is_contiguous() or t.dim() == 0 for t in parts):
+    if not parts or any(not t.is_contiguous() or t.dim() == 0 or t.shape[1:] != parts[0].shape[1:]
+                        or t.dtype != parts[0].dtype for t in parts):
         return None
-    first = parts[0]
+    # Empty blocks hold no bytes wherever they live (a rank's own, empty entry of a request list
+    # is a tensor of its own): only the others must be consecutive in one storage.
+    full = [t for t in parts if t.numel()]
+    if not full:
+        return None
+    first = full[0]
     storage, ptr = first.untyped_storage().data_ptr(), first.data_ptr()
-    for t in parts:
-        if t.untyped_storage().data_ptr() != storage or (t.numel() and t.data_ptr() != ptr) or t.shape[1:] != first.shape[1:]:
+    for t in full:
+        if t.untyped_storage().data_ptr() != storage or t.data_ptr() != ptr:
             return None
         ptr += t.numel() * t.element_size()
-    rows = sum(int(t.shape[0]) for t in parts)
+    rows = sum(int(t.shape[0]) for t in full)
     return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
 
 
