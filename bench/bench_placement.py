@@ -2,7 +2,7 @@
 
 Every run is the real ``graphdist-train`` (local launcher) with the test-only slowdown
 ``GRAPHDIST_TEST_SLOWDOWN=RANK:FACTOR@EPOCH`` (``graphdist.testing.slowdown``: that rank's own
-work, measured as CPU time, takes FACTOR times as long from EPOCH on), ``--eval-every 0`` and
+work, measured as the time its threads ran or waited for a core, takes FACTOR times as long from EPOCH on), ``--eval-every 0`` and
 ``--no-prefetch`` (one thread per worker: on a machine with as many cores as workers the workers
 do not steal each other's cores, so the slow one is slow and the fast one is not). Both arms
 start from the plan's equal shares; the rebalancing arm moves seeds from the slow rank to the
@@ -11,7 +11,9 @@ medians are reported.
 
 Columns: median epoch time over the epochs after the slowdown's first (the first one holds the
 rebalancer's convergence, reported apart), the speed-up of rebalancing, the final shares, the
-fast worker's idle share of its epoch (wall time minus its busy time) and the model's bound
+fast worker's idle share of its epoch (wall time minus its busy time), the slowdown the
+fixed-shares arm actually shows (the slow rank's busy time over the fastest's at equal shares:
+what the emulation delivered, 2.0 when it is exact) and the model's bound
 (``sum_i speed_i / (N * min_i speed_i)``: 1.5x for 2 workers, one 2x slower).
 
 Run book:
@@ -54,10 +56,13 @@ def summarize(hist: list[dict[str, Any]], from_epoch: int) -> dict[str, Any]:
     after = [r for r in hist if r["epoch"] > from_epoch] or hist[-1:]
     first = [r for r in hist if r["epoch"] == from_epoch]
     idle = [r["idle_s"][0] / r["epoch_time_s"] for r in after if r.get("idle_s")]
+    # Slowest rank's busy time over the fastest's: the delivered slowdown where the shares are equal.
+    ratio = [max(r["busy_s"]) / min(r["busy_s"]) for r in after if r.get("busy_s") and min(r["busy_s"]) > 0]
     return {"epoch_s": statistics.median(r["epoch_time_s"] for r in after),
             "first_slow_epoch_s": first[0]["epoch_time_s"] if first else None,
             "before_s": statistics.median([r["epoch_time_s"] for r in hist if r["epoch"] < from_epoch] or [0.0]),
             "fast_idle_share": statistics.median(idle) if idle else None,
+            "busy_ratio": statistics.median(ratio) if ratio else None,
             "shares": hist[-1].get("batch_share_end"), "seeds": [r["seeds"] for r in hist],
             "epoch_times": [r["epoch_time_s"] for r in hist]}
 
@@ -102,6 +107,7 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                              "first_slow_epoch_s": statistics.median(r["first_slow_epoch_s"] or 0.0 for r in runs),
                              "before_s": statistics.median(r["before_s"] for r in runs),
                              "fast_idle_share": _median([r["fast_idle_share"] for r in runs]),
+                             "busy_ratio": _median([r["busy_ratio"] for r in runs]),
                              "shares": runs[-1]["shares"], "runs": runs, "bound": bound(factor, workers)})
     return {"dataset": a.dataset, "slowdown": slowdown, "batch_size": a.batch_size, "every": a.every,
             "compare": a.compare,
@@ -117,7 +123,7 @@ def print_table(res: dict[str, Any]) -> None:
     print(f"\n{res['dataset']}, slowdown {res['slowdown']}, batch {res['batch_size']}, medians of {res['pairs']} "
           f"run(s) per arm")
     print(f"{'replicate':<10}{'workers':>8}{'arm':>9}{'before s':>10}{'1st slow s':>11}{'epoch s':>9}{'speed-up':>9}"
-          f"{'bound':>7}{'fast idle':>10}  shares")
+          f"{'bound':>7}{'fast idle':>10}{'slow/fast busy':>15}  shares")
     first = {}
     for r in res["rows"]:
         first.setdefault((r["replicate"], r["workers"]), r)  # the baseline arm comes first
@@ -125,9 +131,10 @@ def print_table(res: dict[str, Any]) -> None:
         base = first[(r["replicate"], r["workers"])]
         speed = base["epoch_s"] / r["epoch_s"] if base is not r else None
         idle = f"{100 * r['fast_idle_share']:.0f}%" if r["fast_idle_share"] is not None else "-"
+        ratio = f"{r['busy_ratio']:.2f}x" if r.get("busy_ratio") is not None else "-"
         print(f"{r['replicate']:<10}{r['workers']:>8}{r['arm']:>9}{r['before_s']:>10.2f}"
               f"{r['first_slow_epoch_s']:>11.2f}{r['epoch_s']:>9.2f}{(f'{speed:.2f}x' if speed else '-'):>9}"
-              f"{r['bound']:>6.2f}x{idle:>10}  {r['shares']}")
+              f"{r['bound']:>6.2f}x{idle:>10}{ratio:>15}  {r['shares']}")
 
 
 def plot(res: dict[str, Any], path: Path) -> None:

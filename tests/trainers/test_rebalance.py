@@ -8,6 +8,7 @@ import torch
 
 from graphdist.config import TrainConfig
 from graphdist.testing import launch, random_graph, tiny_graph
+from graphdist.testing.env import require
 from graphdist.testing.slowdown import Slowdown, Stretch, parse_slowdown
 from graphdist.trainers.features import GlobalLabels
 
@@ -57,6 +58,39 @@ def test_slowdown_spec_and_stretch():
     stretch.tick()
     assert stretch.slept_s == pytest.approx(cpu, rel=0.3)
     assert time.perf_counter() - wall0 >= 1.5 * cpu
+
+
+def test_stretch_counts_time_another_process_held_the_core():
+    """A worker sharing its core is slower too: the stretch counts run-queue delay, not only CPU time."""
+    import os
+    import subprocess
+    import sys
+
+    from graphdist.testing.slowdown import wanted_cpu_clock
+
+    require(wanted_cpu_clock() is not time.thread_time and hasattr(os, "sched_setaffinity"),
+            "no /proc/thread-self/schedstat or CPU affinity here: the stretch falls back to CPU time")
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        os.sched_setaffinity(0, {core})
+        time.sleep(0.2)  # the hog is running on that core
+        stretch = Stretch(Slowdown(0, 2.0))
+        stretch.set_epoch(1)
+        stretch.mark()
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        while time.perf_counter() - wall0 < 0.4:
+            sum(i * i for i in range(2_000))
+        cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+        stretch.tick()
+    finally:
+        os.sched_setaffinity(0, before)
+        hog.kill()
+        hog.wait()
+    assert cpu < 0.8 * wall  # the core was shared
+    # (factor - 1) x the time this thread wanted the core: its wall time here, not its CPU time.
+    assert stretch.slept_s == pytest.approx(wall, rel=0.15)
 
 
 def test_slow_rank_is_stretched_before_each_wait_of_its_step():
