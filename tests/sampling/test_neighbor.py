@@ -232,6 +232,11 @@ def test_padded_sampling_matches_compact_sampling():
             assert table.shape == (200, k)
             got_nbrs, got_counts = unpad(table)
             assert torch.equal(got_counts, counts) and torch.equal(got_nbrs, nbrs)
+            got_nbrs, got_counts = unpad(table.to(torch.int32))  # the distributed source's ids
+            assert torch.equal(got_counts, counts) and torch.equal(got_nbrs, nbrs) and got_nbrs.dtype == torch.int64
+    for empty in (torch.full((3, 2), -1), torch.zeros((0, 4), dtype=torch.int32), torch.zeros((2, 0), dtype=torch.int32)):
+        got_nbrs, got_counts = unpad(empty)
+        assert got_nbrs.numel() == 0 and got_counts.tolist() == [0] * empty.shape[0]
     # A node without neighbours at the very end of the CSR gets only padding.
     lonely = Graph.from_edge_index(torch.tensor([[1], [0]]), num_nodes=3)
     assert sample_csr_padded(lonely.indptr, lonely.indices, torch.tensor([2, 0]), 2, True).tolist() == [
