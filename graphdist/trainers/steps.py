@@ -20,7 +20,7 @@ def train_steps(
     optimizer: torch.optim.Optimizer,
     device: torch.device,
     with_degrees: bool,
-    after_step: Optional[Callable[[int, int], None]] = None,
+    after_step: Optional[Callable[[int, int], Optional[float]]] = None,
     progress: Optional[Callable[[int, EpochStats, int, float], None]] = None,
     log_interval: int = 0,
     stats: Optional[EpochStats] = None,
@@ -34,7 +34,8 @@ def train_steps(
         sync: a ``GradientSync`` (``NoSync`` for ranks that train alone).
         task: what the step computes (``trainers/tasks.py``; default single-label node classification).
         after_step: called with the step number and its seed count after each optimizer step (a
-            model averager, the rebalancer).
+            model averager, the rebalancer); it may return the seconds of its call that were not
+            this rank's own work (the rebalancer's exchanges), which count as blocked, not compute.
         progress: ``progress(step, stats, seeds since last call, seconds since last call)`` every
             ``log_interval`` steps.
         stats: accumulate into these (default: new ones).
@@ -68,8 +69,7 @@ def train_steps(
             # A step no rank had seeds for (a worker training alone past its last seed) has zero
             # gradients: stepping Adam on them would still move the weights by its momentum.
             optimizer.step()
-        if after_step is not None:
-            after_step(step, n)
+        held = after_step(step, n) if after_step is not None else None
         t1 = time.perf_counter()
         stats.steps += 1
         step_loss = float(loss.detach())
@@ -79,7 +79,7 @@ def train_steps(
         stats.correct += correct
         # Blocked in collectives: finish()'s wait, and backward's wait for the step's seed count
         # (a fast rank waits there for a slow one's step to begin).
-        blocked = (t_synced - t_wait) + synced.count_wait_s
+        blocked = (t_synced - t_wait) + synced.count_wait_s + (held or 0.0)
         stats.comm_exposed_s += blocked
         stats.compute_s += (t1 - t0) - blocked
         interval_seeds += n

@@ -95,6 +95,17 @@ def test_stretch_counts_time_another_process_held_the_core():
     assert stretch.slept_s == pytest.approx(wall, rel=0.15)
 
 
+class _SeedFeaturesTask:
+    """Plain classification of the seeds' own features (a model without graph layers)."""
+
+    def batch_weight(self, batch):
+        return int(batch.seed_nodes.numel())
+
+    def batch_loss(self, m, batch, with_degrees, device):
+        out = m(batch.x[: batch.seed_nodes.numel()])
+        return torch.nn.functional.cross_entropy(out, batch.y[: batch.seed_nodes.numel()]), out, 0
+
+
 def test_slow_rank_is_stretched_before_each_wait_of_its_step():
     """Forward's return (SACP's count exchange starts there) and backward's end (the gradient wait) both tick."""
     from graphdist.sync.base import NoSync
@@ -116,14 +127,11 @@ def test_slow_rank_is_stretched_before_each_wait_of_its_step():
                 events.append("batch")
                 yield b
 
-    class Task:
-        def batch_weight(self, batch):
-            return int(batch.seed_nodes.numel())
-
+    class Task(_SeedFeaturesTask):
         def batch_loss(self, m, batch, with_degrees, device):
-            out = m(batch.x[: batch.seed_nodes.numel()])
+            loss = super().batch_loss(m, batch, with_degrees, device)
             events.append("forward")
-            return torch.nn.functional.cross_entropy(out, batch.y[: batch.seed_nodes.numel()]), out, 0
+            return loss
 
     sync = NoSync(model)
     finish = sync.finish
@@ -272,3 +280,24 @@ def test_probe_copy_drops_the_hooks_others_attached_and_keeps_the_models_own():
     assert clone.seen == [clone] and model.seen == []  # the model's own hook, bound to the copy
     model(torch.randn(3, 2))
     assert calls == ["sync capture"] and model.seen == [model]  # the original keeps both
+
+
+def test_time_the_rebalancer_holds_a_step_is_not_busy_time():
+    """A fast rank waits in the rebalancer's exchange for a slow one: counted as work, it hid the imbalance."""
+    from graphdist.sync.base import NoSync
+    from graphdist.trainers.steps import train_steps
+    from sampling import NeighborSampler, NodeLoader
+
+    g = tiny_graph()
+    model = torch.nn.Sequential(torch.nn.Linear(g.x.shape[1], 3))
+    loader = NodeLoader(g, torch.arange(4), NeighborSampler(g, [1], seed=0), batch_size=2, shuffle=False,
+                        prefetch=False)
+
+    def exchange(step: int, seeds: int) -> float:
+        time.sleep(0.05)  # blocked in a collective
+        return 0.05
+
+    stats = train_steps(loader, NoSync(model), torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"),
+                        False, after_step=exchange, task=_SeedFeaturesTask())
+    assert stats.steps == 2
+    assert stats.comm_exposed_s >= 0.1 and stats.compute_s < 0.05
