@@ -60,9 +60,10 @@ __all__ = ["Rebalancer"]
 def gather_floats(values: tuple[float, ...]) -> list[tuple[float, ...]]:
     """Every rank's ``values`` (a few numbers), in rank order: one small all-reduce, not a pickled gather.
 
-    Decisions run every few steps on the critical path; ``all_gather_object`` costs two
-    collectives and a pickle each time (four of them per migrating decision took 20-28 ms an
-    epoch of the slow rank's time, synthetic-100k at batch 4096). float64 holds seed counts exactly.
+    One collective where ``all_gather_object`` takes two and a pickle. (The rebalancer's whole
+    time per epoch on the slow rank, 14-28 ms at synthetic-100k batch 4096, did not measurably
+    drop with it: the migration's payload gather and replanning dominate.) float64 holds seed
+    counts exactly.
 
     Example:
         >>> from graphdist.testing import one_rank_group
