@@ -3,9 +3,9 @@
 A heterogeneous cluster on one homogeneous machine: rank 1's own work takes 2x as long, from
 the start or from epoch 2 (so that the run-time rebalancer, not a start-up profile, has to find
 it). "Own work" is the time a thread wanted the CPU: after each unit of work it sleeps
-``(factor - 1)`` times what it spent since its last mark running or runnable (Linux's
-``/proc/thread-self/schedstat``: on-CPU time plus run-queue delay; CPU time where that file is
-missing). Waiting for peers (blocked in a collective) is never stretched, while sampling, serving
+``(factor - 1)`` times what it spent since its last mark running or runnable (its CPU time plus
+the run-queue delay Linux records in ``/proc/thread-self/schedstat``; CPU time alone where that
+file is missing). Waiting for peers (blocked in a collective) is never stretched, while sampling, serving
 other ranks' requests, gathering and computing all are, and so is the time the thread was ready
 but another process held the core: with CPU time alone, 2 workers on 2 cores (plus gloo's
 threads) made "2.0" a 1.88x slower worker (busy 1.13 s against 0.60 s an epoch at equal shares). The
@@ -74,9 +74,11 @@ _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
 def _wanted_cpu_schedstat() -> float:
+    # The file's on-CPU field is only brought up to date at scheduler events (it can lag a running
+    # thread by a tick); its run-queue delay is final whenever the thread runs, as it does here.
     with open(_SCHEDSTAT, "rb") as f:
-        on_cpu, queued = f.read().split()[:2]
-    return (int(on_cpu) + int(queued)) * 1e-9
+        queued = int(f.read().split()[1])
+    return time.thread_time() + queued * 1e-9
 
 
 def wanted_cpu_clock() -> Callable[[], float]:
