@@ -104,7 +104,7 @@ class TrainConfig:
     # gradients). Needs the graph to fit each worker; lets the rebalancer move all of a seed's work.
     replicate: str = "none"
     # Remote-feature cache rows per worker, by the probability a batch reads them (sampling/inclusion.py):
-    # -1 every remote node a batch may read within 512 MiB (sampling.distributed's AUTO_CACHE_MIB: all of
+    # -1 every remote node a batch may read within 512 MiB (sampling.dist_features' AUTO_CACHE_MIB: all of
     # them on small graphs, a bounded cache on large ones), 0 none, n the n likeliest.
     cache_rows: int = -1
     # None = auto: prefetch in a background thread when the worker may use a core beyond its

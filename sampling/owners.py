@@ -89,6 +89,18 @@ class OwnerMap:
         counts = torch.bincount(ranks, minlength=self.world_size).tolist()
         return list(torch.split(ids.index_select(0, order), counts)), order
 
+    def sole_peer(self, rank: int) -> Optional[int]:
+        """The one rank other than ``rank`` that owns nodes, else None: every id ``rank`` does not
+        own goes there, with no lookup (two workers).
+
+        Example:
+            >>> owners = OwnerMap.from_parts(torch.tensor([0, 4, 6, 10]), rank_of_part=[1, 0, 1])
+            >>> owners.sole_peer(0), OwnerMap.from_parts(torch.tensor([0, 2, 4, 6])).sole_peer(0)
+            (1, None)
+        """
+        peers = {int(r) for r in self.ranks.tolist()} - {int(rank)}
+        return peers.pop() if len(peers) == 1 else None
+
     def ranges_of(self, rank: int) -> list[tuple[int, int]]:
         """``(start, stop)`` of every non-empty range ``rank`` owns, ascending."""
         stops = torch.cat([self.starts[1:], torch.tensor([self.num_nodes])])

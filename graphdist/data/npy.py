@@ -131,6 +131,22 @@ def is_mapped(array: Any) -> bool:
     return _file_mapping(array.__array_interface__["data"][0]) is not None
 
 
+# A memory map larger than this stays mapped where it is read (a partition's CSR columns, its own
+# feature rows): copying it would cost as much private memory; smaller ones are copied once.
+MAPPED_COPY_MAX_BYTES = 256 << 20
+
+
+def stays_mapped(array: Any, copy_bytes: int) -> bool:
+    """Whether ``array`` is a memory map whose copy (``copy_bytes``) is above ``MAPPED_COPY_MAX_BYTES``.
+
+    Example:
+        >>> import torch
+        >>> stays_mapped(torch.zeros(4), copy_bytes=1 << 40)  # not a map: copy it
+        False
+    """
+    return copy_bytes > MAPPED_COPY_MAX_BYTES and is_mapped(array)
+
+
 def release(array: Any, unwritten: bool = False) -> None:
     """Drops the resident pages of ``array`` (a numpy array or tensor) where they only mirror a file.
 
@@ -159,4 +175,4 @@ def release(array: Any, unwritten: bool = False) -> None:
                                                   ctypes.c_int(_MADV_DONTNEED))
 
 
-__all__ = ["NpyWriter", "is_mapped", "release"]
+__all__ = ["MAPPED_COPY_MAX_BYTES", "NpyWriter", "is_mapped", "release", "stays_mapped"]

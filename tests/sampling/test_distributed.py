@@ -43,13 +43,13 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph,
         assert _edge_sets(batch, orig) == _edge_sets(expected, torch.arange(graph.num_nodes))
         assert orig.index_select(0, batch.input_nodes).tolist()[: seeds.numel()] == orig.index_select(0, seeds).tolist()
     # A large mapped CSR is sampled in local ids and only the sampled ones translated: the same samples.
-    import sampling.distributed as dist
+    import graphdist.data.npy as npy
 
-    saved, dist.MAPPED_COPY_MAX_BYTES = dist.MAPPED_COPY_MAX_BYTES, 0
+    saved, npy.MAPPED_COPY_MAX_BYTES = npy.MAPPED_COPY_MAX_BYTES, 0
     try:
         translated = DistNeighborSource(part, seed=5)
     finally:
-        dist.MAPPED_COPY_MAX_BYTES = saved
+        npy.MAPPED_COPY_MAX_BYTES = saved
     copied = DistNeighborSource(part, seed=5)
     assert translated.translate and not copied.translate
     for fanout in (3, -1):
@@ -93,14 +93,14 @@ def _features_body(rank: int, world_size: int, part_dir: str, num_nodes: int) ->
     assert cached.stats.cache_hits > 0 and uncached.stats.cache_hits == 0
     assert cached.stats.fetched_rows < uncached.stats.fetched_rows
     # Large mapped own rows stay mapped (no copy into the worker): the cache apart, the same rows.
-    import sampling.distributed as dist
+    import graphdist.data.npy as npy
     from graphdist.data.npy import is_mapped
 
-    saved, dist.MAPPED_COPY_MAX_BYTES = dist.MAPPED_COPY_MAX_BYTES, 0
+    saved, npy.MAPPED_COPY_MAX_BYTES = npy.MAPPED_COPY_MAX_BYTES, 0
     try:
         mapped = DistFeatureSource(part, cache_rows=-1)
     finally:
-        dist.MAPPED_COPY_MAX_BYTES = saved
+        npy.MAPPED_COPY_MAX_BYTES = saved
     assert mapped.split and is_mapped(mapped.x) and not cached.split and not is_mapped(cached.x)
     assert torch.equal(mapped.gather(nodes), a)
     assert (mapped.stats.cache_hits, mapped.stats.fetched_rows) == (cached.stats.cache_hits, cached.stats.fetched_rows)
