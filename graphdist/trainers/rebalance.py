@@ -57,28 +57,6 @@ DRIFT = 0.3  # a window this far off a rank's fitted cost starts the history afr
 __all__ = ["Rebalancer"]
 
 
-def gather_floats(values: tuple[float, ...]) -> list[tuple[float, ...]]:
-    """Every rank's ``values`` (a few numbers), in rank order: one small all-reduce, not a pickled gather.
-
-    One collective where ``all_gather_object`` takes two and a pickle. (The rebalancer's whole
-    time per epoch on the slow rank, 14-28 ms at synthetic-100k batch 4096, did not measurably
-    drop with it: the migration's payload gather and replanning dominate.) float64 holds seed
-    counts exactly.
-
-    Example:
-        >>> from graphdist.testing import one_rank_group
-        >>> with one_rank_group():
-        ...     gather_floats((0.5, 3))
-        [(0.5, 3.0)]
-    """
-    world, rank = comm.get_world_size(), comm.get_rank()
-    table = torch.zeros((world, len(values)), dtype=torch.float64)
-    table[rank] = torch.tensor([float(v) for v in values], dtype=torch.float64)
-    if world > 1:
-        comm.all_reduce(table, tag="control")
-    return [tuple(row) for row in table.tolist()]
-
-
 class Rebalancer:
     """Every ``every`` steps: gather busy times, maybe change shares, migrate the epoch's unvisited seeds.
 
@@ -141,7 +119,7 @@ class Rebalancer:
         if self._skip_window:
             self._skip_window = False
             return
-        gathered = gather_floats((busy, seeds, wall, work))
+        gathered = comm.all_gather_object((busy, seeds, wall, work))
         window = [(b, s, w) for b, s, w, _ in gathered]
         if max(k for *_, k in gathered) < WORK_BOUND * max(w for _, _, w in window):
             # Even the busiest rank works less than half the step: the step is bound by latency
@@ -177,12 +155,12 @@ class Rebalancer:
     def _migrate(self) -> None:
         """Replans the rest of this epoch at the current shares, moving unvisited seeds between ranks."""
         mine_from = self.loader.earliest_batch_size_change()
-        start = int(max(v for (v,) in gather_floats((mine_from,))))
+        start = max(comm.all_gather_object(mine_from))
         steps_left = len(self.loader) - start
         if steps_left <= 0:
             return
         remaining = self.loader.remaining_seeds(start)
-        counts = [int(c) for (c,) in gather_floats((remaining.numel(),))]
+        counts = comm.all_gather_object(int(remaining.numel()))
         quota = quotas(self.shares, steps_left, sum(counts))
         moves = migration(counts, quota)
         outgoing = [(recipient, lo, hi) for recipient, slices in enumerate(moves)
