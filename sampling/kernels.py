@@ -28,7 +28,7 @@ from torch import Tensor
 
 from graphdist.data.graph import ranges
 
-__all__ = ["sample_csr", "sample_csr_padded", "unpad"]
+__all__ = ["compact_by_slot", "sample_csr", "sample_csr_padded", "unpad"]
 
 # Below this many draws per hop Floyd's per-step compare is one broadcast op (overhead-bound).
 _SMALL_FLOYD = 1 << 15
@@ -146,17 +146,28 @@ def unpad(table: Tensor) -> tuple[Tensor, Tensor]:
     real = flat >= 0
     # slot[i]: how many real entries up to and including i (int32: a table holds < 2^31 entries).
     # Its value at each row's end gives the counts (no row sum), and it places every real entry
-    # in a scatter: slot 0 takes all padding and is dropped. 15% faster than the row sum plus
-    # masked_select on the distributed sampler's [400k, 5] tables (each real slot is written
-    # once, so the result is deterministic).
+    # (compact_by_slot). 15% faster than the row sum plus masked_select on the distributed
+    # sampler's [400k, 5] tables.
     slot = torch.cumsum(real, 0, dtype=torch.int32)
     ends = slot.view(n, k)[:, -1].to(torch.int64) if k else torch.zeros(n, dtype=torch.int64)
     counts = torch.diff(ends, prepend=ends.new_zeros(1))
     total = int(ends[-1]) if n else 0
     if total == flat.numel():
         return flat.to(torch.int64), counts
-    compact = torch.empty(total + 1, dtype=table.dtype).scatter_(0, slot.mul_(real).to(torch.int64), flat)
-    return compact[1:].to(torch.int64), counts
+    return compact_by_slot(flat, slot.mul_(real).to(torch.int64), total).to(torch.int64), counts
+
+
+def compact_by_slot(values: Tensor, slot: Tensor, count: int) -> Tensor:
+    """``values`` whose ``slot`` is 1..``count``, each put at position ``slot - 1``; slot 0 drops a value.
+
+    A stream compaction as one scatter: faster than torch's boolean masks, and deterministic
+    because every kept slot is written exactly once (only the dropped slot 0 sees races).
+
+    Example:
+        >>> compact_by_slot(torch.tensor([7, 8, 9]), torch.tensor([2, 0, 1]), 2).tolist()
+        [9, 7]
+    """
+    return torch.empty(count + 1, dtype=values.dtype).scatter_(0, slot, values)[1:]
 
 
 def _sample_fixed(

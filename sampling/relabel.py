@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from sampling.kernels import compact_by_slot
+
 __all__ = ["DENSE_MAX_NODES"]
 
 # Above this many nodes the dense mark array (4 bytes a node, per sampler) gives way to sorting.
@@ -83,11 +85,9 @@ class _DenseRelabeler:
         self.idmap = [idmap]
         local = idmap.index_select(0, first_pos).to(torch.int64)
         if num_new:
-            # Compaction by scatter into slot rank (1..num_new), slot 0 a dump for repeats: faster
-            # than a boolean mask and deterministic since every real slot is written once.
+            # New nodes to their rank's slot (1..num_new), repeats to slot 0.
             slot = is_first.to(torch.int64).mul_(idmap[-m:] - (self.count - 1))
-            uniq = torch.empty(num_new + 1, dtype=torch.int64).scatter_(0, slot, nbrs)[1:]
-            self.parts.append(uniq)
+            self.parts.append(compact_by_slot(nbrs, slot, num_new))
         self.count += num_new
         self.stream += m
         return local
