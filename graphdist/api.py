@@ -102,6 +102,19 @@ def warn_oversubscribed(cfg: TrainConfig, cores: Optional[int] = None) -> bool:
     return True
 
 
+def check_binding(cfg: TrainConfig) -> None:
+    """Refuses ``--bind-cores`` before any worker starts when the local workers' threads do not fit this machine's cores.
+
+    Example:
+        >>> check_binding(TrainConfig(num_workers=1, bind_cores=True))  # one worker is never bound: fine
+    """
+    from graphdist.launch import usable_cores, worker_cores
+    from graphdist.trainers.run import worker_threads
+
+    if cfg.bind_cores:
+        worker_cores(usable_cores(), [worker_threads(cfg, r) for r in range(cfg.num_workers)], 0, True)
+
+
 class Trainer:
     """Prepares partitions and a run directory, then trains on local or torchrun/SLURM workers.
 
@@ -340,6 +353,7 @@ class Trainer:
             warn_short_run(cfg, strategy.planned_steps(cfg, meta))
         if env.kind == "local":
             warn_oversubscribed(cfg)
+            check_binding(cfg)
 
     @staticmethod
     def _elastic_resume(cfg: TrainConfig, env: Any) -> TrainConfig:

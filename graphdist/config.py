@@ -107,9 +107,13 @@ class TrainConfig:
     # -1 every remote node a batch may read within 512 MiB (sampling.dist_features' AUTO_CACHE_MIB: all of
     # them on small graphs, a bounded cache on large ones), 0 none, n the n likeliest.
     cache_rows: int = -1
-    # None = auto: prefetch in a background thread when the worker may use a core beyond its
-    # compute threads; on a single core the thread only steals time from the step it overlaps.
+    # None = auto: prefetch in a background thread when the worker's batches wait on other ranks
+    # (its sampling overlaps their replies even on one core) or it may use a core beyond its compute
+    # threads; a local-only sampler on a single core only steals time from the step it overlaps.
     prefetch: Optional[bool] = None
+    # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fit
+    # (graphdist.launch.worker_cores); True always (an error where they do not fit); False never.
+    bind_cores: Optional[bool] = None
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always); full-graph epochs are one step
     log_interval: int = 20  # steps between progress lines

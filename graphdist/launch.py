@@ -44,6 +44,8 @@ class LaunchEnv:
     Attributes:
         kind: ``local`` (graphdist spawns the workers), ``torchrun`` or ``slurm``.
         rank, world_size, local_rank: as the launcher set them (0, 1, 0 for local).
+        local_world_size: workers on this machine (``LOCAL_WORLD_SIZE``; SLURM's tasks on this node
+            when it states them as one number; 1 for local, where the spawner knows its workers).
         master_addr, master_port: rendezvous address for ``env://`` init.
         run_id: the job's id (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``): the default run directory's name,
             the same for every process and every restart of the job.
@@ -54,6 +56,7 @@ class LaunchEnv:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    local_world_size: int = 1
     master_addr: Optional[str] = None
     master_port: Optional[int] = None
     run_id: Optional[str] = None
@@ -95,6 +98,7 @@ def detect_environment(environ: Optional[dict[str, str]] = None) -> LaunchEnv:
             rank=int(env["RANK"]),
             world_size=int(env["WORLD_SIZE"]),
             local_rank=int(env.get("LOCAL_RANK", 0)),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1) or 1),
             master_addr=env.get("MASTER_ADDR"),
             master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
             # torchrun's default --rdzv-id is the literal "none": not an id two jobs could not share
@@ -107,11 +111,81 @@ def detect_environment(environ: Optional[dict[str, str]] = None) -> LaunchEnv:
             rank=int(env["SLURM_PROCID"]),
             world_size=int(env["SLURM_NTASKS"]),
             local_rank=int(env.get("SLURM_LOCALID", 0)),
+            # "2(x3)" and "3,2" forms (uneven nodes) leave it at 1: no automatic core binding there.
+            local_world_size=int(env["SLURM_NTASKS_PER_NODE"]) if env.get("SLURM_NTASKS_PER_NODE", "").isdigit() else 1,
             master_addr=env.get("MASTER_ADDR") or first_slurm_host(env.get("SLURM_JOB_NODELIST", "localhost")),
             master_port=int(env.get("MASTER_PORT", 29500)),
             run_id=env.get("SLURM_JOB_ID") or None,
         )
     return LaunchEnv(kind="local")
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity; every core where the platform has no affinity).
+
+    Example:
+        >>> len(usable_cores()) >= 1
+        True
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def worker_cores(usable: Sequence[int], threads: Sequence[int], local_rank: int,
+                 setting: Optional[bool] = None) -> Optional[list[int]]:
+    """The cores local worker ``local_rank`` binds to (``--bind-cores``), or None to leave it unbound.
+
+    Worker ``i`` of this machine gets its own ``threads[i]`` consecutive cores of ``usable``, in
+    local-rank order. Two workers on one machine, each free to run on every core, trade places on
+    the cores and lose their caches at every switch: bound, each keeps its own (a 2-worker job on
+    2 cores ran 1.2x faster, ``bench/bench_binding.py``). Consecutive cores keep a
+    worker's threads on one socket on the usual numbering.
+
+    Args:
+        usable: the cores this machine lets the job use (:func:`usable_cores`).
+        threads: each local worker's torch threads, by local rank.
+        local_rank: this worker's.
+        setting: None (auto) binds when two or more workers fit on disjoint cores; True binds (one
+            worker alone is never bound: there is nothing to keep apart); False never binds.
+
+    Raises:
+        ValueError: ``setting`` is True and the workers' threads need more cores than ``usable`` has.
+
+    Example:
+        >>> worker_cores([0, 1, 2, 3], [2, 2], 1)
+        [2, 3]
+        >>> worker_cores([0, 1], [1, 1, 1], 0) is None  # more threads than cores: the scheduler shares them
+        True
+    """
+    wanted = sum(threads)
+    if setting is False or len(threads) < 2:
+        return None
+    if wanted > len(usable):
+        if setting:
+            raise ValueError(f"--bind-cores: {len(threads)} workers with {wanted} threads in all need {wanted} cores; "
+                             f"this machine lets the job use {len(usable)} (fewer --num-workers or --threads, "
+                             f"or --no-bind-cores)")
+        return None
+    first = sum(threads[:local_rank])
+    return list(usable[first : first + threads[local_rank]])
+
+
+def bind_to_cores(cores: Sequence[int]) -> None:
+    """Restricts every thread of this process to ``cores``; threads it starts later inherit them.
+
+    Example:
+        >>> bind_to_cores(usable_cores())  # every usable core: changes nothing
+    """
+    try:
+        tasks = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no procfs: the calling thread, whose later threads inherit it
+        tasks = [0]
+    for tid in tasks:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
 
 
 def tune_allocator() -> bool:

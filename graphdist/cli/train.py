@@ -184,10 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
               "whole halo); 0 none; N the N likeliest")
     prefetch = system.add_mutually_exclusive_group()
     prefetch.add_argument("--prefetch", dest="prefetch", action="store_const", const=True, default=None,
-                          help="always sample the next batch in a background thread (default: when the worker "
-                               "may use a core beyond its --threads)")
+                          help="always sample the next batch in a background thread (default: when batches "
+                               "wait on other workers, or the worker may use a core beyond its --threads)")
     prefetch.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
                           help="sample in the training thread")
+    bind = system.add_mutually_exclusive_group()
+    bind.add_argument("--bind-cores", dest="bind_cores", action="store_const", const=True, default=None,
+                      help="bind each worker on this machine to its own --threads cores (default: when 2+ "
+                           "workers share the machine and their threads fit its cores)")
+    bind.add_argument("--no-bind-cores", dest="bind_cores", action="store_const", const=False, default=None,
+                      help="let the scheduler move workers between cores")
     _add(system, "--log-interval", type=int, help=f"steps between progress lines (default {d('log_interval')})")
     system.add_argument("--tensorboard", action="store_const", const=True, default=None,
                         help="also write each epoch's metrics and each step's loss as TensorBoard scalars to "

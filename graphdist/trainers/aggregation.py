@@ -119,7 +119,7 @@ class AggregationStrategy(Strategy):
         self.loader = NodeLoader(self.local_graph, train, NeighborSampler(self.local_graph, cfg.fanouts,
                                                                            seed=sampler_seed(cfg.seed, rank)),
                                  batch_size=mine.batch_share, num_batches=ctx.plan.steps_per_epoch,
-                                 prefetch=use_prefetch(cfg.prefetch, cfg.threads), seed=loader_seed(cfg.seed, rank))
+                                 prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads()), seed=loader_seed(cfg.seed, rank))
         # Evaluation (and correction steps) read the whole graph: the distributed sources, global degrees.
         self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps),
                                           task=self.task)

@@ -112,14 +112,50 @@ def heterogeneous(cfg: TrainConfig) -> bool:
     return len({(w.device, w.threads, w.speed) for w in cluster_spec(cfg.cluster).workers}) > 1
 
 
+def local_threads(rank: int, world_size: int, cfg: TrainConfig) -> tuple[int, list[int]]:
+    """This worker's local rank, and the torch threads of each worker on its machine by local rank.
+
+    The local launcher's workers are all on this machine; torchrun and SLURM number a machine's
+    workers consecutively (``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``).
+
+    Example:
+        >>> local_threads(1, 2, TrainConfig(threads=2))
+        (1, [2, 2])
+    """
+    from graphdist.launch import detect_environment
+
+    env = detect_environment()
+    if env.kind == "local":
+        local_rank, local_world = rank, world_size
+    else:
+        local_rank, local_world = env.local_rank, env.local_world_size
+    first = rank - local_rank
+    return local_rank, [worker_threads(cfg, r) for r in range(first, min(first + local_world, world_size))]
+
+
+def bind_worker(rank: int, world_size: int, cfg: TrainConfig) -> Optional[list[int]]:
+    """Binds this worker to its own cores as ``--bind-cores`` says (``graphdist.launch.worker_cores``); returns them or None."""
+    from graphdist.launch import bind_to_cores, usable_cores, worker_cores
+
+    local_rank, threads = local_threads(rank, world_size, cfg)
+    cores = worker_cores(usable_cores(), threads, local_rank, cfg.bind_cores)
+    if cores is not None:
+        bind_to_cores(cores)
+        logging.getLogger(__name__).info("rank %d bound to cores %s (--no-bind-cores to leave it to the scheduler)",
+                                         rank, cores)
+    return cores
+
+
 def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> None:
-    """What every worker process does first: logging, allocator, threads, device, process group.
+    """What every worker process does first: logging, cores, allocator, threads, device, process group.
 
     NCCL only when every worker has a GPU; otherwise gloo for all (CPU ranks cannot join NCCL).
     """
     from graphdist.launch import tune_allocator
 
     setup_logging(rank)
+    # First: threads started from here on (torch's pool, gloo's) inherit the binding.
+    bind_worker(rank, world_size, cfg)
     tune_allocator()
     torch.set_num_threads(worker_threads(cfg, rank))
     all_cuda = all(d.startswith("cuda") for d in cfg.devices)
