@@ -80,10 +80,21 @@ def local_rate(nodes: int, batches: int, batch_size: int) -> dict[str, float]:
     return best
 
 
-def _local_worker(rank: int, world_size: int, nodes: int, batches: int, batch_size: int, out_dir: str) -> None:
+def bind(rank: int, world_size: int, on: bool) -> None:
+    """Each worker on its own core, as ``graphdist-train`` binds its workers by default (``--bind-cores``)."""
+    from graphdist.launch import bind_to_cores, usable_cores, worker_cores
+
+    cores = worker_cores(usable_cores(), [1] * world_size, rank) if on else None
+    if cores is not None:
+        bind_to_cores(cores)
+
+
+def _local_worker(rank: int, world_size: int, nodes: int, batches: int, batch_size: int, out_dir: str,
+                  bound: bool) -> None:
     """The local sampler in each of 2 processes at once: the baseline with both cores busy."""
     from graphdist import comm
 
+    bind(rank, world_size, bound)
     torch.set_num_threads(1)
     comm.barrier()
     Path(out_dir, f"local{rank}.json").write_text(json.dumps(local_rate(nodes, batches, batch_size)))
@@ -130,12 +141,14 @@ def _cache_policies(part: Any, sampler: Any, order: torch.Tensor, fresh: list[to
 
 
 def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size: int, out_dir: str,
-            cache_sizes: list[float], oracle_batches: int, pipeline: int, round_id: int, features: bool) -> None:
+            cache_sizes: list[float], oracle_batches: int, pipeline: int, round_id: int, features: bool,
+            bound: bool) -> None:
     from graphdist import comm
     from partition.api import load_partition
     from sampling import NeighborSampler
     from sampling.distributed import DistFeatureSource, DistNeighborSource
 
+    bind(rank, world_size, bound)
     torch.set_num_threads(1)
     part = load_partition(part_dir, rank, verify=False)
     source = DistNeighborSource(part, seed=0)
@@ -237,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                    "sampler; the table shows each one's median (default 3)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "dist_sampler.json"))
     p.add_argument("--png", default=str(REPO / "bench" / "results" / "cache_policies.png"))
+    p.add_argument("--no-bind", dest="bind", action="store_false",
+                   help="leave the 2 workers to the scheduler (default: each on its own core, as training runs them)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     from graphdist.testing import launch
@@ -244,14 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     part_dir = partitions(args.nodes)
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        launch(_local_worker, 2, args.nodes, args.batches, args.batch_size, tmp, timeout=1800)
+        launch(_local_worker, 2, args.nodes, args.batches, args.batch_size, tmp, args.bind, timeout=1800)
         local_pair = [json.loads(Path(tmp, f"local{r}.json").read_text()) for r in range(2)]
         # The local and the distributed sampler alternate, round after round (this machine is
         # shared and noisy): each side's median goes in the table.
         for i in range(args.rounds):
             local_i = local_rate(args.nodes, args.batches, args.batch_size)
             launch(_worker, 2, str(part_dir), args.batches, args.batch_size, tmp, args.cache_sizes,
-                   args.oracle_batches, args.pipeline, i, i == args.rounds - 1, timeout=1800)
+                   args.oracle_batches, args.pipeline, i, i == args.rounds - 1, args.bind, timeout=1800)
             rounds.append({"local": local_i,
                            "ranks": [json.loads(Path(tmp, f"rank{r}_{i}.json").read_text()) for r in range(2)]})
     local = _median_rows([r["local"] for r in rounds])
@@ -286,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     plot_policies(ranks, Path(args.png))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"nodes": args.nodes, "pipeline": ranks[0]["pipeline"], "local": local, "local_pair": local_pair,
+    out.write_text(json.dumps({"nodes": args.nodes, "bound": args.bind, "pipeline": ranks[0]["pipeline"], "local": local, "local_pair": local_pair,
                                "ranks": ranks, "rounds": rounds},
                               indent=2))
     print(f"\nwrote {out}")
