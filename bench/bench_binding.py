@@ -13,6 +13,7 @@ random parts: local sampling only), and ``sage`` (GraphSAGE 3x256, fan-outs 15,1
 Run book:
     python bench/bench_binding.py                         # ~5 min on 2 cores
     python bench/bench_binding.py --workloads minibatch --rounds 5
+    python bench/bench_binding.py --dataset cora --steps 3 --epochs 2 --rounds 1     # seconds
 Results: bench/results/binding.json (git-ignored).
 """
 
@@ -87,14 +88,15 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--steps", type=int, default=20, help="steps an epoch (--max-steps)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    p.add_argument("--out", default=str(RESULTS / "binding.json"))
     a = p.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("bench_binding: needs 2 usable cores (one per worker)")
     with tempfile.TemporaryDirectory() as tmp:
         res = bench(a, Path(tmp))
     print_table(res)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "binding.json"
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
     print(f"\nwrote {out}")
 

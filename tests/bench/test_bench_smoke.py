@@ -25,7 +25,7 @@ BENCH = REPO / "bench"
 TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
-SMOKED = ("bench_cluster.py", "bench_comm.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py",
+SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py",
           "bench_link.py", "bench_models.py", "bench_partition.py", "bench_partition_faults.py", "bench_parts.py",
           "bench_placement.py", "bench_sampler.py", "bench_scale.py", "bench_simulator.py", "bench_strategies.py",
           "bench_train.py", "check_cuda.py")
@@ -283,6 +283,21 @@ def test_bench_strategies(tmp_path):
                             "reference (1 worker minibatch)"]
     assert all(len(r["acc"]) == 1 and 0 < r["acc"][0] <= 100 and r["curve"] for r in runs.values())
     assert runs["aggregation random +corr, 2 workers"]["label_tvd"][0] < 0.2  # random parts: near the global mix
+
+
+def test_bench_binding(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    require(len(os.sched_getaffinity(0)) >= 2, "bench_binding needs 2 usable cores")
+    cora = find_dataset("cora")
+    out = tmp_path / "binding.json"
+    res = _bench("bench_binding.py", "--dataset", "cora", "--workloads", "minibatch", "aggregation", "--rounds", 1,
+                 "--epochs", 2, "--steps", 3, "--out", out, env={"GRAPHDIST_DATA": str(cora.parent)}, timeout=240)
+    _ok(res)
+    assert "speed-up" in res.stdout
+    rows = _read(out, "rows", "cores")["rows"]
+    assert [r["workload"] for r in rows] == ["minibatch", "aggregation"]
+    assert all(len(r["rounds"]["bound"]) == 1 and r["bound_s"] > 0 and r["unbound_s"] > 0 for r in rows)
 
 
 def test_bench_placement(tmp_path):
