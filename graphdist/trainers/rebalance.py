@@ -83,9 +83,11 @@ class Rebalancer:
         self.shares = list(start_shares) if start_shares is not None else list(shares)
         self.rank, self.world = comm.get_rank(), comm.get_world_size()
         self.migrated = 0  # seeds this rank received this epoch
-        self._start_window()
+        self._start_window(0)
         self.history: list[list[tuple[float, float]]] = []
-        self._skip_window = False
+        # After a move, the step after which every batch trains at the new shares (None: no move
+        # pending): the window restarts there, so it measures the new shares and nothing older.
+        self._settles_after: Optional[int] = None
 
     @property
     def active(self) -> bool:
@@ -95,30 +97,38 @@ class Rebalancer:
     # ---------------------------------------------------------------- epoch
     def begin_epoch(self) -> None:
         self.migrated = 0
-        self._start_window()
+        self._settles_after = None
+        self._start_window(0)
         if self.loader.batch_size != self.shares[self.rank]:
             self.loader.set_batch_size(self.shares[self.rank])
 
-    def _start_window(self) -> None:
+    def _start_window(self, step: int) -> None:
+        """A new window begins after step ``step`` (0: the epoch's start)."""
         self._window_busy, self._window_work = self.read_clock(), self.read_work()
-        self._window_wall, self._window_seeds = time.perf_counter(), 0
+        self._window_wall, self._window_seeds, self._window_origin = time.perf_counter(), 0, step
 
     def after_step(self, step: int, seeds: int) -> None:
-        """Called on every rank after optimizer step ``step`` (1-based) with the seeds it trained on."""
+        """Called on every rank after optimizer step ``step`` (1-based) with the seeds it trained on.
+
+        Decisions fall every ``every`` steps of a window, at step numbers every rank derives
+        from values they share (the epoch's start, and a move's gathered first batch).
+        """
         self._window_seeds += seeds
         if step == 1 and self.shares != self.natural:
             self._migrate()  # this epoch's own seeds do not fit the shares: hand some over
-        if self.every and step % self.every == 0 and step < len(self.loader):
-            self._decide()
+        if self._settles_after is not None:
+            if step >= self._settles_after:  # the next batch is the first at the new shares
+                self._settles_after = None
+                self._start_window(step)
+            return
+        if self.every and step - self._window_origin >= self.every and step < len(self.loader):
+            self._decide(step)
 
     # ------------------------------------------------------------- decision
-    def _decide(self) -> None:
+    def _decide(self, step: int) -> None:
         busy, work = self.read_clock() - self._window_busy, self.read_work() - self._window_work
-        wall, seeds = time.perf_counter() - self._window_wall, self._window_seeds
-        self._start_window()
-        if self._skip_window:
-            self._skip_window = False
-            return
+        wall, seeds, steps = time.perf_counter() - self._window_wall, self._window_seeds, step - self._window_origin
+        self._start_window(step)
         gathered = comm.all_gather_object((busy, seeds, wall, work))
         window = [(b, s, w) for b, s, w, _ in gathered]
         if max(k for *_, k in gathered) < WORK_BOUND * max(w for _, _, w in window):
@@ -127,7 +137,7 @@ class Rebalancer:
             return
         # (seeds per step, busy per step) of every rank; the last few windows fit each rank's
         # fixed and per-seed cost (the shares differ between windows once they have moved).
-        point = [(s / self.every, b / self.every) for b, s, _ in window]
+        point = [(s / steps, b / steps) for b, s, _ in window]
         if any(drifted([h[r] for h in self.history], point[r], DRIFT, min_spread=SPREAD)
                for r in range(self.world)):
             # A rank's speed changed (a slowdown began): older windows describe another machine,
@@ -144,21 +154,30 @@ class Rebalancer:
             return
         if comm.is_main_process():
             logger.info("rebalance: busy %s s over %d steps, fitted %s -> shares %s (were %s)",
-                        [round(b, 3) for b, _, _ in window], self.every,
+                        [round(b, 3) for b, _, _ in window], steps,
                         [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], new, self.shares)
         self.shares = new
-        self._migrate()
-        # The next window still holds batches planned at the old shares, and the migration: skip it.
-        self._skip_window = True
+        # Batches already drawn (prefetched, or in a pipelined sampler) keep the old shares: the
+        # next window starts after them, as soon as every batch trains at the new ones (with no
+        # batch drawn ahead, at once; measured, this halved the decisions a 2x slowdown needed).
+        first = self._migrate()
+        if first is not None and first > step:
+            self._settles_after = first
+        else:
+            self._start_window(step)
 
     # ------------------------------------------------------------- migration
-    def _migrate(self) -> None:
-        """Replans the rest of this epoch at the current shares, moving unvisited seeds between ranks."""
+    def _migrate(self) -> Optional[int]:
+        """Replans the rest of this epoch at the current shares, moving unvisited seeds between ranks.
+
+        Returns the first batch (0-based, the same on every rank) planned at the new shares, or
+        None when the epoch has no batch left to replan.
+        """
         mine_from = self.loader.earliest_batch_size_change()
         start = max(comm.all_gather_object(mine_from))
         steps_left = len(self.loader) - start
         if steps_left <= 0:
-            return
+            return None
         remaining = self.loader.remaining_seeds(start)
         counts = comm.all_gather_object(int(remaining.numel()))
         quota = quotas(self.shares, steps_left, sum(counts))
@@ -178,6 +197,7 @@ class Rebalancer:
         # batches for the rest of this epoch rather than skip a train node.
         size = max(self.shares[self.rank], -(-int(keep.numel()) // steps_left))
         self.loader.set_batch_size(size, from_batch=start, seeds=keep)
+        return start
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:

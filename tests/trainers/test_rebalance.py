@@ -301,3 +301,68 @@ def test_time_the_rebalancer_holds_a_step_is_not_busy_time():
                         False, after_step=exchange, task=_SeedFeaturesTask())
     assert stats.steps == 2
     assert stats.comm_exposed_s >= 0.1 and stats.compute_s < 0.05
+
+
+class _PlannedLoader:
+    """A loader's planning surface: ``lookahead`` batches are drawn ahead of the caller."""
+
+    def __init__(self, steps: int, share: int, lookahead: int) -> None:
+        self.steps, self.batch_size, self.lookahead, self.yielded = steps, share, lookahead, 0
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def earliest_batch_size_change(self) -> int:
+        return self.yielded + self.lookahead
+
+    def remaining_seeds(self, start: int) -> torch.Tensor:
+        return torch.arange((self.steps - start) * self.batch_size)
+
+    def set_batch_size(self, size: int, from_batch: int = 0, seeds=None) -> None:
+        self.batch_size = size
+
+
+def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, bool]]:
+    """(step, shares moved) of every decision over one 15-step epoch, rank 1 twice as slow per seed."""
+    import types
+
+    from graphdist.trainers import rebalance as module
+
+    loader = _PlannedLoader(15, 100, lookahead)
+    clock = [0.0]
+    decisions: list[tuple[int, bool]] = []
+
+    def gather(obj):
+        if isinstance(obj, tuple):  # the window: rank 1 works twice as long per seed
+            busy, seeds, wall, work = obj
+            seeds_1 = seeds * rebalancer.shares[1] // rebalancer.shares[0]
+            busy_1 = 2 * busy * seeds_1 / seeds
+            decisions.append((step, None))
+            return [obj, (busy_1, seeds_1, wall, busy_1)]
+        return [obj, obj] if isinstance(obj, int) else [obj, []]
+
+    fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
+                                 is_main_process=lambda: False)
+    monkeypatch.setattr(module, "comm", fake)
+    rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[100, 100], every=3, eps=0.05,
+                                   clock=lambda: clock[0])
+    rebalancer.begin_epoch()
+    for step in range(1, 16):
+        loader.yielded = step
+        clock[0] += 0.001 * loader.batch_size  # this rank's busy time grows with its share
+        before = list(rebalancer.shares)
+        rebalancer.after_step(step, loader.batch_size)
+        if decisions and decisions[-1][1] is None:
+            decisions[-1] = (step, rebalancer.shares != before)
+    return decisions
+
+
+def test_after_a_move_the_next_window_starts_when_the_new_shares_do(monkeypatch):
+    # Nothing drawn ahead: a window every 3 steps, none skipped after a move (the old rule
+    # skipped a whole window, halving how fast a slowdown was followed).
+    immediate = _decision_steps(monkeypatch, lookahead=0)
+    assert [s for s, _ in immediate] == [3, 6, 9, 12] and immediate[0][1], immediate
+    # Two batches drawn ahead (a prefetch thread and a pipelined sampler): after the move at
+    # step 3 they still train at the old shares, so the window opens after step 5.
+    ahead = _decision_steps(monkeypatch, lookahead=2)
+    assert ahead[0] == (3, True) and ahead[1][0] == 8, ahead
