@@ -59,6 +59,14 @@ def _add(group: argparse._ArgumentGroup, flag: str, **kwargs: Any) -> None:
     group.add_argument(*names, default=None, **kwargs)
 
 
+def _switch(group: argparse._ArgumentGroup, flag: str, on: str, off: str) -> None:
+    """``--X`` (True) and ``--no-X`` (False), one or the other; unset = None (auto)."""
+    dest = flag[2:].replace("-", "_")
+    pair = group.add_mutually_exclusive_group()
+    pair.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=on)
+    pair.add_argument("--no-" + flag[2:], dest=dest, action="store_const", const=False, default=None, help=off)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from graphdist.cli.args import OneLineParser
     from graphdist.config import (ALLREDUCE_MODES, COMPRESS_MODES, DECODERS, FEATURE_NORMS, MODELS, NEGATIVES,
@@ -182,18 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
               "and 2-hop remote nodes): -1 (default) every remote node a batch may read while their rows fit in "
               "512 MiB per worker, the likeliest beyond (a 10M-node graph in 4 parts would need ~2.8 GB for its "
               "whole halo); 0 none; N the N likeliest")
-    prefetch = system.add_mutually_exclusive_group()
-    prefetch.add_argument("--prefetch", dest="prefetch", action="store_const", const=True, default=None,
-                          help="always sample the next batch in a background thread (default: when batches "
-                               "wait on other workers, or the worker may use a core beyond its --threads)")
-    prefetch.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False, default=None,
-                          help="sample in the training thread")
-    bind = system.add_mutually_exclusive_group()
-    bind.add_argument("--bind-cores", dest="bind_cores", action="store_const", const=True, default=None,
-                      help="bind each worker on this machine to its own --threads cores (default: when 2+ "
-                           "workers share the machine and their threads fit its cores)")
-    bind.add_argument("--no-bind-cores", dest="bind_cores", action="store_const", const=False, default=None,
-                      help="let the scheduler move workers between cores")
+    _switch(system, "--prefetch", on="always sample the next batch in a background thread (default: when "
+            "batches wait on other workers, or the worker may use a core beyond its --threads)",
+            off="sample in the training thread")
+    _switch(system, "--bind-cores", on="bind each worker on this machine to its own --threads cores (default: "
+            "when 2+ workers share the machine and their threads fit its cores)",
+            off="let the scheduler move workers between cores")
     _add(system, "--log-interval", type=int, help=f"steps between progress lines (default {d('log_interval')})")
     system.add_argument("--tensorboard", action="store_const", const=True, default=None,
                         help="also write each epoch's metrics and each step's loss as TensorBoard scalars to "
