@@ -111,8 +111,9 @@ class TrainConfig:
     # (its sampling overlaps their replies even on one core) or it may use a core beyond its compute
     # threads; a local-only sampler on a single core only steals time from the step it overlaps.
     prefetch: Optional[bool] = None
-    # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fit
-    # (graphdist.launch.worker_cores); True always (an error where they do not fit); False never.
+    # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fill
+    # its cores exactly (graphdist.launch.worker_cores); True whenever they fit (an error where
+    # they do not); False never.
     bind_cores: Optional[bool] = None
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always); full-graph epochs are one step

@@ -146,8 +146,11 @@ def worker_cores(usable: Sequence[int], threads: Sequence[int], local_rank: int,
         usable: the cores this machine lets the job use (:func:`usable_cores`).
         threads: each local worker's torch threads, by local rank.
         local_rank: this worker's.
-        setting: None (auto) binds when two or more workers fit on disjoint cores; True binds (one
-            worker alone is never bound: there is nothing to keep apart); False never binds.
+        setting: None (auto) binds when two or more workers fill the usable cores exactly (the job
+            owns the machine; with cores to spare the scheduler has room to keep workers apart, and
+            another job on the same machine would bind to the same first cores); True binds
+            whenever they fit (one worker alone is never bound: there is nothing to keep apart);
+            False never binds.
 
     Raises:
         ValueError: ``setting`` is True and the workers' threads need more cores than ``usable`` has.
@@ -157,6 +160,8 @@ def worker_cores(usable: Sequence[int], threads: Sequence[int], local_rank: int,
         [2, 3]
         >>> worker_cores([0, 1], [1, 1, 1], 0) is None  # more threads than cores: the scheduler shares them
         True
+        >>> worker_cores(list(range(16)), [1, 1], 0) is None, worker_cores(list(range(16)), [1, 1], 0, setting=True)
+        (True, [0])
     """
     wanted = sum(threads)
     if setting is False or len(threads) < 2:
@@ -166,6 +171,8 @@ def worker_cores(usable: Sequence[int], threads: Sequence[int], local_rank: int,
             raise ValueError(f"--bind-cores: {len(threads)} workers with {wanted} threads in all need {wanted} cores; "
                              f"this machine lets the job use {len(usable)} (fewer --num-workers or --threads, "
                              f"or --no-bind-cores)")
+        return None
+    if setting is None and wanted < len(usable):
         return None
     first = sum(threads[:local_rank])
     return list(usable[first : first + threads[local_rank]])

@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
             "batches wait on other workers, or the worker may use a core beyond its --threads)",
             off="sample in the training thread")
     _switch(system, "--bind-cores", on="bind each worker on this machine to its own --threads cores (default: "
-            "when 2+ workers share the machine and their threads fit its cores)",
+            "when 2+ workers' threads fill the machine's cores exactly)",
             off="let the scheduler move workers between cores")
     _add(system, "--log-interval", type=int, help=f"steps between progress lines (default {d('log_interval')})")
     system.add_argument("--tensorboard", action="store_const", const=True, default=None,

@@ -15,6 +15,14 @@ def test_each_worker_gets_its_own_consecutive_cores_in_local_rank_order():
     usable = [4, 5, 6, 7, 8]
     got = [worker_cores(usable, [2, 1, 2], r) for r in range(3)]
     assert got == [[4, 5], [6], [7, 8]]
+    assert [worker_cores(usable + [9], [2, 1, 2], r, setting=True) for r in range(3)] == got
+
+
+def test_auto_binds_only_a_job_that_fills_the_machine():
+    # Two 2-worker jobs on a 16-core machine would both bind to cores 0 and 1: auto leaves a job
+    # with cores to spare to the scheduler, which has room to keep its workers apart.
+    assert worker_cores(list(range(16)), [1, 1], 1) is None
+    assert worker_cores(list(range(16)), [8, 8], 1) == list(range(8, 16))
 
 
 def test_auto_leaves_oversubscribed_or_lone_workers_to_the_scheduler():
@@ -77,3 +85,16 @@ def test_two_local_workers_bind_to_different_cores_every_thread_included():
     require(hasattr(os, "sched_getaffinity") and len(usable_cores()) >= 2,
             "needs CPU affinity and 2 usable cores to bind 2 workers apart")
     launch(_bind_and_check, 2, timeout=60)
+
+
+def test_bound_workers_train(tmp_path):
+    """A real 2-worker run with --bind-cores: rank 0 logs its core and the run completes."""
+    import subprocess
+    import sys
+
+    require(hasattr(os, "sched_getaffinity") and len(usable_cores()) >= 2, "needs 2 usable cores")
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--dataset", "synthetic-500", "--num-workers", "2",
+                           "--epochs", "1", "--bind-cores", "--eval-every", "0", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"rank 0 bound to cores [{usable_cores()[0]}]" in done.stderr + done.stdout
