@@ -138,9 +138,9 @@ def worker_cores(usable: Sequence[int], threads: Sequence[int], local_rank: int,
 
     Worker ``i`` of this machine gets its own ``threads[i]`` consecutive cores of ``usable``, in
     local-rank order. Two workers on one machine, each free to run on every core, trade places on
-    the cores and lose their caches at every switch: bound, each keeps its own (a 2-worker job on
-    2 cores ran 1.2x faster, ``bench/bench_binding.py``). Consecutive cores keep a
-    worker's threads on one socket on the usual numbering.
+    the cores and lose their caches at every switch: bound, each keeps its own (on 2 cores a
+    2-worker GCN job ran 1.11x faster, a GEMM-bound GraphSAGE one 1.00x: ``bench/bench_binding.py``).
+    Consecutive cores keep a worker's threads on one socket on the usual numbering.
 
     Args:
         usable: the cores this machine lets the job use (:func:`usable_cores`).

@@ -159,7 +159,7 @@ class Rebalancer:
         self.shares = new
         # Batches already drawn (prefetched, or in a pipelined sampler) keep the old shares: the
         # next window starts after them, as soon as every batch trains at the new ones (with no
-        # batch drawn ahead, at once; measured, this halved the decisions a 2x slowdown needed).
+        # batch drawn ahead, at once: a 2x slowdown's first epoch then moved shares 3 times, not 2).
         first = self._migrate()
         if first is not None and first > step:
             self._settles_after = first
