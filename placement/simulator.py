@@ -21,6 +21,8 @@ layout (hosts, link rates, cores, slow workers), per worker:
   thread's measured wall plus a slow worker's extra CPU work plus ``sync``;
 - the cores of a machine bound all of its workers together: ``sum_i cpu_i / cores`` (slow
   workers' stretch is waiting, not CPU);
+- a worker bound to its own core (``--bind-cores``: 2+ workers filling their machine's cores)
+  takes turns on it with its loading thread: ``own_i >= cpu_i * s_i + sync``;
 - ``step = max(own_i, machine bounds)``; ``epoch = steps * step``.
 
 ``--strategy fullgraph`` has its own probe (exact full-graph steps, :class:`FullGraphCosts`) and
@@ -184,6 +186,19 @@ class Layout:
         """``machine``'s cores; one value given stands for every machine."""
         return self.cores[machine] if machine < len(self.cores) else self.cores[-1]
 
+    def bound(self, worker: int) -> bool:
+        """Whether ``worker`` runs bound to its own cores, as ``--bind-cores`` (auto) binds: its host
+        holds 2+ workers and is alone on a machine whose cores they fill exactly (one thread each).
+
+        Example:
+            >>> Layout.one_host(2, cores=2).bound(0), Layout.one_host(2, cores=16).bound(0)
+            (True, False)
+        """
+        host, m = self.host_of[worker], self.machine(worker)
+        on_host = sum(h == host for h in self.host_of)
+        alone = all(self.machine(i) != m or self.host_of[i] == host for i in range(len(self.host_of)))
+        return on_host >= 2 and alone and on_host == self.cores_of(m)
+
     def workers_per_core(self, worker: int) -> float:
         """How many workers share each core of ``worker``'s machine."""
         m = self.machine(worker)
@@ -275,13 +290,15 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
             # The contended step as measured; a slow worker's training thread adds its emulated extra
             # work to its measured wall (its loading thread stretches beside it, off the critical path).
             train = p.compute_wall.time(b) + (stretch[i] - 1.0) * p.compute_cpu.time(b)
-            own.append(max(load, p.step.time(b) - p.sync_wait_s + exposed, train + exposed))
             cpu_of.append(p.load_cpu.time(b) + p.compute_cpu.time(b))
+            own.append(max(load, p.step.time(b) - p.sync_wait_s + exposed, train + exposed,
+                           _serial_s(cpu_of[-1], stretch[i], layout, i) + exposed))
             continue
         load = (w.sample.time(b) + w.gather.time(b)) * stretch[i] + w.wait.time(b) + net[i]
         compute = w.compute.time(b) * stretch[i]
-        own.append(max(load, compute + exposed) if prefetch else load + compute + exposed)
         cpu_of.append(w.sample.time(b) + w.gather.time(b) + w.compute.time(b))
+        own.append(max(load, compute + exposed, _serial_s(cpu_of[-1], stretch[i], layout, i) + exposed)
+                   if prefetch else load + compute + exposed)
     machines = sorted({layout.machine(i) for i in range(n)})
     cores_s = max(sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores_of(m) for m in machines)
     slowest = max(range(n), key=lambda i: own[i])
@@ -385,6 +402,19 @@ def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) ->
                           for h in range(hosts)), default=0.0)
             total += max(remote, max(local, default=0.0) / layout.local_bps) + (layout.latency_s if any(up) else 0.0)
     return total
+
+
+def _serial_s(cpu_s: float, stretch: float, layout: Layout, worker: int) -> float:
+    """A bound worker's loading and training work one after the other on its own core (0: not bound).
+
+    Bound to one core, a worker's loading thread and training thread take turns on it, so a step
+    lasts at least their CPU work together, stretched as a slower machine's would be (measured in
+    three ``bench/bench_simulator.py`` runs: a 2x slower worker bound to its core stepped at
+    2.0-2.6x its two threads' CPU work, gradient wait included, where the overlap of loading and
+    training alone had predicted 1.9-2.1x). An unbound worker's threads may run on a core another
+    worker leaves idle, so it is not bounded this way.
+    """
+    return cpu_s * stretch if layout.bound(worker) else 0.0
 
 
 def _same_sharing(layout: Layout, base: Layout, worker: int) -> bool:

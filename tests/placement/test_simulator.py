@@ -38,6 +38,20 @@ def test_a_slow_worker_stretches_its_own_path():
     assert pred.per_worker_s == pytest.approx([0.010, 0.020]) and pred.step_s == pytest.approx(0.020)
 
 
+def test_a_bound_slow_worker_serialises_its_loading_and_training_on_its_core():
+    # Prefetch overlaps 4 ms of loading with 10 ms of compute; stretched 2x that is 20 ms, but on
+    # its own core (bound: 2 workers fill 2 cores) both threads' 14 ms of CPU take turns: 28 ms.
+    w = _worker()
+    bound = simulate([w, w], [100, 100], Layout.one_host(2, cores=2), steps=1, slowdown=[1.0, 2.0])
+    assert bound.per_worker_s == pytest.approx([0.014, 0.028])
+    assert Layout.one_host(2, cores=2).bound(1) and not Layout.one_host(2, cores=4).bound(1)
+    spare = simulate([w, w], [100, 100], Layout.one_host(2, cores=4), steps=1, slowdown=[1.0, 2.0])
+    assert spare.per_worker_s == pytest.approx([0.010, 0.020])  # a core to spare: the overlap holds
+    # Emulated hosts of one worker each are not bound, whatever the machine's cores.
+    hosts = Layout.hosts_of([1, 1], 1e9, cores=2, shared_machine=True)
+    assert not hosts.bound(0) and not hosts.bound(1)
+
+
 def test_cross_host_traffic_over_the_uplink():
     w = _worker(sent_per_seed=10_000.0)  # 1 MB per step at a share of 100
     lay = lambda bps: Layout.hosts_of([1, 1], link_bps=bps, latency_s=0.0)  # noqa: E731
