@@ -53,6 +53,10 @@ RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 TRAIN = ["-m", "graphdist.cli.train"]
+# Emulated hosts are separate machines: each gets its own core (--shared-cores: both share all of them,
+# as before 2026-12-05, when the two unbound processes thrashed each other's caches).
+HOST_CORES = [[0], [1]]
+PIN_HOSTS = True
 TARGET = 0.15  # issue 12: every prediction within 15% of measured
 
 
@@ -84,7 +88,7 @@ def run_emulated(args: list[str], run_dir: Path, slowdown: str, rate: str, timeo
     from graphdist.testing.netns import EmulatedCluster
     from graphdist.testing.netns.torchrun import TorchrunJob
 
-    with EmulatedCluster(hosts=2, rate=rate) as c:
+    with EmulatedCluster(hosts=2, rate=rate, host_cores=HOST_CORES if PIN_HOSTS else None) as c:
         job = TorchrunJob(c, 1, [*TRAIN, *args, "--run-dir", str(run_dir)], cwd=str(REPO),
                           env={"OMP_NUM_THREADS": "1", "GRAPHDIST_TEST_SLOWDOWN": slowdown})
         codes = job.wait(timeout)
@@ -199,6 +203,7 @@ def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Op
     workers, shape = costs_from_profile(profile)
     cores = os.cpu_count() or 1
     layout = (Layout.one_host(2, cores=cores) if rate_bps is None
+              else Layout.hosts_of([1, 1], rate_bps, cores=1, burst_bytes=burst_bytes) if PIN_HOSTS
               else Layout.hosts_of([1, 1], rate_bps, cores=cores, shared_machine=True, burst_bytes=burst_bytes))
     shares = [int(s) for s in records[-1]["batch_share"]]
     return simulate(workers, shares, layout, steps=int(records[-1]["steps"]), model=shape, sync="dwbp",
@@ -213,8 +218,9 @@ def predict_fullgraph(profile: dict[str, Any], link: Optional[dict[str, float]],
     workers, shape = fullgraph_costs_from_profile(profile)
     cores = os.cpu_count() or 1
     layout = (Layout.one_host(2, cores=cores) if link is None
-              else Layout.hosts_of([1, 1], link["link_bps"], cores=cores, shared_machine=True,
-                                  duplex=link["duplex"], duplex_stream=link["duplex_stream"]))
+              else Layout.hosts_of([1, 1], link["link_bps"], cores=1 if PIN_HOSTS else cores,
+                                   shared_machine=not PIN_HOSTS, duplex=link["duplex"],
+                                   duplex_stream=link["duplex_stream"]))
     return simulate_fullgraph(workers, layout, model=shape, staleness=staleness, sync="dwbp",
                               profiled_layout=Layout.one_host(2, cores=cores))
 
@@ -282,7 +288,7 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                      "predicted_sync_s": pred.sync_s, "measured_halo_wait_s": halo,
                      "predicted_halo_s": pred.parts.get("halo_s")})
     return {"dataset": a.dataset, "strategy": a.strategy, "hidden": a.hidden, "batch_size": a.batch_size, "epochs": a.epochs,
-            "repeats": a.repeats, "profile": profile, "links": links, "bursts": bursts, "rows": rows}
+            "repeats": a.repeats, "hosts_pinned": PIN_HOSTS, "profile": profile, "links": links, "bursts": bursts, "rows": rows}
 
 
 def print_table(res: dict[str, Any]) -> None:
@@ -320,7 +326,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--hidden", type=int, default=128, help="--strategy fullgraph: the GCN's width")
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--out", default=None, help="default bench/results/simulator.json (fullgraph: simulator-fullgraph.json)")
+    p.add_argument("--shared-cores", action="store_true",
+                   help="emulated hosts share every core (default: each host its own core, as separate machines)")
     a = p.parse_args(argv)
+    global PIN_HOSTS
+    PIN_HOSTS = not a.shared_cores and len(os.sched_getaffinity(0)) >= 2
     a.epochs = a.epochs or (8 if a.strategy == "fullgraph" else 3)
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         os.environ.setdefault("GRAPHDIST_CACHE", str(Path(tmp) / "cache"))

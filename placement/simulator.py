@@ -187,17 +187,20 @@ class Layout:
         return self.cores[machine] if machine < len(self.cores) else self.cores[-1]
 
     def bound(self, worker: int) -> bool:
-        """Whether ``worker`` runs bound to its own cores, as ``--bind-cores`` (auto) binds: its host
-        holds 2+ workers and is alone on a machine whose cores they fill exactly (one thread each).
+        """Whether ``worker``'s threads have its own cores and no others: its host is alone on a
+        machine whose cores its workers fill exactly (one thread each), as ``--bind-cores`` binds
+        2+ workers, or one worker alone on a one-core machine.
 
         Example:
             >>> Layout.one_host(2, cores=2).bound(0), Layout.one_host(2, cores=16).bound(0)
+            (True, False)
+            >>> Layout.hosts_of([1, 1], 1e9, cores=1).bound(0), Layout.hosts_of([1, 1], 1e9, cores=2, shared_machine=True).bound(0)
             (True, False)
         """
         host, m = self.host_of[worker], self.machine(worker)
         on_host = sum(h == host for h in self.host_of)
         alone = all(self.machine(i) != m or self.host_of[i] == host for i in range(len(self.host_of)))
-        return on_host >= 2 and alone and on_host == self.cores_of(m)
+        return alone and on_host == self.cores_of(m)
 
     def workers_per_core(self, worker: int) -> float:
         """How many workers share each core of ``worker``'s machine."""

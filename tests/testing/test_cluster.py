@@ -150,3 +150,18 @@ def test_delay_or_loss_needs_netem(needs_cluster):
     with pytest.raises(ClusterUnavailable, match="no netem"):
         with EmulatedCluster(hosts=2, delay="5ms"):
             pass
+
+
+def test_each_host_runs_on_its_own_cores(needs_cluster):
+    require(len(os.sched_getaffinity(0)) >= 2, "needs 2 usable cores to give 2 hosts one each")
+    with pytest.raises(ValueError, match="host_cores: Expected one non-empty core list per host"):
+        EmulatedCluster(hosts=2, host_cores=[[0]])
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    with EmulatedCluster(hosts=2, host_cores=[[cores[0]], [cores[1]]]) as c:
+        seen = []
+        for h in range(2):
+            p = c.run(h, [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                      stdout=subprocess.PIPE)
+            out, _ = p.communicate(timeout=30)
+            seen.append(out.decode().strip())
+    assert seen == [f"[{cores[0]}]", f"[{cores[1]}]"]

@@ -96,6 +96,9 @@ class EmulatedCluster:
             torchrun's agent reads its rendezvous store with a blocking receive that has no timeout
             of its own, so after a silent cut only TCP frees it; 5 (~13 s) bounds that. Set only in
             the emulated hosts' namespaces; on real machines it is the same sysctl.
+        host_cores: per host, the cores everything started in it runs on (None: every core, shared
+            by all hosts). Separate machines do not share cores: ``[[0], [1]]`` gives each of 2
+            hosts its own core, so one host's processes never take the other's.
 
     Raises:
         ClusterUnavailable: (on entry) root or iproute2 missing, or delay/loss asked without netem.
@@ -124,9 +127,13 @@ class EmulatedCluster:
         loss: Optional[str] = None,
         prefix: str = PREFIX,
         tcp_retries2: Optional[int] = None,
+        host_cores: Optional[Sequence[Sequence[int]]] = None,
     ) -> None:
         if hosts < 1:
             raise ValueError(f"hosts: Expected at least 1 (got {hosts})")
+        if host_cores is not None and (len(host_cores) != hosts or not all(host_cores)):
+            raise ValueError(f"host_cores: Expected one non-empty core list per host ({hosts}) (got {host_cores})")
+        self.host_cores = [sorted(int(c) for c in cores) for cores in host_cores] if host_cores is not None else None
         rates = list(rate) if isinstance(rate, (list, tuple)) else [rate] * hosts
         if len(rates) != hosts:
             raise ValueError(f"rate: Expected one rate or {hosts} (one per host) (got {len(rates)})")
@@ -283,8 +290,10 @@ class EmulatedCluster:
         """
         full_env = {**os.environ, **(dict(env) if env else {})}
         # A session of its own: close() can signal the whole process group (torchrun's workers too).
+        cores = self.host_cores[host] if self.host_cores is not None else None
         proc = subprocess.Popen(self.exec_argv(host, argv), env=full_env, cwd=cwd, stdout=stdout, stderr=stderr,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
         with self._lock:
             self._procs.append(proc)
         return proc
