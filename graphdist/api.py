@@ -92,7 +92,9 @@ def warn_oversubscribed(cfg: TrainConfig, cores: Optional[int] = None) -> bool:
         True
     """
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from graphdist.launch import usable_cores
+
+        cores = len(usable_cores())
     wanted = cfg.num_workers * cfg.threads
     if wanted <= cores:
         return False

@@ -144,8 +144,9 @@ def cuda_info() -> list[dict[str, Any]]:
 
 def cores_info() -> dict[str, Optional[float]]:
     """Cores this process may run on, cores in the machine, and a cgroup v2 CPU quota (None: none)."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"usable": usable, "cpu_count": os.cpu_count(), "cgroup_quota": cgroup_cpu_quota()}
+    from graphdist.launch import usable_cores
+
+    return {"usable": len(usable_cores()), "cpu_count": os.cpu_count(), "cgroup_quota": cgroup_cpu_quota()}
 
 
 def cgroup_cpu_quota(path: str = "/sys/fs/cgroup/cpu.max") -> Optional[float]:
