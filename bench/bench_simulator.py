@@ -56,7 +56,6 @@ TRAIN = ["-m", "graphdist.cli.train"]
 # Emulated hosts are separate machines: each gets its own core (--shared-cores: both share all of them,
 # as before 2026-12-05, when the two unbound processes thrashed each other's caches).
 HOST_CORES = [[0], [1]]
-PIN_HOSTS = True
 TARGET = 0.15  # issue 12: every prediction within 15% of measured
 
 
@@ -83,12 +82,13 @@ def run_local(args: list[str], run_dir: Path, slowdown: str, timeout: float) -> 
     return _records(run_dir)
 
 
-def run_emulated(args: list[str], run_dir: Path, slowdown: str, rate: str, timeout: float) -> list[dict[str, Any]]:
-    """graphdist-train under torchrun on 2 emulated hosts x 1 worker joined at ``rate``."""
+def run_emulated(args: list[str], run_dir: Path, slowdown: str, rate: str, timeout: float,
+                 pinned: bool) -> list[dict[str, Any]]:
+    """graphdist-train under torchrun on 2 emulated hosts x 1 worker joined at ``rate`` (``pinned``: each its own core)."""
     from graphdist.testing.netns import EmulatedCluster
     from graphdist.testing.netns.torchrun import TorchrunJob
 
-    with EmulatedCluster(hosts=2, rate=rate, host_cores=HOST_CORES if PIN_HOSTS else None) as c:
+    with EmulatedCluster(hosts=2, rate=rate, host_cores=HOST_CORES if pinned else None) as c:
         job = TorchrunJob(c, 1, [*TRAIN, *args, "--run-dir", str(run_dir)], cwd=str(REPO),
                           env={"OMP_NUM_THREADS": "1", "GRAPHDIST_TEST_SLOWDOWN": slowdown})
         codes = job.wait(timeout)
@@ -194,8 +194,18 @@ def probe_burst(rate: str, nbytes: int, port: int, repeats: int = 8) -> float:
     return max(0.0, rows * 128 * 4 - seconds * parse_rate(rate) / 8.0)
 
 
+def two_hosts(link_bps: float, pinned: bool, **kw: Any) -> Any:
+    """The simulator's layout of 2 emulated hosts x 1 worker: each on its own core (``pinned``), or both
+    sharing this machine's cores."""
+    from placement.simulator import Layout
+
+    if pinned:
+        return Layout.hosts_of([1, 1], link_bps, cores=1, **kw)
+    return Layout.hosts_of([1, 1], link_bps, cores=os.cpu_count() or 1, shared_machine=True, **kw)
+
+
 def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Optional[float],
-            factor: float, burst_bytes: float = 0.0) -> Any:
+            factor: float, burst_bytes: float = 0.0, pinned: bool = True) -> Any:
     """The simulator's epoch for one validation run's layout, shares and steps."""
     from placement.profiled import costs_from_profile
     from placement.simulator import Layout, simulate
@@ -203,14 +213,14 @@ def predict(profile: dict[str, Any], records: list[dict[str, Any]], rate_bps: Op
     workers, shape = costs_from_profile(profile)
     cores = os.cpu_count() or 1
     layout = (Layout.one_host(2, cores=cores) if rate_bps is None
-              else Layout.hosts_of([1, 1], rate_bps, cores=1, burst_bytes=burst_bytes) if PIN_HOSTS
-              else Layout.hosts_of([1, 1], rate_bps, cores=cores, shared_machine=True, burst_bytes=burst_bytes))
+              else two_hosts(rate_bps, pinned, burst_bytes=burst_bytes))
     shares = [int(s) for s in records[-1]["batch_share"]]
     return simulate(workers, shares, layout, steps=int(records[-1]["steps"]), model=shape, sync="dwbp",
                     sacp=True, prefetch=True, slowdown=[1.0, factor], profiled_layout=Layout.one_host(2, cores=cores))
 
 
-def predict_fullgraph(profile: dict[str, Any], link: Optional[dict[str, float]], staleness: int) -> Any:
+def predict_fullgraph(profile: dict[str, Any], link: Optional[dict[str, float]], staleness: int,
+                      pinned: bool = True) -> Any:
     """The simulator's full-graph epoch on one validation run's layout (``link``: the probe's figures)."""
     from placement.profiled import fullgraph_costs_from_profile
     from placement.simulator import Layout, simulate_fullgraph
@@ -218,9 +228,7 @@ def predict_fullgraph(profile: dict[str, Any], link: Optional[dict[str, float]],
     workers, shape = fullgraph_costs_from_profile(profile)
     cores = os.cpu_count() or 1
     layout = (Layout.one_host(2, cores=cores) if link is None
-              else Layout.hosts_of([1, 1], link["link_bps"], cores=1 if PIN_HOSTS else cores,
-                                   shared_machine=not PIN_HOSTS, duplex=link["duplex"],
-                                   duplex_stream=link["duplex_stream"]))
+              else two_hosts(link["link_bps"], pinned, duplex=link["duplex"], duplex_stream=link["duplex_stream"]))
     return simulate_fullgraph(workers, layout, model=shape, staleness=staleness, sync="dwbp",
                               profiled_layout=Layout.one_host(2, cores=cores))
 
@@ -270,7 +278,7 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                                                                                               a.epochs)
             spec = slow if not full and v > 1 else ""
             records = (run_local(args, run_dir, spec, a.timeout) if rate is None
-                       else run_emulated(args, run_dir, spec, rate, a.timeout))
+                       else run_emulated(args, run_dir, spec, rate, a.timeout, a.pinned))
             measured[k].append(measured_epoch_s(records))
             last[k] = records
             what = f"s={v}" if full else f"slow x{v:g}"
@@ -278,8 +286,8 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     rows = []
     for k, (name, rate, v) in enumerate(cases):
         bps = parse_rate(rate) if rate else None
-        pred = (predict_fullgraph(profile, links.get(rate), int(v)) if full
-                else predict(profile, last[k], bps, v, bursts.get(rate, 0.0)))
+        pred = (predict_fullgraph(profile, links.get(rate), int(v), a.pinned) if full
+                else predict(profile, last[k], bps, v, bursts.get(rate, 0.0), a.pinned))
         meas = statistics.median(measured[k])
         halo = statistics.median(r.get("halo_wait_s", 0.0) for r in last[k] if r["epoch"] > 2) if full else None
         rows.append({"layout": name, "rate": rate, ("staleness" if full else "slowdown"): v, "measured_s": meas,
@@ -288,7 +296,7 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                      "predicted_sync_s": pred.sync_s, "measured_halo_wait_s": halo,
                      "predicted_halo_s": pred.parts.get("halo_s")})
     return {"dataset": a.dataset, "strategy": a.strategy, "hidden": a.hidden, "batch_size": a.batch_size, "epochs": a.epochs,
-            "repeats": a.repeats, "hosts_pinned": PIN_HOSTS, "profile": profile, "links": links, "bursts": bursts, "rows": rows}
+            "repeats": a.repeats, "hosts_pinned": a.pinned, "profile": profile, "links": links, "bursts": bursts, "rows": rows}
 
 
 def print_table(res: dict[str, Any]) -> None:
@@ -329,8 +337,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--shared-cores", action="store_true",
                    help="emulated hosts share every core (default: each host its own core, as separate machines)")
     a = p.parse_args(argv)
-    global PIN_HOSTS
-    PIN_HOSTS = not a.shared_cores and len(os.sched_getaffinity(0)) >= 2
+    a.pinned = not a.shared_cores and len(os.sched_getaffinity(0)) >= 2
     a.epochs = a.epochs or (8 if a.strategy == "fullgraph" else 3)
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         os.environ.setdefault("GRAPHDIST_CACHE", str(Path(tmp) / "cache"))
