@@ -82,11 +82,11 @@ def local_rate(nodes: int, batches: int, batch_size: int) -> dict[str, float]:
 
 def bind(rank: int, world_size: int, on: bool) -> None:
     """Each worker on its own core, as ``graphdist-train`` binds its workers by default (``--bind-cores``)."""
-    from graphdist.launch import bind_to_cores, usable_cores, worker_cores
+    from graphdist.config import TrainConfig
+    from graphdist.trainers.run import bind_worker
 
-    cores = worker_cores(usable_cores(), [1] * world_size, rank) if on else None
-    if cores is not None:
-        bind_to_cores(cores)
+    if on:
+        bind_worker(rank, world_size, TrainConfig(num_workers=world_size))
 
 
 def _local_worker(rank: int, world_size: int, nodes: int, batches: int, batch_size: int, out_dir: str,
