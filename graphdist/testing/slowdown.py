@@ -16,6 +16,12 @@ sampler with :class:`StretchedSampler`). One sleep per step at its end was not a
 with balanced totals each phase between two collectives still waited for a different rank
 (measured: 1.24x from rebalancing where the model's bound is 1.5x).
 
+A thread on a core of its own (a worker bound with ``--bind-cores``, an emulated host pinned to
+one core) holds the core for its stretch instead of sleeping, and its queueing behind its own
+sibling threads is not counted (their ticks stretch that work): sleeping there let the loader
+run through the trainer's stretch, and counting the queue stretched the loader's work twice
+(measured before: a bound slow worker stepped at 2.2-2.4x its threads' CPU time, for "2.0").
+
 Nothing here is used unless the variable is set; it exists so tests and ``bench/bench_placement.py``
 can make one worker slower on purpose.
 
@@ -36,7 +42,8 @@ from sampling.base import SampledBatch, Sampler
 
 ENV = "GRAPHDIST_TEST_SLOWDOWN"
 
-__all__ = ["ENV", "Slowdown", "Stretch", "StretchedSampler", "parse_slowdown", "stretch_for_rank", "wanted_cpu_clock"]
+__all__ = ["ENV", "Slowdown", "Stretch", "StretchedSampler", "on_one_core", "parse_slowdown", "stretch_for_rank",
+           "wanted_cpu_clock"]
 
 
 @dataclass(frozen=True)
@@ -73,12 +80,24 @@ def parse_slowdown(spec: str) -> dict[int, Slowdown]:
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
-def _wanted_cpu_schedstat() -> float:
+def _queued_schedstat() -> float:
     # The file's on-CPU field is only brought up to date at scheduler events (it can lag a running
     # thread by a tick); its run-queue delay is final whenever the thread runs, as it does here.
     with open(_SCHEDSTAT, "rb") as f:
-        queued = int(f.read().split()[1])
-    return time.thread_time() + queued * 1e-9
+        return int(f.read().split()[1]) * 1e-9
+
+
+def _no_queue() -> float:
+    return 0.0
+
+
+def _queue_clock() -> Callable[[], float]:
+    """This thread's seconds ready to run but not running (schedstat), or a clock that stays 0 without it."""
+    try:
+        _queued_schedstat()
+    except (OSError, ValueError):
+        return _no_queue
+    return _queued_schedstat
 
 
 def wanted_cpu_clock() -> Callable[[], float]:
@@ -89,50 +108,89 @@ def wanted_cpu_clock() -> Callable[[], float]:
         >>> t0 = clock(); _ = sum(i * i for i in range(100_000)); clock() > t0
         True
     """
-    try:
-        _wanted_cpu_schedstat()
-    except (OSError, ValueError):
+    queued = _queue_clock()
+    if queued is _no_queue:
         return time.thread_time
-    return _wanted_cpu_schedstat
+    return lambda: time.thread_time() + queued()
+
+
+def on_one_core() -> bool:
+    """Whether the calling thread may run on one core only (a bound worker, a pinned emulated host).
+
+    Example:
+        >>> isinstance(on_one_core(), bool)
+        True
+    """
+    try:
+        return len(os.sched_getaffinity(0)) == 1
+    except (AttributeError, OSError):
+        return False
+
+
+def _spin(seconds: float) -> None:
+    """Holds the core for ``seconds`` of this thread's CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
 
 
 class Stretch:
-    """Sleeps ``(factor - 1)`` x the calling thread's work since its last mark; off before ``from_epoch``.
+    """Makes the calling thread's work since its last mark take ``factor`` x as long; off before ``from_epoch``.
+
+    Where the thread may use several cores it sleeps ``(factor - 1)`` x its work (``slept_s``).
+    On a core of its own (a bound worker, a pinned emulated host) it holds the core instead, by
+    spinning for that much CPU time, as a slower core would: a sleep there would hand the core to
+    the worker's other threads (its loader, gloo's), so the stretched work would overlap theirs
+    and the worker would be less than ``factor`` x slower. Time the thread queued behind those
+    siblings is their work, stretched by their own ticks: only the rest of its queueing (another
+    process on its core) counts as its own there.
 
     Example:
         >>> s = Stretch(Slowdown(0, 3.0))
         >>> s.set_epoch(1); s.mark()
         >>> _ = sum(i * i for i in range(200_000))
         >>> s.tick()
-        >>> s.slept_s > 0
+        >>> s.extra_s > 0
         True
     """
 
     def __init__(self, slowdown: Slowdown) -> None:
         self.slowdown = slowdown
         self.active = False
-        self.slept_s = 0.0  # total emulated extra work (the rebalancer counts it as busy time)
+        self.slept_s = 0.0  # emulated extra work spent asleep: not in CPU time (the rebalancer adds it)
+        self.extra_s = 0.0  # all emulated extra work, slept or spun
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._clock = wanted_cpu_clock()
+        self._queued = _queue_clock()
 
     def set_epoch(self, epoch: int) -> None:
         self.active = epoch >= self.slowdown.from_epoch
 
+    def _read(self) -> tuple[float, float, float]:
+        return time.thread_time(), self._queued(), time.process_time()
+
     def mark(self) -> None:
         """Starts this thread's clock (e.g. at the start of an epoch: earlier work is not stretched)."""
-        self._local.last = self._clock()
+        self._local.last = self._read()
 
     def tick(self) -> None:
         """Stretches this thread's work since its last mark or tick."""
-        now = self._clock()
-        spent = now - getattr(self._local, "last", now)
-        if self.active and spent > 0:
-            extra = (self.slowdown.factor - 1.0) * spent
-            time.sleep(extra)
+        now = self._read()
+        cpu, queued, process = (a - b for a, b in zip(now, getattr(self._local, "last", now)))
+        one_core = on_one_core()
+        if one_core:  # queued behind its own siblings: their work, which their ticks stretch
+            queued = max(0.0, queued - (process - cpu))
+        extra = (self.slowdown.factor - 1.0) * (cpu + queued)
+        if self.active and extra > 0:
+            if one_core:
+                _spin(extra)
+            else:
+                time.sleep(extra)
             with self._lock:
-                self.slept_s += extra
-        self._local.last = self._clock()
+                self.extra_s += extra
+                if not one_core:
+                    self.slept_s += extra
+        self._local.last = self._read()
 
     def attach(self, model: Any) -> Any:
         """Ticks whenever ``model``'s training forward returns (before any hook that starts a collective).

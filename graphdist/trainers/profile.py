@@ -243,6 +243,7 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
     seen: dict[str, list[tuple[float, float]]] = {"sample": [], "feature": [], "wait": [], "exchanges": [],
                                                   "sync_wait": []}
     rows: list[list[tuple[float, float]]] = []
+    # A stretch spun on a core of its own is in thread_time already; only a slept one is added.
     slept = (lambda: stretch.slept_s) if stretch is not None else (lambda: 0.0)
     try:
         sizes = (max(1, share), max(2, 2 * share))
@@ -268,10 +269,10 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
             sent_now, calls_now = comm.byte_counts(), comm.call_counts()
             compute_s, sync_wait = _train_step(strategy, sync, optimizer, batch, x, y, n)
             t3 = t2 + compute_s
-            if stretch is not None:  # the emulated slowdown of gather + compute
-                before = slept()
+            if stretch is not None:  # the emulated slowdown of gather + compute (slept or spun)
+                before = time.perf_counter()
                 stretch.tick()
-                t3 += slept() - before
+                t3 += time.perf_counter() - before
             if step >= len(sizes) and n:
                 samples["sample"].append((n, (c1 - c0) + (s1 - s0)))
                 samples["gather"].append((n, c2 - c1))

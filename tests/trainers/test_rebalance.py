@@ -49,7 +49,7 @@ def test_slowdown_spec_and_stretch():
     stretch.mark()
     sum(i * i for i in range(100_000))
     stretch.tick()
-    assert stretch.slept_s == 0.0  # not before its epoch
+    assert stretch.extra_s == 0.0  # not before its epoch
     stretch.set_epoch(2)
     stretch.mark()
     cpu0, wall0 = time.thread_time(), time.perf_counter()
@@ -58,7 +58,7 @@ def test_slowdown_spec_and_stretch():
     stretch.tick()
     # (factor - 1) x the time the thread ran or waited for a core: its CPU time at least, and no
     # more than the work's wall time (what else ran on this core is this machine's business).
-    assert 0.7 * cpu <= stretch.slept_s <= 1.3 * wall
+    assert 0.7 * cpu <= stretch.extra_s <= 1.3 * wall
     assert time.perf_counter() - wall0 >= 1.5 * cpu
 
 
@@ -92,7 +92,41 @@ def test_stretch_counts_time_another_process_held_the_core():
         hog.wait()
     assert cpu < 0.8 * wall  # the core was shared
     # (factor - 1) x the time this thread wanted the core: its wall time here, not its CPU time.
-    assert stretch.slept_s == pytest.approx(wall, rel=0.15)
+    assert stretch.extra_s == pytest.approx(wall, rel=0.15)
+
+
+def test_on_a_core_of_its_own_a_worker_takes_factor_times_its_work():
+    """A bound worker's threads share its core: each holds it for its own stretch (a slower core),
+    and time one queued behind the other is not stretched twice."""
+    import os
+    import threading
+
+    require(hasattr(os, "sched_setaffinity"), "no CPU affinity here: a worker cannot be bound to one core")
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})  # threads started below inherit the one core
+    try:
+        stretch = Stretch(Slowdown(0, 2.0))
+        stretch.set_epoch(1)
+
+        def work() -> None:
+            stretch.mark()
+            for _ in range(4):
+                sum(i * i for i in range(150_000))
+                stretch.tick()
+
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    finally:
+        os.sched_setaffinity(0, before)
+    own = cpu - stretch.extra_s  # the threads' work; the rest of the CPU time is the stretch, spun
+    assert stretch.slept_s == 0.0
+    assert stretch.extra_s == pytest.approx(own, rel=0.2)  # (factor - 1) x the work, counted once
+    assert wall == pytest.approx(2.0 * own, rel=0.25)
 
 
 class _SeedFeaturesTask:
