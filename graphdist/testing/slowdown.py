@@ -18,9 +18,11 @@ with balanced totals each phase between two collectives still waited for a diffe
 
 A thread on a core of its own (a worker bound with ``--bind-cores``, an emulated host pinned to
 one core) holds the core for its stretch instead of sleeping, and its queueing behind its own
-sibling threads is not counted (their ticks stretch that work): sleeping there let the loader
-run through the trainer's stretch, and counting the queue stretched the loader's work twice
-(measured before: a bound slow worker stepped at 2.2-2.4x its threads' CPU time, for "2.0").
+sibling threads is not counted (their ticks stretch that work). A sleep there lets the sibling
+run through the stretch: two busy Python threads on one core took 1.66x their work for "2.0"
+with sleeps, 2.03x spinning (the test in tests/trainers/test_rebalance.py). In training the
+loader and the trainer overlap less: on ``bench/bench_simulator.py`` the bound slow worker's step
+read 2.2x its CPU time (its gradient wait included) with either rule.
 
 Nothing here is used unless the variable is set; it exists so tests and ``bench/bench_placement.py``
 can make one worker slower on purpose.
