@@ -400,3 +400,17 @@ def test_after_a_move_the_next_window_starts_when_the_new_shares_do(monkeypatch)
     # step 3 they still train at the old shares, so the window opens after step 5.
     ahead = _decision_steps(monkeypatch, lookahead=2)
     assert ahead[0] == (3, True) and ahead[1][0] == 8, ahead
+
+
+def test_the_pipelined_probe_fits_through_each_sizes_median_group():
+    """One group in four waiting long on the stream's exchanges does not move the profile's step."""
+    from graphdist.trainers.profile import _measures
+
+    model = torch.nn.Linear(4, 2)
+    # (seeds, wall, loading CPU, training CPU, gradient wait, training wall) per timed group
+    groups = [(100, 0.010, 0.002, 0.004, 0.001, 0.006), (200, 0.015, 0.003, 0.006, 0.001, 0.009)] * 3
+    slow = [(100, 0.020, 0.002, 0.004, 0.001, 0.006), (200, 0.015, 0.003, 0.006, 0.001, 0.009)]
+    fixed, per_seed = _measures(model, {k: [] for k in ("sample", "feature", "wait", "exchanges", "sync_wait")},
+                                [], groups + slow)["pipelined"]["step"]
+    assert fixed + 100 * per_seed == pytest.approx(0.010)  # a mean over the groups read 0.0125
+    assert fixed + 200 * per_seed == pytest.approx(0.015)
