@@ -66,4 +66,5 @@ def _pipelined(doc: Optional[dict[str, Any]]) -> Optional[Pipelined]:
     return Pipelined(step=LinearCost(*doc["step"]), load_cpu=LinearCost(*doc["load_cpu"]),
                      compute_cpu=LinearCost(*doc["compute_cpu"]),
                      compute_wall=LinearCost(*doc.get("compute_wall", doc["compute_cpu"])),
-                     sync_wait_s=float(doc.get("sync_wait", 0.0)))
+                     sync_wait_s=float(doc.get("sync_wait", 0.0)),
+                     other_cpu=LinearCost(*doc.get("other_cpu", (0.0, 0.0))))  # older profiles: not measured

@@ -98,6 +98,7 @@ class Pipelined:
     compute_cpu: LinearCost
     compute_wall: LinearCost
     sync_wait_s: float = 0.0
+    other_cpu: LinearCost = LinearCost(0.0, 0.0)  # the process's other threads (gloo's exchanges...)
 
 
 @dataclass(frozen=True)
@@ -197,9 +198,10 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
             # The contended step as measured; a slow worker's training thread adds its emulated extra
             # work to its measured wall (its loading thread stretches beside it, off the critical path).
             train = p.compute_wall.time(b) + (stretch[i] - 1.0) * p.compute_cpu.time(b)
-            cpu_of.append(p.load_cpu.time(b) + p.compute_cpu.time(b))
+            threads = p.load_cpu.time(b) + p.compute_cpu.time(b)
+            cpu_of.append(threads + p.other_cpu.time(b))
             own.append(max(load, p.step.time(b) - p.sync_wait_s + exposed, train + exposed,
-                           _serial_s(cpu_of[-1], stretch[i], layout, i) + exposed))
+                           _serial_s(threads, stretch[i], layout, i, p.other_cpu.time(b)) + exposed))
             continue
         load = (w.sample.time(b) + w.gather.time(b)) * stretch[i] + w.wait.time(b) + net[i]
         compute = w.compute.time(b) * stretch[i]
@@ -311,17 +313,18 @@ def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) ->
     return total
 
 
-def _serial_s(cpu_s: float, stretch: float, layout: Layout, worker: int) -> float:
+def _serial_s(cpu_s: float, stretch: float, layout: Layout, worker: int, other_s: float = 0.0) -> float:
     """A bound worker's loading and training work one after the other on its own core (0: not bound).
 
     Bound to one core, a worker's loading thread and training thread take turns on it, so a step
     lasts at least their CPU work together, stretched as a slower machine's would be (measured in
     three ``bench/bench_simulator.py`` runs: a 2x slower worker bound to its core stepped at
     2.0-2.6x its two threads' CPU work, gradient wait included, where the overlap of loading and
-    training alone had predicted 1.9-2.1x). An unbound worker's threads may run on a core another
-    worker leaves idle, so it is not bounded this way.
+    training alone had predicted 1.9-2.1x), and its other threads' CPU ``other_s`` (gloo's, running
+    the exchanges), which the test slowdown does not stretch. An unbound worker's threads may run
+    on a core another worker leaves idle, so it is not bounded this way.
     """
-    return cpu_s * stretch if layout.bound(worker) else 0.0
+    return cpu_s * stretch + other_s if layout.bound(worker) else 0.0
 
 
 def _same_sharing(layout: Layout, base: Layout, worker: int) -> bool:

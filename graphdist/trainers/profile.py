@@ -323,8 +323,9 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
     come in groups of one size, as many as the stream has in flight, sizes alternating by group; a
     group's loading CPU and step walls are averaged over it (the stream samples a group at once).
     Per timed group, its mean step ``(seeds, wall s, loading thread CPU s, training thread CPU s,
-    gradient wait s, training wall s)`` (the last: from the batch's arrival to the step's end, the
-    gradient wait excluded)."""
+    gradient wait s, training wall s, process CPU s)`` (training wall: from the batch's arrival to
+    the step's end, the gradient wait excluded; process CPU: every thread's, from step end to step
+    end, an emulated stretch spun on the core left out)."""
     import queue
     import threading
 
@@ -364,7 +365,11 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
     steps: list[tuple[float, ...]] = []
     if stretch is not None:
         stretch.mark()
-    last = time.perf_counter()
+    # The process's CPU besides the two threads (gloo's threads running the exchanges, the
+    # allocator, the interpreter between them): on a core of its own it takes turns with them too.
+    # A stretch spun on the core is the threads' emulated work, not this.
+    spun = (lambda: stretch.extra_s - stretch.slept_s) if stretch is not None else (lambda: 0.0)
+    last, last_cpu = time.perf_counter(), time.process_time() - spun()
     for _ in range(len(plan)):
         item = ready.get(timeout=strategy.ctx.cfg.timeout)
         if isinstance(item, BaseException):
@@ -375,9 +380,9 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
         cpu = time.thread_time() - c0
         if stretch is not None:
             stretch.tick()
-        now = time.perf_counter()
-        steps.append((n, now - last, load_cpu, cpu, sync_wait, now - t_got - sync_wait))
-        last = now
+        now, now_cpu = time.perf_counter(), time.process_time() - spun()
+        steps.append((n, now - last, load_cpu, cpu, sync_wait, now - t_got - sync_wait, now_cpu - last_cpu))
+        last, last_cpu = now, now_cpu
     thread.join(timeout=strategy.ctx.cfg.timeout)
     # Timed: every group after the first of each size, as its mean step (groups are all one length,
     # so the fits and averages over these weigh every group alike, as over its steps).
@@ -429,6 +434,7 @@ def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]]
                           "load_cpu": typical([(r[0], r[2]) for r in pipelined]),
                           "compute_cpu": typical([(r[0], r[3]) for r in pipelined]),
                           "compute_wall": typical([(r[0], r[5]) for r in pipelined]),
+                          "other_cpu": typical([(r[0], max(0.0, r[6] - r[2] - r[3])) for r in pipelined]),
                           "sync_wait": sum(r[4] for r in pipelined) / max(1, len(pipelined)),
                           # The timed groups themselves, so a reader can see the scatter behind the fits.
                           "groups": [[round(v, 7) for v in r] for r in pipelined]} if pipelined else None}

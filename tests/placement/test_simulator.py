@@ -1,10 +1,13 @@
 """The simulator's model on hand-made costs: closed forms where the model has them."""
 
+import dataclasses
+
 import pytest
 
 from placement.shares import LinearCost
 from placement.profiled import costs_from_profile, fullgraph_costs_from_profile
-from placement.simulator import FullGraphCosts, Layout, ModelShape, WorkerCosts, simulate, simulate_fullgraph
+from placement.simulator import (FullGraphCosts, Layout, ModelShape, Pipelined, WorkerCosts, simulate,
+                                 simulate_fullgraph)
 
 
 def _worker(load_ms=4.0, compute_ms=10.0, sent_per_seed=1000.0, rows_per_seed=8.0):
@@ -50,6 +53,19 @@ def test_a_bound_slow_worker_serialises_its_loading_and_training_on_its_core():
     # Emulated hosts of one worker each are not bound, whatever the machine's cores.
     hosts = Layout.hosts_of([1, 1], 1e9, cores=2, shared_machine=True)
     assert not hosts.bound(0) and not hosts.bound(1)
+
+
+def test_a_bound_worker_takes_turns_with_its_other_threads_too():
+    # Profiled with a loading thread: 4 ms loading and 8 ms training CPU, 2 ms more in the process's
+    # other threads (gloo's). Bound and 2x slower: (4 + 8) x 2 stretched, plus the 2 ms unstretched.
+    ms = lambda v: LinearCost(0.0, v / 1e3 / 100)  # noqa: E731 - ms at a share of 100
+    piped = lambda other: Pipelined(step=ms(14.0), load_cpu=ms(4.0), compute_cpu=ms(8.0),  # noqa: E731
+                                    compute_wall=ms(10.0), other_cpu=ms(other))
+    for other, slow_s in ((2.0, 0.026), (0.0, 0.024)):
+        w = dataclasses.replace(_worker(), pipelined=piped(other))
+        pred = simulate([w, w], [100, 100], Layout.one_host(2, cores=2), steps=1, slowdown=[1.0, 2.0],
+                        profiled_layout=Layout.one_host(2, cores=2))
+        assert pred.per_worker_s == pytest.approx([0.014, slow_s])
 
 
 def test_cross_host_traffic_over_the_uplink():

@@ -407,10 +407,13 @@ def test_the_pipelined_probe_fits_through_each_sizes_median_group():
     from graphdist.trainers.profile import _measures
 
     model = torch.nn.Linear(4, 2)
-    # (seeds, wall, loading CPU, training CPU, gradient wait, training wall) per timed group
-    groups = [(100, 0.010, 0.002, 0.004, 0.001, 0.006), (200, 0.015, 0.003, 0.006, 0.001, 0.009)] * 3
-    slow = [(100, 0.020, 0.002, 0.004, 0.001, 0.006), (200, 0.015, 0.003, 0.006, 0.001, 0.009)]
-    fixed, per_seed = _measures(model, {k: [] for k in ("sample", "feature", "wait", "exchanges", "sync_wait")},
-                                [], groups + slow)["pipelined"]["step"]
+    # (seeds, wall, loading CPU, training CPU, gradient wait, training wall, process CPU) per timed group
+    groups = [(100, 0.010, 0.002, 0.004, 0.001, 0.006, 0.007), (200, 0.015, 0.003, 0.006, 0.001, 0.009, 0.011)] * 3
+    slow = [(100, 0.020, 0.002, 0.004, 0.001, 0.006, 0.007), (200, 0.015, 0.003, 0.006, 0.001, 0.009, 0.011)]
+    pipelined = _measures(model, {k: [] for k in ("sample", "feature", "wait", "exchanges", "sync_wait")},
+                          [], groups + slow)["pipelined"]
+    fixed, per_seed = pipelined["step"]
     assert fixed + 100 * per_seed == pytest.approx(0.010)  # a mean over the groups read 0.0125
     assert fixed + 200 * per_seed == pytest.approx(0.015)
+    fixed, per_seed = pipelined["other_cpu"]  # the process's CPU beyond the two threads'
+    assert fixed + 100 * per_seed == pytest.approx(0.001) and fixed + 200 * per_seed == pytest.approx(0.002)
