@@ -35,7 +35,9 @@ what the slower links add; with ``staleness 1`` the exchanges travel during the 
 (as profiled: the least wait of any rank, which waited for no peer), counted only where a
 machine has no core to spare for it; both plus the gradient wait.
 
-``sync`` is the gradient wait the profile measured plus what a slower link adds: the exchange is
+``sync`` is the gradient wait the profile measured (the least of any rank's: that rank arrived
+last and waited for the exchange alone, the others' waits also hold its lateness, which their
+measured step already does) plus what a slower link adds: the exchange is
 scheduled as DWBP sends it (layer by layer as backward produces the gradients, last layer first,
 each as soon as its weight gradient exists, before its input gradient: ``graphdist.sync.reorder``;
 one layer after another on the wire; ``blocking`` and ``ddp`` after the whole backward), each
@@ -188,7 +190,9 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
     else:
         slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
                           - _sync_exposed(workers, shares, base, model, sync, sacp))
-        exposed = max(grad_s) + slower_link
+        # The least wait: a rank that waited longer was waiting for a later one, and each rank's
+        # measured step already holds its own wait (the largest counted it twice: +0.9 ms a step).
+        exposed = min(grad_s) + slower_link
         net = _network_s(workers, shares, layout)
     own, cpu_of = [], []
     for i, (w, b) in enumerate(zip(workers, shares)):

@@ -68,6 +68,19 @@ def test_a_bound_worker_takes_turns_with_its_other_threads_too():
         assert pred.per_worker_s == pytest.approx([0.014, slow_s])
 
 
+def test_on_the_profiled_layout_the_step_is_the_profiled_one():
+    # Both ranks stepped at 10 ms; rank 0 waited 1 ms for the gradient exchange, rank 1 (which
+    # arrived first) 2 ms. The exchange alone costs the least wait: counting the larger one for
+    # rank 0 too would predict 11 ms.
+    ms = lambda v: LinearCost(0.0, v / 1e3 / 100)  # noqa: E731 - ms at a share of 100
+    workers = [dataclasses.replace(_worker(), pipelined=Pipelined(step=ms(10.0), load_cpu=ms(3.0), compute_cpu=ms(5.0),
+                                                                   compute_wall=ms(7.0), sync_wait_s=wait))
+               for wait in (0.001, 0.002)]
+    lay = Layout.one_host(2, cores=4)
+    pred = simulate(workers, [100, 100], lay, steps=1, profiled_layout=lay)
+    assert pred.step_s == pytest.approx(0.010) and pred.sync_s == pytest.approx(0.001)
+
+
 def test_cross_host_traffic_over_the_uplink():
     w = _worker(sent_per_seed=10_000.0)  # 1 MB per step at a share of 100
     lay = lambda bps: Layout.hosts_of([1, 1], link_bps=bps, latency_s=0.0)  # noqa: E731
