@@ -255,7 +255,7 @@ class MinibatchStrategy(Strategy):
         broadcast_parameters(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         # The profiler probes a copy of the model: after the model exists, before the sync and the
-        # test slowdown attach their hooks (a copy would carry them: trainers/profile.probe_copy).
+        # test slowdown attach their hooks (a copy would carry them: trainers/probes.probe_copy).
         start = self._start_shares()
         self.sync = self._build_sync()
         if self.stretch is not None:  # prepended: ticks before the sync's hook starts the row-count exchange

@@ -292,7 +292,7 @@ def test_cluster_spec_sets_workers_devices_threads_and_memory(tmp_path):
 
 
 def test_probe_copy_drops_the_hooks_others_attached_and_keeps_the_models_own():
-    from graphdist.trainers.profile import probe_copy
+    from graphdist.trainers.probes import probe_copy
 
     class Own(torch.nn.Module):  # carries a hook bound to itself, as PyG's lazy layers do
         def __init__(self):
@@ -404,7 +404,7 @@ def test_after_a_move_the_next_window_starts_when_the_new_shares_do(monkeypatch)
 
 def test_the_pipelined_probe_fits_through_each_sizes_median_group():
     """One group in four waiting long on the stream's exchanges does not move the profile's step."""
-    from graphdist.trainers.profile import _measures
+    from graphdist.trainers.probes import _measures
 
     model = torch.nn.Linear(4, 2)
     # (seeds, wall, loading CPU, training CPU, gradient wait, training wall, process CPU) per timed group
