@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from graphdist.launch import usable_cores
 from sampling.base import SampledBatch, Sampler
 
 ENV = "GRAPHDIST_TEST_SLOWDOWN"
@@ -123,10 +124,7 @@ def on_one_core() -> bool:
         >>> isinstance(on_one_core(), bool)
         True
     """
-    try:
-        return len(os.sched_getaffinity(0)) == 1
-    except (AttributeError, OSError):
-        return False
+    return len(usable_cores()) == 1
 
 
 def _spin(seconds: float) -> None:
@@ -160,10 +158,15 @@ class Stretch:
         self.slowdown = slowdown
         self.active = False
         self.slept_s = 0.0  # emulated extra work spent asleep: not in CPU time (the rebalancer adds it)
-        self.extra_s = 0.0  # all emulated extra work, slept or spun
+        self.spun_s = 0.0  # emulated extra work spun on a core of its own: in CPU time already
         self._local = threading.local()
         self._lock = threading.Lock()
         self._queued = _queue_clock()
+
+    @property
+    def extra_s(self) -> float:
+        """All emulated extra work, slept or spun."""
+        return self.slept_s + self.spun_s
 
     def set_epoch(self, epoch: int) -> None:
         self.active = epoch >= self.slowdown.from_epoch
@@ -189,8 +192,9 @@ class Stretch:
             else:
                 time.sleep(extra)
             with self._lock:
-                self.extra_s += extra
-                if not one_core:
+                if one_core:
+                    self.spun_s += extra
+                else:
                     self.slept_s += extra
         self._local.last = self._read()
 

@@ -192,7 +192,7 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
     # The process's CPU besides the two threads (gloo's threads running the exchanges, the
     # allocator, the interpreter between them): on a core of its own it takes turns with them too.
     # A stretch spun on the core is the threads' emulated work, not this.
-    spun = (lambda: stretch.extra_s - stretch.slept_s) if stretch is not None else (lambda: 0.0)
+    spun = (lambda: stretch.spun_s) if stretch is not None else (lambda: 0.0)
     last, last_cpu = time.perf_counter(), time.process_time() - spun()
     for _ in range(len(plan)):
         item = ready.get(timeout=strategy.ctx.cfg.timeout)
