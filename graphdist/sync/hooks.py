@@ -114,8 +114,9 @@ class SeedWeights:
         self._total = 0
         self._count: Optional[torch.Tensor] = None
         self._handle: Optional[comm.Handle] = None
-        # Time this step's first total() blocked: the peers had not started this step yet. Backward
-        # waits here (the first layer's hook needs N), so a fast rank's wait for a slow one lands
+        # Time this step blocked on the peers' counts (they had not started this step, or, for
+        # SACP's rows, ended its forward yet). Backward waits here (the first layer's hook needs
+        # N), so a fast rank's wait for a slow one lands
         # inside backward; the trainer subtracts it from the rank's own work (the rebalancer's busy time).
         self.wait_s = 0.0
 
@@ -140,9 +141,13 @@ class SeedWeights:
 
     def _wait_for_count(self) -> None:
         """Waits for this step's count all-reduce, recording how long it blocked in ``wait_s``."""
+        self._timed_wait(self._handle)
+
+    def _timed_wait(self, handle: comm.Handle) -> None:
+        """Waits for ``handle``, adding how long it blocked to ``wait_s``."""
         t0 = time.perf_counter()
-        self._handle.wait()
-        self.wait_s = time.perf_counter() - t0
+        handle.wait()
+        self.wait_s += time.perf_counter() - t0
 
     def scale(self) -> float:
         """``n_r / N``: this rank's share of the mean (0.0 when this step has no seeds anywhere); 1.0 unnormalized."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -200,11 +200,16 @@ class LinearCapture:
 
 
 class RowCounts(SeedWeights):
-    """Seed counts plus every Linear's input rows, every rank's, in one all-reduce per step.
+    """Seed counts, as :class:`SeedWeights` sends them, plus every Linear's input rows, every rank's.
 
-    Rank r writes ``[n_r, K_r,1 .. K_r,L]`` into its slot of a zero vector; the sum gives every
-    rank all slots. Started by :meth:`issue` when the model's forward returns (the rows are known
-    then), or when first needed.
+    The seed count goes out when the step begins, so ``N`` has landed before backward (both
+    ranks start a step together, after the previous step's gradients). The rows are known only
+    when the model's forward returns: rank r then writes ``[K_r,1 .. K_r,L]`` into its slot of a
+    zero vector, whose sum gives every rank all slots (:meth:`issue`). Only a layer that might go
+    as factors waits for that table: one whose rows on this rank alone rule factors out goes
+    dense without it. Waiting for it at the first layer's hook put a barrier in the middle of
+    every step, where a rank whose forward ended first waited for the other's (rank 1 made 2x
+    slower and rebalanced, synthetic-100k: both ranks idled 40-90 ms an epoch).
     """
 
     def __init__(self, capture: LinearCapture, group: Any = None, tag: str = "grad",
@@ -212,55 +217,49 @@ class RowCounts(SeedWeights):
         super().__init__(group, tag, normalize)
         self.capture = capture
         self._issued_rows: Optional[list[int]] = None
+        self._rows: Optional[torch.Tensor] = None
+        self._rows_handle: Optional[comm.Handle] = None
         self._table: Optional[torch.Tensor] = None
         self.active = False  # no step begun yet: an evaluation's forward issues nothing
 
     def begin_step(self, num_seeds: int) -> None:
-        if num_seeds < 0:
-            raise ValueError(f"Expected num_seeds >= 0 (got {num_seeds})")
-        self.num_seeds = self._total = int(num_seeds)
-        self._handle, self._issued_rows, self._table = None, None, None
-        self.wait_s = 0.0
+        if self._rows_handle is not None:  # the last step's table, which no layer needed: landed long ago
+            self._rows_handle.wait()
+        self._issued_rows, self._rows, self._rows_handle, self._table = None, None, None, None
+        super().begin_step(num_seeds)
         self.capture.reset()
         self.active = True
 
     def issue(self) -> None:
-        """Starts the exchange of this step's seed count and rows (once per step)."""
+        """Starts the exchange of this step's rows (once per step)."""
         if self._issued_rows is not None or not self.active:
             return
         rows = [self.capture.rows(m) for m in self.capture.modules]
         self._issued_rows = rows
-        size, me = _world(), _rank()
-        width = 1 + len(rows)
-        self._count = torch.zeros(size * width, dtype=torch.float64)
-        self._count[me * width : (me + 1) * width] = torch.tensor([float(self.num_seeds), *map(float, rows)],
-                                                                  dtype=torch.float64)
-        if size > 1:
-            self._handle = comm.all_reduce_async(self._count, group=self.group, tag=self.tag)
+        size, me, width = _world(), _rank(), len(rows)
+        self._rows = torch.zeros(size * width, dtype=torch.float64)
+        self._rows[me * width : (me + 1) * width] = torch.tensor([float(k) for k in rows], dtype=torch.float64)
+        if size > 1 and width > 0:
+            self._rows_handle = comm.all_reduce_async(self._rows, group=self.group, tag=self.tag)
         else:
-            self._table = self._count.view(1, width)
+            self._table = self._rows.view(size, width)
 
     def _wait(self) -> torch.Tensor:
         self.issue()
         if self._table is None:
-            self._wait_for_count()
-            self._table = self._count.view(_world(), -1)
-            self._total = int(round(float(self._table[:, 0].sum())))
-            self._handle = None
+            self._timed_wait(self._rows_handle)
+            self._rows_handle = None
+            self._table = self._rows.view(_world(), -1)
         return self._table
 
-    def total(self) -> int:
-        if not self.active:
-            return self._total
-        self._wait()
-        return self._total
-
     def rows_of(self, module: nn.Module) -> list[int]:
-        """Every rank's K for ``module`` this step (as issued)."""
+        """Every rank's K for ``module`` this step (as issued; waits for the table)."""
         index = self.capture.modules.index(module)
-        return [int(round(float(v))) for v in self._wait()[:, 1 + index]]
+        return [int(round(float(v))) for v in self._wait()[:, index]]
 
     def issued_rows(self, module: nn.Module) -> int:
+        """This rank's K for ``module`` this step (issues the table if forward has not; -1 outside a step)."""
+        self.issue()
         return self._issued_rows[self.capture.modules.index(module)] if self._issued_rows is not None else -1
 
 
@@ -371,12 +370,12 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     lin = _linear_of(bucket)
     if lin is None:
         return _dense(state, bucket, "dense")
-    rows = state.weights.rows_of(lin)
     m, n = lin.weight.shape
-    scheme = state.overrides.get(bucket.name) or sacp_choice(rows, m, n)
+    scheme = _scheme(state, bucket.name, lin, lambda k: sacp_choice(k, m, n, _world()))
     state.choices[bucket.name] = scheme
     if scheme == "dense" or state._thread is None:
         return _dense(state, bucket, scheme if state._thread is not None else "dense")
+    rows = state.weights.rows_of(lin)
     u, v = state.weights.capture.factors(lin)
     me = _rank()
     if u.shape[0] != rows[me] or v.shape[0] != rows[me]:
@@ -405,6 +404,19 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     return comm.Handle("sufficient-factor exchange", state._thread.submit(run), state._group, result=flat).future()
 
 
+def _scheme(state: SacpState, name: str, module: nn.Module, choose: Callable[[list[int]], str]) -> str:
+    """The layer's scheme this step: its override, else ``choose`` over every rank's rows. Dense without
+    waiting for the other ranks' rows when this rank's alone rule the sparse scheme out (the
+    largest K over ranks is at least this one's)."""
+    override = state.overrides.get(name)
+    if override:
+        return override
+    own = state.weights.issued_rows(module)
+    if own >= 0 and choose([own]) == "dense":
+        return "dense"
+    return choose(state.weights.rows_of(module))
+
+
 def _embedding_of(bucket: Any) -> Optional[nn.Module]:
     modules = getattr(bucket, "modules", ())
     if len(modules) != 1 or not is_dense_embedding(modules[0]):
@@ -416,13 +428,13 @@ def _embedding_of(bucket: Any) -> Optional[nn.Module]:
 def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN202
     """Each rank sends its touched rows (int64 index and fp32 values, as bytes) to every peer; each
     rank adds every rank's rows into a zero gradient."""
-    rows = state.weights.rows_of(table)
     num_rows, dim = table.weight.shape
-    scheme = state.overrides.get(bucket.name) or sparse_rows_choice(rows, num_rows, dim)
+    scheme = _scheme(state, bucket.name, table, lambda k: sparse_rows_choice(k, num_rows, dim, _world()))
     scheme = "dense" if scheme == "sfb" else scheme
     state.choices[bucket.name] = scheme
     if scheme == "dense" or state._thread is None:
         return _dense(state, bucket, scheme if state._thread is not None else "dense")
+    rows = state.weights.rows_of(table)
     flat = bucket.buffer()
     grad = flat.view(num_rows, dim)
     index = state.weights.capture.touched(table).to(grad.device)

@@ -172,3 +172,44 @@ def _embedding_body(rank: int, world_size: int) -> None:
 
 def test_embedding_rows_equal_dense_and_bytes_scale_with_rows_touched():
     launch(_embedding_body, 2, timeout=90)
+
+
+class _Narrow(nn.Module):
+    """Every Linear fed more rows than factors can pay for: dense on any rank's rows alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.out = nn.Linear(4, 8), nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.inp(x)))
+
+
+def _no_mid_step_barrier_body(rank: int, world_size: int) -> None:
+    import time
+
+    from graphdist.sync import make_sync
+
+    warnings.simplefilter("ignore")
+    net = _Narrow()
+    sync = make_sync("dwbp", net, sacp=True)
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(rank))
+    for _ in range(2):
+        net.zero_grad()
+        sync.begin_step(64)
+        if rank == 1:
+            time.sleep(0.6)  # a slower rank: its forward returns (and sends its rows) late
+        out = sync.model(x)
+        out.pow(2).mean().backward()
+        stats = sync.finish()
+    assert sync.hook_state.choices == {"out": "dense", "inp": "dense"}, sync.hook_state.choices
+    if rank == 0:
+        # Its rows rule factors out: backward starts without the other rank's rows, and the
+        # only wait for the slower rank is the gradient exchange at the end (in `exposed`).
+        assert stats.count_wait_s < 0.3, stats
+        assert stats.exposed_s > 0.3, stats
+    sync.close()
+
+
+def test_a_layer_dense_on_its_own_rows_does_not_wait_for_the_other_ranks_forward():
+    launch(_no_mid_step_barrier_body, 2, timeout=90)
