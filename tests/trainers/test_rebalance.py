@@ -358,27 +358,28 @@ class _PlannedLoader:
         self.batch_size = size
 
 
-def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, bool]]:
-    """(step, shares moved) of every decision over one 15-step epoch, rank 1 twice as slow per seed."""
+def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
+    """(window's last step, decision's step, shares moved) over one 15-step epoch, rank 1 twice as slow per seed."""
     import types
 
     from graphdist.trainers import rebalance as module
 
     loader = _PlannedLoader(15, 100, lookahead)
     clock = [0.0]
-    decisions: list[tuple[int, bool]] = []
+    decisions: list[list] = []
+
+    def send(table, group=None, tag="other"):
+        busy, seeds, wall, work = table[0].tolist()  # the window: rank 1 works twice as long per seed
+        seeds_1 = seeds * rebalancer.shares[1] // rebalancer.shares[0]
+        table[1] = torch.tensor([2 * busy * seeds_1 / seeds, seeds_1, wall, 2 * busy * seeds_1 / seeds])
+        decisions.append([step, None, None])
+        return types.SimpleNamespace(wait=lambda: decisions[-1].__setitem__(1, step))
 
     def gather(obj):
-        if isinstance(obj, tuple):  # the window: rank 1 works twice as long per seed
-            busy, seeds, wall, work = obj
-            seeds_1 = seeds * rebalancer.shares[1] // rebalancer.shares[0]
-            busy_1 = 2 * busy * seeds_1 / seeds
-            decisions.append((step, None))
-            return [obj, (busy_1, seeds_1, wall, busy_1)]
         return [obj, obj] if isinstance(obj, int) else [obj, []]
 
     fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
-                                 is_main_process=lambda: False)
+                                 all_reduce_async=send, is_main_process=lambda: False)
     monkeypatch.setattr(module, "comm", fake)
     rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[100, 100], every=3, eps=0.05,
                                    clock=lambda: clock[0])
@@ -388,20 +389,21 @@ def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, bool]]:
         clock[0] += 0.001 * loader.batch_size  # this rank's busy time grows with its share
         before = list(rebalancer.shares)
         rebalancer.after_step(step, loader.batch_size)
-        if decisions and decisions[-1][1] is None:
-            decisions[-1] = (step, rebalancer.shares != before)
-    return decisions
+        if decisions and decisions[-1][1] == step:
+            decisions[-1][2] = rebalancer.shares != before
+    return [tuple(d) for d in decisions]
 
 
-def test_after_a_move_the_next_window_starts_when_the_new_shares_do(monkeypatch):
-    # Nothing drawn ahead: a window every 3 steps, none skipped after a move (the old rule
-    # skipped a whole window, halving how fast a slowdown was followed).
+def test_a_window_is_read_one_step_after_it_closes_and_the_next_starts_with_the_new_shares(monkeypatch):
+    # Nothing drawn ahead: the window closing at step 3 is sent without waiting and read after
+    # step 4, whose batch still had the old shares; the next window starts there.
     immediate = _decision_steps(monkeypatch, lookahead=0)
-    assert [s for s, _ in immediate] == [3, 6, 9, 12] and immediate[0][1], immediate
+    assert [(sent, read) for sent, read, _ in immediate] == [(3, 4), (7, 8), (11, 12)], immediate
+    assert immediate[0][2], immediate
     # Two batches drawn ahead (a prefetch thread and a pipelined sampler): after the move at
-    # step 3 they still train at the old shares, so the window opens after step 5.
+    # step 4 they still train at the old shares, so the next window opens after step 6.
     ahead = _decision_steps(monkeypatch, lookahead=2)
-    assert ahead[0] == (3, True) and ahead[1][0] == 8, ahead
+    assert ahead[0] == (3, 4, True) and ahead[1][0] == 9, ahead
 
 
 def test_the_pipelined_probe_fits_through_each_sizes_median_group():
