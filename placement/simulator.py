@@ -188,8 +188,8 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         exposed = average / max(1, avg_every)
         net = [0.0] * n
     else:
-        slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp)
-                          - _sync_exposed(workers, shares, base, model, sync, sacp))
+        slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp, stretch)
+                          - _sync_exposed(workers, shares, base, model, sync, sacp, stretch))
         # The least wait: a rank that waited longer was waiting for a later one, and each rank's
         # measured step already holds its own wait (the largest counted it twice: +0.9 ms a step).
         exposed = min(grad_s) + slower_link
@@ -349,12 +349,17 @@ def _network_s(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: La
 
 
 def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, model: ModelShape,
-                  sync: str, sacp: bool) -> float:
-    """Seconds the gradient exchange runs past the end of backward on ``layout`` (transfer only)."""
+                  sync: str, sacp: bool, stretch: Sequence[float] = ()) -> float:
+    """Seconds the gradient exchange runs past the end of backward on ``layout`` (transfer only).
+
+    ``stretch``: per worker the factor on its own work (default 1): the slowest worker's compute
+    is what the link idles through and what backward's exchanges overlap.
+    """
     n = len(workers)
     if n < 2 or not model.linears:
         return 0.0
-    compute = max(w.compute.time(b) for w, b in zip(workers, shares))
+    factors = list(stretch) or [1.0] * n
+    compute = max(w.compute.time(b) * f for w, b, f in zip(workers, shares, factors))
     sent = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
             for i in reversed(range(len(model.linears)))]  # in the order they go out: the last layer first
     # The token bucket refills while the link idles: through compute, less what the link carries

@@ -139,6 +139,18 @@ def test_the_bucket_refills_only_while_the_link_idles():
         assert a.sync_s - b.sync_s == pytest.approx(idle), sent
 
 
+def test_the_bucket_refills_through_the_slowest_workers_stretched_compute():
+    # 3 ms of compute refill 3 ms of the bucket; with one worker 2x slower its backward ends
+    # 3 ms later, and the link idles (and refills) that much longer: 6 ms, capped by the
+    # bucket's 5.2 ms at 100 Mbit/s.
+    lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0, burst_bytes=64 * 1024)
+    plain = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
+    w = _worker(compute_ms=3.0, sent_per_seed=0.0, rows_per_seed=1000.0)
+    a, b = (simulate([w, w], [100, 100], x, steps=1, model=SHAPE, sync="blocking", slowdown=[1.0, 2.0])
+            for x in (plain, lay))
+    assert a.sync_s - b.sync_s == pytest.approx(8 * 64 * 1024 / 100e6)
+
+
 def test_sacp_sends_factors_when_poseidons_rule_picks_them():
     few = _worker(rows_per_seed=0.2)  # K = 20 rows: 20 (256 + 512) < 2 * 256 * 512 / 2
     lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
