@@ -138,8 +138,8 @@ class Rebalancer:
         """Starts gathering this window's (busy, seeds, wall, work) from every rank, without waiting.
 
         A blocking gather here was a barrier every ``every`` steps: each rank waited for the
-        slowest to reach it, 20-25 ms an epoch of both ranks' time (synthetic-100k, batch 4096,
-        R=3, no slowdown at all), which is a tenth of what rebalancing a 2x slower worker gains.
+        slowest to reach it. Measured with no moves (``--rebalance-eps 10``; synthetic-100k, batch
+        4096, R=3): 7-15 ms an epoch of each rank's time blocking, 1.3-3.3 ms sent this way.
         """
         busy, work = self.read_clock() - self._window_busy, self.read_work() - self._window_work
         wall, seeds, steps = time.perf_counter() - self._window_wall, self._window_seeds, step - self._window_origin
