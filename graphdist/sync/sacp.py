@@ -15,10 +15,12 @@ How it fits the sync (``LayerwiseSync`` decides *when*, this hook *what*):
 - :class:`LinearCapture` hooks every ``torch.nn.Linear`` and ``torch_geometric.nn.Linear`` (not a
   subclass of torch's) of the model: in forward it keeps the input rows, and on the output a
   tensor hook keeps ``dL/dy``. No change to the user's model.
-- Every rank must pick the same scheme (or they issue different collectives and deadlock): the
-  seed-count exchange becomes one all-reduce of every rank's seed count and rows per Linear
-  (:class:`RowCounts`), started when the model's forward returns; every rank then knows every
-  ``K_r``, decides alike, and the factor exchange needs no padding.
+- Every rank must pick the same scheme (or they issue different collectives and deadlock): besides
+  the seed count (sent when the step begins), every rank's rows per Linear go out in one
+  all-reduce when the model's forward returns (:class:`RowCounts`); a layer that could go as
+  factors waits for it, so every rank knows every ``K_r``, decides alike, and the factor exchange
+  needs no padding. A layer whose rows on this rank alone rule factors out is dense on every
+  rank (the rule depends on the largest ``K_r``) and goes without waiting.
 - A guard checks one row of the rebuilt local gradient against autograd's (cheap: K x N); a model
   whose Linear weight gets gradient from elsewhere too (tied weights) fails with a clear error
   instead of training on a wrong gradient.
@@ -206,10 +208,8 @@ class RowCounts(SeedWeights):
     ranks start a step together, after the previous step's gradients). The rows are known only
     when the model's forward returns: rank r then writes ``[K_r,1 .. K_r,L]`` into its slot of a
     zero vector, whose sum gives every rank all slots (:meth:`issue`). Only a layer that might go
-    as factors waits for that table: one whose rows on this rank alone rule factors out goes
-    dense without it. Waiting for it at the first layer's hook put a barrier in the middle of
-    every step, where a rank whose forward ended first waited for the other's (rank 1 made 2x
-    slower and rebalanced, synthetic-100k: both ranks idled 40-90 ms an epoch).
+    as factors waits for that table. Waiting for it at the first layer's hook was a barrier in
+    mid-step, where a rank whose forward ended first waited for the other's.
     """
 
     def __init__(self, capture: LinearCapture, group: Any = None, tag: str = "grad",
@@ -223,9 +223,8 @@ class RowCounts(SeedWeights):
         self.active = False  # no step begun yet: an evaluation's forward issues nothing
 
     def begin_step(self, num_seeds: int) -> None:
-        if self._rows_handle is not None:  # the last step's table, which no layer needed: landed long ago
-            self._rows_handle.wait()
-        self._issued_rows, self._rows, self._rows_handle, self._table = None, None, None, None
+        self.settle()
+        self._issued_rows, self._rows, self._table = None, None, None
         super().begin_step(num_seeds)
         self.capture.reset()
         self.active = True
@@ -251,6 +250,13 @@ class RowCounts(SeedWeights):
             self._rows_handle = None
             self._table = self._rows.view(_world(), -1)
         return self._table
+
+    def settle(self) -> None:
+        """Completes a table no layer waited for (every layer went dense on its own rows): it has
+        landed, since the step's gradients went out after it on every rank; a failure surfaces here."""
+        if self._rows_handle is not None:
+            self._rows_handle.wait()
+            self._rows_handle = None
 
     def rows_of(self, module: nn.Module) -> list[int]:
         """Every rank's K for ``module`` this step (as issued; waits for the table)."""
@@ -320,6 +326,7 @@ class SacpState:
             self._model_hook.remove()
             self._model_hook = None
         if self.weights is not None:
+            self.weights.settle()
             self.weights.capture.close()
 
     def __repr__(self) -> str:

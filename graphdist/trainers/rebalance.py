@@ -98,7 +98,8 @@ class Rebalancer:
 
     # ---------------------------------------------------------------- epoch
     def begin_epoch(self) -> None:
-        if self._pending is not None:  # the last epoch ended before its window was read (--max-steps)
+        if self._pending is not None:  # the last epoch ended before its window was read (not in the trainer: a
+            # window goes out only before an epoch's last step, so it is read by then; kept for other callers)
             self._pending[1].wait()
             self._pending = None
         self.migrated = 0
