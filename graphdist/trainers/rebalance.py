@@ -200,12 +200,15 @@ class Rebalancer:
         None when the epoch has no batch left to replan.
         """
         mine_from = self.loader.earliest_batch_size_change()
-        start = max(comm.all_gather_object(mine_from))
+        # Each rank's unvisited seeds at every batch it could restart from: one exchange tells
+        # every rank the common restart (the latest) and everyone's count there.
+        reach = comm.all_gather_object((mine_from, self.loader.remaining_counts(mine_from)))
+        start = max(first for first, _ in reach)
         steps_left = len(self.loader) - start
         if steps_left <= 0:
             return None
         remaining = self.loader.remaining_seeds(start)
-        counts = comm.all_gather_object(int(remaining.numel()))
+        counts = [left[start - first] for first, left in reach]
         quota = quotas(self.shares, steps_left, sum(counts))
         moves = migration(counts, quota)
         outgoing = [(recipient, lo, hi) for recipient, slices in enumerate(moves)

@@ -24,6 +24,7 @@ def test_loader_takes_handed_over_seeds_and_never_repeats_them():
         seen.append(batch.seed_nodes.tolist())
         if i == 0:
             assert loader.remaining_seeds(1).tolist() == [2, 3, 4, 5]
+            assert loader.remaining_counts(1) == [4, 2, 0, 0]  # from batch 1, 2, 3 and the epoch's end
             loader.set_batch_size(3, from_batch=1, seeds=torch.tensor([2, 3, 9, 8]))
     # Seeds 4 and 5 went elsewhere, 8 and 9 came in; the last batch is empty, not a repeat.
     assert seen == [[0, 1], [2, 3, 9], [8], []]
@@ -354,6 +355,9 @@ class _PlannedLoader:
     def remaining_seeds(self, start: int) -> torch.Tensor:
         return torch.arange((self.steps - start) * self.batch_size)
 
+    def remaining_counts(self, start: int) -> list[int]:
+        return [(self.steps - b) * self.batch_size for b in range(start, self.steps + 1)]
+
     def set_batch_size(self, size: int, from_batch: int = 0, seeds=None) -> None:
         self.batch_size = size
 
@@ -376,7 +380,7 @@ def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
         return types.SimpleNamespace(wait=lambda: decisions[-1].__setitem__(1, step))
 
     def gather(obj):
-        return [obj, obj] if isinstance(obj, int) else [obj, []]
+        return [obj, obj] if isinstance(obj, tuple) else [obj, []]
 
     fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
                                  all_reduce_async=send, is_main_process=lambda: False)
