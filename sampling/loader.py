@@ -229,17 +229,15 @@ class NodeLoader:
         return self._shuffled[self._consumed[from_batch]:]
 
     def remaining_counts(self, from_batch: int) -> list[int]:
-        """``remaining_seeds(b).numel()`` for every batch ``b`` from ``from_batch`` to the epoch's end
-        (inclusive: the last entry, at ``len(self)``, is 0), so that ranks can agree on a common
-        ``b`` and learn each other's counts at it in one exchange.
+        """``remaining_seeds(b).numel()`` for every batch ``b`` from ``from_batch`` to the epoch's end,
+        then 0 (no batch left), so that ranks can agree on a common ``b`` and learn each other's
+        counts at it in one exchange.
 
         Raises:
             ValueError: as :meth:`remaining_seeds`.
         """
         self._check_from(from_batch)
-        total = self._shuffled.numel()
-        return [total - self._consumed[b] for b in range(from_batch, len(self._batches))] + [0] * (
-            len(self._batches) + 1 - max(from_batch, len(self._batches)))
+        return [self._shuffled.numel() - c for c in self._consumed[from_batch:]] + [0]
 
     def _check_from(self, from_batch: Optional[int]) -> None:
         if self._batches is None:

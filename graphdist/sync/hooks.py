@@ -134,14 +134,10 @@ class SeedWeights:
     def total(self) -> int:
         """``N``: the seeds of this step over all ranks (waits for the count once)."""
         if self._handle is not None:
-            self._wait_for_count()
+            self._timed_wait(self._handle)
             self._total = int(round(float(self._count.item())))
             self._handle = None
         return self._total
-
-    def _wait_for_count(self) -> None:
-        """Waits for this step's count all-reduce, recording how long it blocked in ``wait_s``."""
-        self._timed_wait(self._handle)
 
     def _timed_wait(self, handle: comm.Handle) -> None:
         """Waits for ``handle``, adding how long it blocked to ``wait_s``."""

@@ -206,8 +206,8 @@ class RowCounts(SeedWeights):
 
     The seed count goes out when the step begins, so ``N`` has landed before backward (both
     ranks start a step together, after the previous step's gradients). The rows are known only
-    when the model's forward returns: rank r then writes ``[K_r,1 .. K_r,L]`` into its slot of a
-    zero vector, whose sum gives every rank all slots (:meth:`issue`). Only a layer that might go
+    when the model's forward returns: every rank's ``[K_r,1 .. K_r,L]`` are gathered then, without
+    waiting (:meth:`issue`, ``comm.all_gather_rows_async``). Only a layer that might go
     as factors waits for that table. Waiting for it at the first layer's hook was a barrier in
     mid-step, where a rank whose forward ended first waited for the other's.
     """
@@ -235,20 +235,16 @@ class RowCounts(SeedWeights):
             return
         rows = [self.capture.rows(m) for m in self.capture.modules]
         self._issued_rows = rows
-        size, me, width = _world(), _rank(), len(rows)
-        self._rows = torch.zeros(size * width, dtype=torch.float64)
-        self._rows[me * width : (me + 1) * width] = torch.tensor([float(k) for k in rows], dtype=torch.float64)
-        if size > 1 and width > 0:
-            self._rows_handle = comm.all_reduce_async(self._rows, group=self.group, tag=self.tag)
+        if _world() > 1 and rows:
+            self._rows, self._rows_handle = comm.all_gather_rows_async(rows, group=self.group, tag=self.tag)
         else:
-            self._table = self._rows.view(size, width)
+            self._table = torch.tensor([rows], dtype=torch.float64).view(_world(), len(rows))
 
     def _wait(self) -> torch.Tensor:
         self.issue()
         if self._table is None:
             self._timed_wait(self._rows_handle)
-            self._rows_handle = None
-            self._table = self._rows.view(_world(), -1)
+            self._rows_handle, self._table = None, self._rows
         return self._table
 
     def settle(self) -> None:

@@ -145,10 +145,8 @@ class Rebalancer:
         busy, work = self.read_clock() - self._window_busy, self.read_work() - self._window_work
         wall, seeds, steps = time.perf_counter() - self._window_wall, self._window_seeds, step - self._window_origin
         self._start_window(step)
-        # Each rank fills its own row of a zero matrix: the sum over ranks is the gather.
-        table = torch.zeros(self.world, 4, dtype=torch.float64)
-        table[self.rank] = torch.tensor([busy, seeds, wall, work], dtype=torch.float64)
-        self._pending = (table, comm.all_reduce_async(table, group=None, tag="other"), steps)
+        table, handle = comm.all_gather_rows_async([busy, seeds, wall, work])
+        self._pending = (table, handle, steps)
 
     def _decide(self, step: int) -> None:
         """Reads the window sent after the previous step and maybe moves shares from this step on."""

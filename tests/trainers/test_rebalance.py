@@ -372,18 +372,19 @@ def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
     clock = [0.0]
     decisions: list[list] = []
 
-    def send(table, group=None, tag="other"):
-        busy, seeds, wall, work = table[0].tolist()  # the window: rank 1 works twice as long per seed
+    def send(values, group=None, tag="other"):
+        busy, seeds, wall, work = values  # the window: rank 1 works twice as long per seed
         seeds_1 = seeds * rebalancer.shares[1] // rebalancer.shares[0]
-        table[1] = torch.tensor([2 * busy * seeds_1 / seeds, seeds_1, wall, 2 * busy * seeds_1 / seeds])
+        table = torch.tensor([values, [2 * busy * seeds_1 / seeds, seeds_1, wall, 2 * busy * seeds_1 / seeds]],
+                             dtype=torch.float64)
         decisions.append([step, None, None])
-        return types.SimpleNamespace(wait=lambda: decisions[-1].__setitem__(1, step))
+        return table, types.SimpleNamespace(wait=lambda: decisions[-1].__setitem__(1, step))
 
     def gather(obj):
         return [obj, obj] if isinstance(obj, tuple) else [obj, []]
 
     fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
-                                 all_reduce_async=send, is_main_process=lambda: False)
+                                 all_gather_rows_async=send, is_main_process=lambda: False)
     monkeypatch.setattr(module, "comm", fake)
     rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[100, 100], every=3, eps=0.05,
                                    clock=lambda: clock[0])
