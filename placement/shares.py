@@ -25,8 +25,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["LinearCost", "balanced_shares", "drifted", "fit_cost", "rebalance", "round_to_total", "largest_remainder", "migration", "quotas", "imbalance"]
+__all__ = ["LinearCost", "balanced_shares", "choose_shares", "drifted", "fit_cost", "rebalance", "round_to_total", "largest_remainder", "migration", "quotas", "imbalance"]
 
+
+FLAT = 0.01  # a cost that does not rise with the share: per seed, this much of its mean time per seed
 
 @dataclass(frozen=True)
 class LinearCost:
@@ -156,13 +158,16 @@ def fit_cost(samples: Sequence[tuple[float, float]], min_spread: float = 0.1) ->
     Least squares when the windows' shares differ by more than ``min_spread`` (relative), so the
     fixed part (optimizer step, per-step overheads: work that does not move with seeds) is
     separated from the per-seed part; through the origin otherwise (one share seen so far).
-    The fixed part is kept in ``[0, min busy]`` and the per-seed part positive.
+    The fixed part is kept in ``[0, min busy]`` and the per-seed part positive: where the time
+    does not rise with the share, nearly all of it is fixed.
 
     Example:
         >>> fit_cost([(100, 1.1), (200, 2.1)])
         LinearCost(fixed_s=0.1, per_seed_s=0.01)
         >>> fit_cost([(100, 1.0)])
         LinearCost(fixed_s=0.0, per_seed_s=0.01)
+        >>> fit_cost([(8, 5.0), (2, 5.0)])  # a quarter of the seeds, the same time: latency-bound
+        LinearCost(fixed_s=4.95, per_seed_s=0.01)
     """
     pts = [(float(x), float(y)) for x, y in samples if x > 0 and y > 0 and math.isfinite(y)]
     if not pts:
@@ -172,30 +177,37 @@ def fit_cost(samples: Sequence[tuple[float, float]], min_spread: float = 0.1) ->
         return LinearCost(0.0, sum(y for _, y in pts) / sum(xs))
     n, mx, my = len(pts), sum(xs) / len(pts), sum(y for _, y in pts) / len(pts)
     slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
+    # Shares that differ by min_spread and times that do not rise with them: the time is the
+    # worker's fixed cost (latency-bound steps); a per-seed cost of FLAT of the origin model's
+    # keeps the model strictly increasing, as balanced_shares needs.
+    slope = max(slope, FLAT * my / mx)
     fixed = min(max(0.0, my - slope * mx), min(y for _, y in pts))
-    if slope <= 0:  # noise swamped the trend: fall back to the origin model
-        return LinearCost(0.0, my / mx)
     return LinearCost(round(fixed, 12), round(slope, 12))
 
 
-def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], tolerance: float = 0.3,
-            min_spread: float = 0.1) -> bool:
-    """Whether ``point`` (seeds per step, busy seconds per step) lies off the cost fitted to ``samples``
-    by more than ``tolerance`` of the prediction: the worker's speed changed (a slowdown began, a
-    neighbour arrived), so the older samples describe another machine. ``min_spread`` is
-    :func:`fit_cost`'s: pass the caller's own, so the check compares with the cost it acts on.
+def drifted(samples: Sequence[tuple[float, float]], point: tuple[float, float], tolerance: float = 0.3) -> bool:
+    """Whether ``point`` (seeds per step, busy seconds per step) lies off ``samples`` by more than
+    ``tolerance`` both as a per-seed cost (their time per seed times its share) and as a fixed one
+    (their mean time): the worker's speed changed (a slowdown began, a neighbour arrived), so the
+    older samples describe another machine. At the share the samples were taken the two agree.
+    A point that fits either is kept: a step that did not shrink with a smaller share is a fixed
+    cost coming to light (pubmed's latency-bound steps), not a slower machine; judged as per-seed
+    cost alone, every such move reset the history and the fit never saw the fixed part.
 
     Example:
-        >>> drifted([(100, 1.0), (200, 2.0)], (150, 1.6)), drifted([(100, 1.0), (200, 2.0)], (150, 3.0))
+        >>> drifted([(100, 1.0)], (100, 1.1)), drifted([(100, 1.0)], (100, 1.6))
         (False, True)
-        >>> drifted([], (150, 3.0))
-        False
+        >>> drifted([(100, 1.0)], (50, 0.5)), drifted([(100, 1.0)], (50, 1.05))  # per seed; fixed
+        (False, False)
+        >>> drifted([(100, 1.0)], (50, 1.6)), drifted([], (150, 3.0))  # neither; nothing to compare
+        (True, False)
     """
-    try:
-        predicted = fit_cost(samples, min_spread=min_spread).time(point[0])
-    except ValueError:  # nothing to compare with
+    pts = [(x, y) for x, y in samples if x > 0]
+    if not pts or point[0] <= 0:
         return False
-    return predicted > 0 and abs(point[1] - predicted) > tolerance * predicted
+    per_seed = point[0] * sum(y for _, y in pts) / sum(x for x, _ in pts)
+    fixed = sum(y for _, y in pts) / len(pts)
+    return all(p > 0 and abs(point[1] - p) > tolerance * p for p in (per_seed, fixed))
 
 
 def rebalance(shares: Sequence[int], costs: Sequence[LinearCost], eps: float = 0.1,
@@ -226,6 +238,42 @@ def rebalance(shares: Sequence[int], costs: Sequence[LinearCost], eps: float = 0
     if list(new) == list(shares) or after > before * (1.0 - eps / 2):
         return None
     return new
+
+
+def choose_shares(current: Sequence[int], candidate: Optional[Sequence[int]], natural: Sequence[int],
+                  costs: Sequence[LinearCost], steps: int, migration_s: float, epochs: float = 1.0
+                  ) -> Optional[list[int]]:
+    """Where to go when moving seeds costs migrations: ``candidate``, back to ``natural``, or None (stay).
+
+    Shares other than ``natural`` (each part's own train nodes) cost a migration at the start of
+    every epoch, and a change of shares one more at once. So an option costs, per epoch, ``steps``
+    times its predicted step (the slowest worker's fitted time) plus ``migration_s`` while away
+    from ``natural``; a change adds its one migration spread over the ``epochs`` left. The
+    cheapest wins, staying on a tie. Where steps are latency-bound and epochs short, what a move
+    saves does not pay for the migrations it brings: the shares stay, or return to where no seed
+    has to move.
+
+    Example:
+        >>> costs = [LinearCost(0.0, 0.001), LinearCost(0.0, 0.002)]  # worker 1 twice as slow per seed
+        >>> choose_shares([100, 100], [133, 67], [100, 100], costs, steps=4, migration_s=0.05)
+        [133, 67]
+        >>> choose_shares([100, 100], [133, 67], [100, 100], costs, steps=4, migration_s=0.2) is None
+        True
+        >>> choose_shares([133, 67], None, [100, 100], costs, steps=1, migration_s=0.2, epochs=5)
+        [100, 100]
+    """
+    def per_epoch(shares: Sequence[int]) -> float:
+        step = max(c.time(s) for c, s in zip(costs, shares))
+        return steps * step + (migration_s if list(shares) != list(natural) else 0.0)
+
+    best, best_cost = None, per_epoch(current)
+    for option in (candidate, natural):
+        if option is None or list(option) == list(current):
+            continue
+        cost = per_epoch(option) + migration_s / max(1.0, epochs)
+        if cost < best_cost:
+            best, best_cost = list(option), cost
+    return best
 
 
 def quotas(shares: Sequence[int], steps_left: int, remaining: int) -> list[int]:

@@ -356,7 +356,7 @@ class MinibatchStrategy(Strategy):
         self._stats = EpochStats()
         rebalancer = self.rebalancer if self.rebalancer.active else None
         if rebalancer is not None:
-            rebalancer.begin_epoch()
+            rebalancer.begin_epoch(epochs_left=self.ctx.cfg.epochs - epoch + 1)
         share_at_start = self.loader.batch_size
         busy_at_start = self.rebalancer.read_clock()
 

@@ -11,9 +11,10 @@ owner whoever trains the seed. Counting that serving would over-move: measured o
 synthetic-100k with one rank 2x slower, balancing total CPU time moved 90% of the seeds to the
 fast rank and gained nothing, since every step then waited first for the fast rank's compute
 and then for the slow rank's serving. Each rank's fixed and per-seed cost is fitted over the
-last few windows (``placement.shares.fit_cost``; per seed only until the windows' shares differ
-by half, since closer shares make the split noise), and a window far off the fit (a slowdown
-began) starts the history afresh; nothing moves while even the busiest rank
+last few windows (``rank_cost``; per seed only until the windows' shares differ by half, since
+closer shares make the split noise, unless the time plainly did not move with the share), and a
+window far off the rank's windows, as per-seed and as fixed cost alike (a slowdown began), starts
+that rank's history afresh; nothing moves while even the busiest rank
 works less than half of the step (latency-bound steps: moving seeds cannot help).
 ``placement.shares.rebalance`` turns the busy times into new shares, the same on every rank;
 every rank applies them from the same batch on. Because a rank's share then differs from
@@ -23,7 +24,12 @@ ranks over their quota hand the tail of their epoch order to ranks under it
 rank samples migrated seeds' neighbourhoods and features through the distributed sampler, as
 it does for any remote node. The gradient average is already weighted by seeds, so it stays
 exact. The same migration runs at the start of every later epoch, while shares differ from the
-plan's.
+plan's; so a move must pay for its migrations: each is timed, and
+``placement.shares.choose_shares`` moves, stays, or returns to the plan's shares, whichever the
+fitted costs and the migrations make cheapest per epoch (before the first move, a migration's two
+exchanges are timed with nothing to move). Where steps are latency-bound (pubmed: 4 steps of
+about 10 ms an epoch, the slow rank's step the same at 8 seeds and at 2), moves do not pay: the
+fit sees the fixed cost once shares differ by a fifth (``rank_cost``), and the shares go back.
 
 All decisions are collective: they are taken at step numbers every rank knows, from values
 every rank has gathered, so the ranks never disagree on a share or the batch it starts at.
@@ -44,7 +50,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
-from placement.shares import drifted, fit_cost, migration, quotas, rebalance
+from placement.shares import LinearCost, choose_shares, drifted, fit_cost, migration, quotas, rebalance
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +58,55 @@ DAMPING = 0.7  # share of the way to the fitted optimum each decision moves (pla
 WORK_BOUND = 0.5  # act only when the busiest rank's own work fills at least this share of the step
 HISTORY = 4  # windows each rank's cost fit looks back on
 SPREAD = 0.5  # shares must differ by half before a fit splits fixed from per-seed cost (else through the origin)
-DRIFT = 0.3  # a window this far off a rank's fitted cost starts the history afresh (placement.shares.drifted)
+FIXED_SPREAD = 0.2  # ... except that shares a fifth apart already show a cost mostly fixed (rank_cost)
+FIXED_SHARE = 0.5  # "mostly": at least this share of the time at the latest window's share
+DRIFT = 0.3  # a window this far off the rank's windows starts its history afresh (placement.shares.drifted)
 
-__all__ = ["Rebalancer"]
+__all__ = ["Rebalancer", "rank_cost", "remember"]
+
+
+def remember(windows: list[tuple[float, float]], point: tuple[float, float]) -> list[tuple[float, float]]:
+    """A rank's last ``HISTORY`` windows with ``point`` added, and, when those all sit at about one
+    share, the latest older window at another: while the shares hold still, what the last move
+    showed (a step that did not shrink with the share) is kept, not forgotten and tried again.
+
+    Example:
+        >>> remember([(6, 5.0)] + [(8, 5.0)] * 3, (8, 5.1))  # (6, 5.0) would fall out: it stays
+        [(6, 5.0), (8, 5.0), (8, 5.0), (8, 5.0), (8, 5.1)]
+        >>> remember([(8, 5.0)] * 4, (8, 5.1))
+        [(8, 5.0), (8, 5.0), (8, 5.0), (8, 5.1)]
+    """
+    windows = list(windows) + [point]
+    recent, older = windows[-HISTORY:], windows[:-HISTORY]
+    shares = [x for x, _ in recent]
+    if max(shares) - min(shares) <= FIXED_SPREAD * max(shares):
+        other = [w for w in older if abs(w[0] - point[0]) > FIXED_SPREAD * max(w[0], point[0])]
+        if other:
+            recent = [other[-1]] + recent
+    return recent
+
+
+def rank_cost(windows: list[tuple[float, float]]) -> LinearCost:
+    """A rank's cost from its recent ``(seeds per step, busy per step)`` windows.
+
+    Through the origin until the shares differ by ``SPREAD``: closer shares make a split into
+    fixed and per-seed cost mostly noise (synthetic-100k at batch 4096). But where shares a fifth
+    apart already show the time barely moving with the share, the fixed cost is real: through
+    the origin it read as per-seed cost, and pubmed's latency-bound steps moved seeds off a rank
+    whose step never shrank, down to 15:1, paying a migration at every epoch.
+
+    Example:
+        >>> rank_cost([(8, 0.005)])  # one share seen: all per seed
+        LinearCost(fixed_s=0.0, per_seed_s=0.000625)
+        >>> rank_cost([(8, 0.005), (6, 0.005)]).fixed_s > 0.004  # a quarter fewer seeds, no faster
+        True
+    """
+    cost = fit_cost(windows, min_spread=SPREAD)
+    if cost.fixed_s == 0.0:
+        wide = fit_cost(windows, min_spread=FIXED_SPREAD)
+        if wide.fixed_s >= FIXED_SHARE * wide.time(windows[-1][0]):
+            return wide
+    return cost
 
 
 class Rebalancer:
@@ -83,8 +135,11 @@ class Rebalancer:
         self.shares = list(start_shares) if start_shares is not None else list(shares)
         self.rank, self.world = comm.get_rank(), comm.get_world_size()
         self.migrated = 0  # seeds this rank received this epoch
+        self.epochs_left = 1  # this epoch and the later ones: what a change of shares is spread over
+        self._migration_s, self._migrations = 0.0, 0  # this rank's time in migrations, and their number
         self._start_window(0)
-        self.history: list[list[tuple[float, float]]] = []
+        # Per rank, its last few windows' (seeds per step, busy per step).
+        self.history: list[list[tuple[float, float]]] = [[] for _ in range(self.world)]
         # After a move, the step after which every batch trains at the new shares (None: no move
         # pending): the window restarts there, so it measures the new shares and nothing older.
         self._settles_after: Optional[int] = None
@@ -97,7 +152,9 @@ class Rebalancer:
         return self.world > 1 and (self.every > 0 or self.shares != self.natural)
 
     # ---------------------------------------------------------------- epoch
-    def begin_epoch(self) -> None:
+    def begin_epoch(self, epochs_left: int = 1) -> None:
+        """Called before each epoch's first step; ``epochs_left`` counts this one."""
+        self.epochs_left = max(1, int(epochs_left))
         if self._pending is not None:  # the last epoch ended before its window was read (not in the trainer: a
             # window goes out only before an epoch's last step, so it is read by then; kept for other callers)
             self._pending[1].wait()
@@ -136,7 +193,7 @@ class Rebalancer:
 
     # ------------------------------------------------------------- decision
     def _send_window(self, step: int) -> None:
-        """Starts gathering this window's (busy, seeds, wall, work) from every rank, without waiting.
+        """Starts gathering this window's (busy, seeds, wall, work, mean migration) from every rank, without waiting.
 
         A blocking gather here was a barrier every ``every`` steps: each rank waited for the
         slowest to reach it. Measured with no moves (``--rebalance-eps 10``; synthetic-100k, batch
@@ -145,7 +202,8 @@ class Rebalancer:
         busy, work = self.read_clock() - self._window_busy, self.read_work() - self._window_work
         wall, seeds, steps = time.perf_counter() - self._window_wall, self._window_seeds, step - self._window_origin
         self._start_window(step)
-        table, handle = comm.all_gather_rows_async([busy, seeds, wall, work])
+        migration_s = self._migration_s / self._migrations if self._migrations else 0.0
+        table, handle = comm.all_gather_rows_async([busy, seeds, wall, work, migration_s])
         self._pending = (table, handle, steps)
 
     def _decide(self, step: int) -> None:
@@ -153,33 +211,40 @@ class Rebalancer:
         table, handle, steps = self._pending
         self._pending = None
         handle.wait()  # landed while this step trained: every rank sent it before this step's gradients
-        gathered = [(b, int(round(s)), w, k) for b, s, w, k in table.tolist()]
-        window = [(b, s, w) for b, s, w, _ in gathered]
-        if max(k for *_, k in gathered) < WORK_BOUND * max(w for _, _, w in window):
+        gathered = [(b, int(round(s)), w, k, m) for b, s, w, k, m in table.tolist()]
+        window = [(b, s, w) for b, s, w, _, _ in gathered]
+        if max(k for *_, k, _ in gathered) < WORK_BOUND * max(w for _, _, w in window):
             # Even the busiest rank works less than half the step: the step is bound by latency
             # and collectives, which shares cannot move (measured: pubmed at 8 seeds per step).
             return
         # (seeds per step, busy per step) of every rank; the last few windows fit each rank's
         # fixed and per-seed cost (the shares differ between windows once they have moved).
         point = [(s / steps, b / steps) for b, s, _ in window]
-        if any(drifted([h[r] for h in self.history], point[r], DRIFT, min_spread=SPREAD)
-               for r in range(self.world)):
-            # A rank's speed changed (a slowdown began): older windows describe another machine,
-            # and mixed into the fit they hold the shares back for a whole history's length.
-            self.history = []
-        self.history.append(point)
-        self.history = self.history[-HISTORY:]
+        for r in range(self.world):
+            if drifted(self.history[r], point[r], DRIFT):
+                # The rank's speed changed (a slowdown began): its older windows describe another
+                # machine, and mixed into the fit they hold the shares back for a history's length.
+                self.history[r] = []
+            self.history[r] = remember(self.history[r], point[r])
         try:
-            costs = [fit_cost([h[r] for h in self.history], min_spread=SPREAD) for r in range(self.world)]
+            costs = [rank_cost(h) for h in self.history]
         except ValueError:  # a rank trained no seeds in these windows: nothing to fit yet
             return
-        new = rebalance(self.shares, costs, eps=self.eps, damping=DAMPING)
+        # A migration's cost: the last rank to arrive spends least in it, about the exchange itself
+        # (the others' extra is their wait for that rank, which the gradient sync would hold anyway).
+        migration_s = min(m for *_, m in gathered)
+        candidate = rebalance(self.shares, costs, eps=self.eps, damping=DAMPING)
+        if candidate is not None and not migration_s:
+            migration_s = self._measure_migration()
+        new = choose_shares(self.shares, candidate, self.natural, costs, len(self.loader), migration_s,
+                            self.epochs_left)
         if new is None:
             return
         if comm.is_main_process():
-            logger.info("rebalance: busy %s s over %d steps, fitted %s -> shares %s (were %s)",
+            logger.info("rebalance: busy %s s over %d steps, fitted %s, migrations %.1f ms -> shares %s (were %s)",
                         [round(b, 3) for b, _, _ in window], steps,
-                        [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], new, self.shares)
+                        [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], migration_s * 1e3,
+                        new, self.shares)
         self.shares = new
         # Batches already drawn (prefetched, or in a pipelined sampler) keep the old shares: the
         # next window starts after them, as soon as every batch trains at the new ones (with no
@@ -191,12 +256,36 @@ class Rebalancer:
             self._start_window(step)
 
     # ------------------------------------------------------------- migration
+    def _measure_migration(self) -> float:
+        """A migration's two exchanges with nothing to move, timed on every rank (collective).
+
+        Before the first move the rebalancer has no migration to go by; moving to learn the cost
+        and back cost pubmed two migrations and an epoch at the wrong shares. The last rank to
+        arrive spends least here, about the exchanges themselves; empty payloads make this a lower
+        bound, so it errs on the side of moving.
+        """
+        t0 = time.perf_counter()
+        comm.all_gather_object((0, []))
+        comm.all_gather_object([])
+        measured = min(comm.all_gather_object(time.perf_counter() - t0))
+        self._migration_s, self._migrations = self._migration_s + measured, self._migrations + 1
+        return measured
+
     def _migrate(self) -> Optional[int]:
         """Replans the rest of this epoch at the current shares, moving unvisited seeds between ranks.
 
         Returns the first batch (0-based, the same on every rank) planned at the new shares, or
-        None when the epoch has no batch left to replan.
+        None when the epoch has no batch left to replan. Timed: what a change of shares costs
+        enters the next decision (``placement.shares.choose_shares``).
         """
+        t0 = time.perf_counter()
+        try:
+            return self._replan()
+        finally:
+            self._migration_s += time.perf_counter() - t0
+            self._migrations += 1
+
+    def _replan(self) -> Optional[int]:
         mine_from = self.loader.earliest_batch_size_change()
         # Each rank's unvisited seeds at every batch it could restart from: one exchange tells
         # every rank the common restart (the latest) and everyone's count there.

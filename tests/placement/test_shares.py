@@ -69,14 +69,38 @@ def test_a_slowdown_restarts_the_history_and_the_shares_follow_at_once():
     assert rebalance([509, 509], [fast, fresh], damping=1.0) == [679, 339]
 
 
-def test_drift_is_judged_against_the_cost_the_caller_fits():
+def test_drift_is_a_window_that_fits_neither_a_per_seed_nor_a_fixed_cost():
     from placement.shares import drifted
 
-    # Shares 20% apart and noise: a least-squares fit reads a slope of pure noise (0.02 s a seed,
-    # 3.0 s at 150 seeds); through the origin (the rebalancer's min_spread of 0.5) it predicts 1.36 s.
-    noisy = [(100, 0.8), (120, 1.2)]
-    assert drifted(noisy, (150, 1.4))
-    assert not drifted(noisy, (150, 1.4), min_spread=0.5)
+    history = [(100, 0.8), (120, 1.0)]
+    assert drifted(history, (110, 1.4))  # about the same share, 1.6x the time: the worker slowed down
+    assert not drifted(history, (110, 0.95))
+    # A quarter of the seeds in the same time is a fixed cost coming to light: judged as per-seed
+    # cost alone it reset the history at every move, and the fit never saw the fixed part.
+    assert not drifted(history, (25, 0.9))
+    # A smaller share and a longer step fits neither (synthetic-100k's first window after a
+    # slowdown began mid-move): afresh, or the fit reads the slow rank's step as fixed.
+    assert drifted([(2185, 0.0527)], (1514, 0.069))
+
+
+def test_latency_bound_steps_return_to_the_plans_shares():
+    """pubmed's shape: the slow rank takes 5 ms a step at 8 seeds and at 2; each migration costs 5 ms."""
+    from placement.shares import choose_shares
+
+    fast = fit_cost([(8, 0.002), (14, 0.0025)], min_spread=0.5)
+    slow = fit_cost([(8, 0.005), (4, 0.0051), (2, 0.005)], min_spread=0.5)
+    assert slow.fixed_s > 0.0045 and slow.per_seed_s < 1e-4  # nearly all fixed
+    assert choose_shares([14, 2], None, [8, 8], [fast, slow], steps=4, migration_s=0.005, epochs=5) == [8, 8]
+    # Seen at one share only, the same worker's cost goes through the origin and moving looks worth it.
+    origin = fit_cost([(8, 0.005)], min_spread=0.5)
+    assert choose_shares([8, 8], rebalance([8, 8], [fast, origin]), [8, 8], [fast, origin], steps=4,
+                         migration_s=0.0, epochs=5) is not None
+    # With steps long enough, the same migrations pay: synthetic-100k's 15 steps of ~100 ms.
+    slow_linear = fit_cost([(2048, 0.2), (1400, 0.137)], min_spread=0.5)
+    fast_linear = fit_cost([(2048, 0.1)], min_spread=0.5)
+    moved = rebalance([2048, 2048], [fast_linear, slow_linear])
+    assert choose_shares([2048, 2048], moved, [2048, 2048], [fast_linear, slow_linear], steps=15,
+                         migration_s=0.01, epochs=5) == moved
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -373,15 +373,16 @@ def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
     decisions: list[list] = []
 
     def send(values, group=None, tag="other"):
-        busy, seeds, wall, work = values  # the window: rank 1 works twice as long per seed
+        busy, seeds, wall, work, migration_s = values  # the window: rank 1 works twice as long per seed
         seeds_1 = seeds * rebalancer.shares[1] // rebalancer.shares[0]
-        table = torch.tensor([values, [2 * busy * seeds_1 / seeds, seeds_1, wall, 2 * busy * seeds_1 / seeds]],
+        table = torch.tensor([values, [2 * busy * seeds_1 / seeds, seeds_1, wall, 2 * busy * seeds_1 / seeds,
+                                       migration_s]],
                              dtype=torch.float64)
         decisions.append([step, None, None])
         return table, types.SimpleNamespace(wait=lambda: decisions[-1].__setitem__(1, step))
 
     def gather(obj):
-        return [obj, obj] if isinstance(obj, tuple) else [obj, []]
+        return [obj, obj] if isinstance(obj, (tuple, float)) else [obj, []]
 
     fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
                                  all_gather_rows_async=send, is_main_process=lambda: False)
@@ -426,3 +427,51 @@ def test_the_pipelined_probe_fits_through_each_sizes_median_group():
     assert fixed + 200 * per_seed == pytest.approx(0.015)
     fixed, per_seed = pipelined["other_cpu"]  # the process's CPU beyond the two threads'
     assert fixed + 100 * per_seed == pytest.approx(0.001) and fixed + 200 * per_seed == pytest.approx(0.002)
+
+
+def test_latency_bound_steps_move_once_then_return_to_the_plans_shares_and_hold(monkeypatch):
+    """Rank 1's step takes 5 ms at any share (pubmed's shape), and a migration costs a few ms.
+
+    Through the origin, its first window reads 5 ms as per-seed cost and seeds move; the next
+    window, a quarter fewer seeds and no faster, shows the cost fixed, and the shares go back to
+    the plan's (no migration at every epoch's start) and stay there. Before, with every move
+    restarting the history, the fit stayed through the origin and the shares ran down to 15:1.
+    """
+    import types
+
+    from graphdist.trainers import rebalance as module
+
+    class Loader(_PlannedLoader):
+        def set_batch_size(self, size: int, from_batch: int = 0, seeds=None) -> None:
+            self.batch_size = rebalancer.shares[0]  # the migration handed over what the share says
+
+    loader = Loader(15, 8, lookahead=0)
+    clock = [0.0]
+
+    def send(values, group=None, tag="other"):
+        busy, seeds, wall, work, migration_s = values
+        steps = seeds / rebalancer.shares[0]
+        slow = 0.005 * steps  # fixed: the same at every share
+        table = torch.tensor([[busy, seeds, slow, busy, migration_s],
+                              [slow, rebalancer.shares[1] * steps, slow, slow, migration_s]], dtype=torch.float64)
+        return table, types.SimpleNamespace(wait=lambda: None)
+
+    def gather(obj):
+        time.sleep(0.002)  # an exchange takes a while: migrations are not free
+        return [obj, obj] if isinstance(obj, (tuple, float)) else [obj, []]
+
+    fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
+                                 all_gather_rows_async=send, is_main_process=lambda: False)
+    monkeypatch.setattr(module, "comm", fake)
+    rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[8, 8], every=2, eps=0.05,
+                                   clock=lambda: clock[0])
+    rebalancer.begin_epoch(epochs_left=5)
+    seen = [list(rebalancer.shares)]
+    for step in range(1, 16):
+        loader.yielded = step
+        clock[0] += 0.0003 * loader.batch_size  # rank 0: 0.3 ms a seed
+        rebalancer.after_step(step, loader.batch_size)
+        if rebalancer.shares != seen[-1]:
+            seen.append(list(rebalancer.shares))
+    assert len(seen) == 3 and seen[1][0] > 8 and seen[2] == [8, 8], seen
+    assert rebalancer.history[1][-1][1] == pytest.approx(0.005)
