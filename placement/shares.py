@@ -246,10 +246,10 @@ def choose_shares(current: Sequence[int], candidate: Optional[Sequence[int]], na
     """Where to go when moving seeds costs migrations: ``candidate``, back to ``natural``, or None (stay).
 
     Shares other than ``natural`` (each part's own train nodes) cost a migration at the start of
-    every epoch, and a change of shares one more at once. So an option costs, per epoch, ``steps``
-    times its predicted step (the slowest worker's fitted time) plus ``migration_s`` while away
-    from ``natural``; a change adds its one migration spread over the ``epochs`` left. The
-    cheapest wins, staying on a tie. Where steps are latency-bound and epochs short, what a move
+    every later epoch, and a change of shares one more at once. So an option costs, averaged over
+    the ``epochs`` left (this one counted, its start already paid), ``steps`` times its predicted
+    step (the slowest worker's fitted time), plus ``migration_s`` for each later epoch away from
+    ``natural``, plus one for a change. The cheapest wins, staying on a tie. Where steps are latency-bound and epochs short, what a move
     saves does not pay for the migrations it brings: the shares stay, or return to where no seed
     has to move.
 
@@ -257,20 +257,22 @@ def choose_shares(current: Sequence[int], candidate: Optional[Sequence[int]], na
         >>> costs = [LinearCost(0.0, 0.001), LinearCost(0.0, 0.002)]  # worker 1 twice as slow per seed
         >>> choose_shares([100, 100], [133, 67], [100, 100], costs, steps=4, migration_s=0.05)
         [133, 67]
-        >>> choose_shares([100, 100], [133, 67], [100, 100], costs, steps=4, migration_s=0.2) is None
+        >>> choose_shares([100, 100], [133, 67], [100, 100], costs, steps=4, migration_s=0.3) is None
         True
         >>> choose_shares([133, 67], None, [100, 100], costs, steps=1, migration_s=0.2, epochs=5)
         [100, 100]
     """
+    epochs = max(1.0, epochs)
+
     def per_epoch(shares: Sequence[int]) -> float:
         step = max(c.time(s) for c, s in zip(costs, shares))
-        return steps * step + (migration_s if list(shares) != list(natural) else 0.0)
+        return steps * step + (migration_s * (epochs - 1) / epochs if list(shares) != list(natural) else 0.0)
 
     best, best_cost = None, per_epoch(current)
     for option in (candidate, natural):
         if option is None or list(option) == list(current):
             continue
-        cost = per_epoch(option) + migration_s / max(1.0, epochs)
+        cost = per_epoch(option) + migration_s / epochs
         if cost < best_cost:
             best, best_cost = list(option), cost
     return best
