@@ -24,6 +24,8 @@ Run book:
     python bench/bench_strategies.py --accuracy --datasets cora pubmed --seeds 10          # ~1 h on 2 cores
     sudo .venv/bin/python bench/bench_strategies.py --cluster --dataset synthetic-100k --rates 1gbit,300mbit,100mbit
     sudo .venv/bin/python bench/bench_strategies.py --cluster --rates 100mbit --cluster-runs minibatch aggregation --rounds 3
+    sudo .venv/bin/python bench/bench_strategies.py --cluster --rates 100mbit --cluster-runs minibatch aggregation \
+        --rounds 3 --steps 0 --mb-epochs 4 --host-cores    # whole epochs; each host on a core of its own
     sudo .venv/bin/python bench/bench_strategies.py --cluster --dataset cora --rates 100mbit \
         --cluster-runs minibatch aggregation --rounds 3 --mb-epochs 10                       # cora's recipe
     python bench/bench_strategies.py --accuracy --datasets synthetic-100k --seeds 10 \
@@ -270,7 +272,7 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     base = LARGE_GRAPH_ARGS if is_large(a.dataset) else MINIBATCH_ARGS
     width = ["--hidden", str(a.mb_hidden)] if a.mb_hidden else []
     mb = [*base, *width, "--eval-every", "0", "--epochs", str(a.mb_epochs), "--max-steps", str(a.steps),
-          "--timeout", "300"]
+          "--timeout", "300"]  # --max-steps 0: whole epochs
     runs = [(label, args, method) for label, args, method in (
         ("fullgraph s=0", fg + ["--staleness", "0"], "metis"),
         ("fullgraph s=1", fg + ["--staleness", "1"], "metis"),
@@ -278,7 +280,10 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         ("aggregation", mb + ["--strategy", "aggregation"], a.agg_parts)) if label.split()[0] in a.cluster_runs]
     rows = []
     port = 29700
-    with EmulatedCluster(hosts=2, rate=a.rates.split(",")[0], tcp_retries2=5) as c:
+    # --host-cores: each emulated host on cores of its own, as separate machines are; by default
+    # both share every core, and a worker that sees two cores runs threads the other host needs.
+    host_cores = split_cores(2) if a.host_cores else None
+    with EmulatedCluster(hosts=2, rate=a.rates.split(",")[0], tcp_retries2=5, host_cores=host_cores) as c:
         for rate in a.rates.split(","):
             for h in range(2):
                 c.set_rate(h, rate)
@@ -307,7 +312,23 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                              "halo_share": halo / epoch_s if epoch_s else None, "rounds": [m["epoch_s"] for m in got],
                              "bytes": got[-1]["bytes"], "steps": got[-1]["steps"]})
     return {"dataset": a.dataset, "hidden": a.hidden, "recipe": mb, "aggregation_parts": a.agg_parts,
-            "rounds": a.rounds, "rows": rows}
+            "rounds": a.rounds, "host_cores": host_cores, "rows": rows}
+
+
+def split_cores(hosts: int) -> list[list[int]]:
+    """This machine's usable cores dealt into ``hosts`` equal consecutive groups (one each at least).
+
+    Example:
+        >>> len(split_cores(2)) == 2 and all(split_cores(2))
+        True
+    """
+    from graphdist.launch import usable_cores
+
+    cores = usable_cores()
+    if len(cores) < hosts:
+        raise SystemExit(f"bench_strategies --host-cores: {len(cores)} usable cores for {hosts} hosts")
+    each = len(cores) // hosts
+    return [cores[h * each:(h + 1) * each] for h in range(hosts)]
 
 
 def parse_rate(rate: str) -> float:
@@ -317,7 +338,8 @@ def parse_rate(rate: str) -> float:
 
 
 def print_cluster(res: dict[str, Any]) -> None:
-    print(f"\n{res['dataset']}, 2 emulated hosts x 1 worker (median warm epoch; aggregation on "
+    cores = f"cores {res['host_cores']}" if res.get("host_cores") else "cores shared"
+    print(f"\n{res['dataset']}, 2 emulated hosts x 1 worker, {cores} (median warm epoch; aggregation on "
           f"{res['aggregation_parts']} parts, minibatch on metis)")
     print(f"{'link':>9} {'run':<16}{'epoch s':>9}{'halo wait':>10}{'share':>7}{'MiB sent':>10}  note")
     by = {(r["rate"], r["run"]): r for r in res["rows"]}
@@ -362,7 +384,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--cluster-runs", nargs="+", default=["fullgraph", "minibatch", "aggregation"],
                    help="--cluster: which runs (fullgraph = s=0 and s=1)")
     p.add_argument("--epochs", type=int, default=6, help="--cluster: full-graph epochs (periods of epochs 3.. are timed)")
-    p.add_argument("--steps", type=int, default=10, help="--cluster: mini-batch steps per epoch")
+    p.add_argument("--steps", type=int, default=10, help="--cluster: mini-batch steps per epoch (0: whole epochs)")
+    p.add_argument("--host-cores", action="store_true",
+                   help="--cluster: each emulated host on its own share of the cores (default: all hosts share all)")
     p.add_argument("--mb-epochs", type=int, default=3,
                    help="--cluster: minibatch/aggregation epochs (the first is not timed)")
     p.add_argument("--rounds", type=int, default=1, help="--cluster: alternating rounds (medians reported)")

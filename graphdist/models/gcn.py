@@ -79,13 +79,19 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
         raise ValueError(f"Expected src_degree with num_src={num_src} entries (got {src_degree.numel()})")
     indptr = block_indptr(block)
     device = indptr.device
-    rows = torch.arange(num_dst, dtype=torch.int64, device=device)
-    edge_row = torch.repeat_interleave(rows, indptr.diff(), output_size=int(block.src.numel()))
     edge_src = block.src
+    # Each edge's row: the block's own dst when it has one (sampled blocks do), else from indptr.
+    edge_row = getattr(block, "dst", None)
+    if edge_row is None:
+        edge_row = torch.repeat_interleave(torch.arange(num_dst, dtype=torch.int64, device=device), indptr.diff(),
+                                           output_size=int(edge_src.numel()))
     not_loop = edge_src != edge_row  # dst row v is source v: a sampled self loop is the row's own loop
-    if not bool(not_loop.all()):
+    if bool(not_loop.all()):
+        counts = indptr.diff()  # k_v: the row's sampled neighbours
+    else:
         edge_src, edge_row = edge_src[not_loop], edge_row[not_loop]
-    counts = torch.bincount(edge_row, minlength=num_dst)  # k_v: the row's sampled neighbours
+        counts = torch.bincount(edge_row, minlength=num_dst)
+    rows = torch.arange(num_dst, dtype=torch.int64, device=device)
     per_row = counts + 1  # one self loop more per row
     new_indptr = torch.cat([indptr[:1], indptr[:1] + torch.cumsum(per_row, 0)])
     total = int(new_indptr[-1])
@@ -102,12 +108,12 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
     inv_dst = inv_sqrt[:num_dst]
     # k of a row's d neighbours were sampled: each stands for d/k of them, so the sampled sum is
     # unbiased (its expectation is the full sum). Without it training sees aggregations k/d too
-    # small while evaluation (all neighbours, d/k = 1) sees the full ones.
-    scale = degree[:num_dst] / counts.clamp(min=1).to(torch.float32)
+    # small while evaluation (all neighbours, d/k = 1) sees the full ones. Folded with the row's
+    # own 1/sqrt(d+1) into one factor per row, gathered once per edge.
+    row_factor = degree[:num_dst].div(counts.clamp(min=1)).mul_(inv_dst)
     weight = torch.empty(total, dtype=torch.float32, device=device)
     weight.index_copy_(0, loop_pos, inv_dst * inv_dst)
-    edge_weight = inv_sqrt.index_select(0, edge_src).mul_(inv_dst.index_select(0, edge_row))
-    weight.index_copy_(0, edge_pos, edge_weight.mul_(scale.index_select(0, edge_row)))
+    weight.index_copy_(0, edge_pos, inv_sqrt.index_select(0, edge_src).mul_(row_factor.index_select(0, edge_row)))
     return _replace(block, src=src, dst=dst, indptr=new_indptr, edge_weight=weight)
 
 
