@@ -32,6 +32,8 @@ __all__ = ["compact_by_slot", "sample_csr", "sample_csr_padded", "unpad"]
 
 # Below this many draws per hop Floyd's per-step compare is one broadcast op (overhead-bound).
 _SMALL_FLOYD = 1 << 15
+# Floyd's steps run on the choosing columns alone when fewer than this share of nodes choose.
+_SUBSET_FLOYD = 0.75
 
 
 def sample_csr(
@@ -200,7 +202,23 @@ def _floyd(deg: Tensor, k: int, generator: Optional[torch.Generator]) -> Tensor:
     j = (deg32 - k).unsqueeze(0) + torch.arange(k, dtype=torch.int32).unsqueeze(1)
     # u * (j + 1) can round up to j + 1 in floating point; the min maps that to j.
     chosen = torch.minimum(u.mul_(j + 1).to(torch.int32), j)
-    small = n * k < _SMALL_FLOYD
+    # A node with at most k neighbours takes them all: its column is j itself (padding, then
+    # offsets 0..d-1 in order), with no compares. Where such nodes are many (an induced
+    # subgraph's low degrees) only the others run Floyd's steps; the draws stay the same.
+    choosing = deg32 > k
+    chooser = int(choosing.sum())
+    if chooser < _SUBSET_FLOYD * n:
+        if chooser:
+            cols = choosing.nonzero().view(-1)
+            picked = _floyd_steps(chosen.index_select(1, cols), j.index_select(1, cols), k)
+            return j.index_copy_(1, cols, picked)
+        return j
+    return _floyd_steps(chosen, j, k)
+
+
+def _floyd_steps(chosen: Tensor, j: Tensor, k: int) -> Tensor:
+    """Floyd's k steps over ``chosen``'s columns in place: a taken draw becomes ``j``."""
+    small = chosen.numel() < _SMALL_FLOYD
     for step in range(1, k):
         t = chosen[step]
         if small:
