@@ -30,6 +30,9 @@ fitted costs and the migrations make cheapest per epoch (before the first move, 
 exchanges are timed with nothing to move). Where steps are latency-bound (pubmed: 4 steps of
 about 10 ms an epoch, the slow rank's step the same at 8 seeds and at 2), moves do not pay: the
 fit sees the fixed cost once shares differ by a fifth (``rank_cost``), and the shares go back.
+A window shorter than ``MIN_WINDOW_S`` is not acted on (its noise exceeds what a move could
+gain), and the next spans enough steps to last that long; where an epoch is shorter than that
+(pubmed again), the shares hold still.
 
 All decisions are collective: they are taken at step numbers every rank knows, from values
 every rank has gathered, so the ranks never disagree on a share or the batch it starts at.
@@ -44,6 +47,7 @@ Example (the decision every rank takes from the gathered windows: rank 1 twice a
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Callable, Optional
 
@@ -54,6 +58,7 @@ from placement.shares import LinearCost, choose_shares, drifted, fit_cost, migra
 
 logger = logging.getLogger(__name__)
 
+MIN_WINDOW_S = 0.1  # a window shorter than this is not acted on, and the next spans more steps
 DAMPING = 0.7  # share of the way to the fitted optimum each decision moves (placement.shares.rebalance)
 WORK_BOUND = 0.5  # act only when the busiest rank's own work fills at least this share of the step
 HISTORY = 4  # windows each rank's cost fit looks back on
@@ -129,6 +134,8 @@ class Rebalancer:
                  clock: Callable[[], float], start_shares: Optional[list[int]] = None,
                  work_clock: Optional[Callable[[], float]] = None) -> None:
         self.loader, self.labels, self.every, self.eps = loader, labels, int(every), float(eps)
+        # Steps a window spans: ``every``, or more where that many steps last under MIN_WINDOW_S.
+        self.window_steps = self.every
         self.read_clock = clock
         self.read_work = work_clock if work_clock is not None else clock
         self.natural = list(shares)
@@ -187,7 +194,7 @@ class Rebalancer:
                 self._settles_after = None
                 self._start_window(step)
             return
-        if (self.every and self._pending is None and step - self._window_origin >= self.every
+        if (self.every and self._pending is None and step - self._window_origin >= self.window_steps
                 and step < len(self.loader)):
             self._send_window(step)
 
@@ -213,6 +220,14 @@ class Rebalancer:
         handle.wait()  # landed while this step trained: every rank sent it before this step's gradients
         gathered = [(b, int(round(s)), w, k, m) for b, s, w, k, m in table.tolist()]
         window = [(b, s, w) for b, s, w, _, _ in gathered]
+        wall = max(w for _, _, w in window)  # the same on every rank: decisions stay collective
+        self.window_steps = max(self.every, math.ceil(MIN_WINDOW_S * steps / wall)) if wall > 0 else self.every
+        if wall < MIN_WINDOW_S:
+            # Too short to tell the ranks' times apart: on this machine a window of pubmed's two
+            # 10 ms steps swung by a third from one to the next, and the moves it prompted did not
+            # pay for their migrations (0.62-0.77x). Later windows span enough steps, where the
+            # epoch has them.
+            return
         if max(k for *_, k, _ in gathered) < WORK_BOUND * max(w for _, _, w in window):
             # Even the busiest rank works less than half the step: the step is bound by latency
             # and collectives, which shares cannot move (measured: pubmed at 8 seeds per step).
