@@ -362,6 +362,20 @@ class _PlannedLoader:
         self.batch_size = size
 
 
+def _fake_comm(monkeypatch, module, send, exchange_s: float = 0.0) -> None:
+    """Rank 0 of 2 in ``module``: ``send`` answers the window's gather; a migration finds the other
+    rank with the same unvisited seeds and hands nothing over; each object exchange takes ``exchange_s``."""
+    import types
+
+    def gather(obj):
+        time.sleep(exchange_s)
+        return [obj, obj] if isinstance(obj, (tuple, float)) else [obj, []]
+
+    monkeypatch.setattr(module, "comm", types.SimpleNamespace(
+        get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather, all_gather_rows_async=send,
+        is_main_process=lambda: False))
+
+
 def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
     """(window's last step, decision's step, shares moved) over one 15-step epoch, rank 1 twice as slow per seed."""
     import types
@@ -382,12 +396,7 @@ def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
         decisions.append([step, None, None])
         return table, types.SimpleNamespace(wait=lambda: decisions[-1].__setitem__(1, step))
 
-    def gather(obj):
-        return [obj, obj] if isinstance(obj, (tuple, float)) else [obj, []]
-
-    fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
-                                 all_gather_rows_async=send, is_main_process=lambda: False)
-    monkeypatch.setattr(module, "comm", fake)
+    _fake_comm(monkeypatch, module, send)
     rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[100, 100], every=3, eps=0.05,
                                    clock=lambda: clock[0])
     rebalancer.begin_epoch()
@@ -457,13 +466,7 @@ def test_latency_bound_steps_move_once_then_return_to_the_plans_shares_and_hold(
                               [slow, rebalancer.shares[1] * steps, slow, slow, migration_s]], dtype=torch.float64)
         return table, types.SimpleNamespace(wait=lambda: None)
 
-    def gather(obj):
-        time.sleep(0.01)  # an exchange takes a while: migrations are not free
-        return [obj, obj] if isinstance(obj, (tuple, float)) else [obj, []]
-
-    fake = types.SimpleNamespace(get_rank=lambda: 0, get_world_size=lambda: 2, all_gather_object=gather,
-                                 all_gather_rows_async=send, is_main_process=lambda: False)
-    monkeypatch.setattr(module, "comm", fake)
+    _fake_comm(monkeypatch, module, send, exchange_s=0.01)  # migrations are not free
     rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[8, 8], every=2, eps=0.05,
                                    clock=lambda: clock[0])
     rebalancer.begin_epoch(epochs_left=5)
