@@ -249,9 +249,9 @@ def choose_shares(current: Sequence[int], candidate: Optional[Sequence[int]], na
     every later epoch, and a change of shares one more at once. So an option costs, averaged over
     the ``epochs`` left (this one counted, its start already paid), ``steps`` times its predicted
     step (the slowest worker's fitted time), plus ``migration_s`` for each later epoch away from
-    ``natural``, plus one for a change. The cheapest wins, staying on a tie. Where steps are latency-bound and epochs short, what a move
-    saves does not pay for the migrations it brings: the shares stay, or return to where no seed
-    has to move.
+    ``natural``, plus one for a change. The cheapest wins, staying on a tie. Where steps are
+    latency-bound and epochs short, what a move saves does not pay for the migrations it brings:
+    the shares stay, or return to where no seed has to move.
 
     Example:
         >>> costs = [LinearCost(0.0, 0.001), LinearCost(0.0, 0.002)]  # worker 1 twice as slow per seed
