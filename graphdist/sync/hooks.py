@@ -116,8 +116,8 @@ class SeedWeights:
         self._handle: Optional[comm.Handle] = None
         # Time this step blocked on the peers' counts (they had not started this step, or, for
         # SACP's rows, ended its forward yet). Backward waits here (the first layer's hook needs
-        # N), so a fast rank's wait for a slow one lands
-        # inside backward; the trainer subtracts it from the rank's own work (the rebalancer's busy time).
+        # N), so a fast rank's wait for a slow one lands inside backward; the trainer subtracts it
+        # from the rank's own work (the rebalancer's busy time).
         self.wait_s = 0.0
 
     def begin_step(self, num_seeds: int) -> None:
