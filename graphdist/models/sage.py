@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from graphdist.models.base import ReLUDropoutGNN, check_dims, rename_legacy_keys
+from graphdist.models.dense import Linear, linear
 from graphdist.models.ops import MEAN, SUM, aggregate, aggregate_with_halo, self_and_mean
 
 AGGREGATORS = (MEAN, SUM, "max")
@@ -53,7 +54,7 @@ class SAGELayer(nn.Module):
         if aggr not in AGGREGATORS:
             raise ValueError(f"Expected aggr in {AGGREGATORS} (got {aggr!r})")
         self.in_dim, self.out_dim, self.aggr = in_dim, out_dim, aggr
-        self.lin = nn.Linear(2 * in_dim, out_dim)
+        self.lin = Linear(2 * in_dim, out_dim)
         self.reset_parameters()
 
     @property
@@ -98,7 +99,7 @@ class SAGELayer(nn.Module):
         """
         if self.aggr == "max" or self.out_dim >= self.in_dim:
             return None
-        return x @ self.weight[:, self.in_dim :].t()
+        return linear(x, self.weight[:, self.in_dim :])
 
     def forward_with_halo(self, h: torch.Tensor, block: Any, fetch_halo: Callable[[torch.Tensor], Any]) -> torch.Tensor:
         """The layer over a partition's inner rows ``h`` (no autograd), its halo rows fetched while it works.
@@ -116,11 +117,11 @@ class SAGELayer(nn.Module):
         narrowed = self.narrowed(h)
         sources = narrowed if narrowed is not None else h
         pending = fetch_halo(sources)
-        out = torch.addmm(self.bias, h[: int(block.num_dst)], self.weight[:, : self.in_dim].t())
+        out = linear(h[: int(block.num_dst)], self.weight[:, : self.in_dim], self.bias)
         agg = aggregate_with_halo(sources, pending.wait, block, self.aggr)
         if narrowed is not None:
             return out.add_(agg)
-        return out.addmm_(agg, self.weight[:, self.in_dim :].t())
+        return out.add_(linear(agg, self.weight[:, self.in_dim :]))
 
     @torch.no_grad()
     def load_sageconv(self, conv: nn.Module) -> None:

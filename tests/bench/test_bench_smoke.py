@@ -25,7 +25,8 @@ BENCH = REPO / "bench"
 TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
-SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dist_sampler.py", "bench_faults.py", "bench_generator.py",
+SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py", "bench_faults.py",
+          "bench_generator.py",
           "bench_link.py", "bench_models.py", "bench_partition.py", "bench_partition_faults.py", "bench_parts.py",
           "bench_placement.py", "bench_sampler.py", "bench_scale.py", "bench_simulator.py", "bench_strategies.py",
           "bench_train.py", "check_cuda.py")
@@ -90,6 +91,19 @@ def test_bench_models(tmp_path):
     doc = _read(out, "layers", "hidden", "scale", "rows")
     assert [r["variant"] for r in doc["rows"]] == ["graphdist", "pyg", "naive"]
     assert all(r["ms_best"] > 0 for r in doc["rows"])
+
+
+def test_bench_dense(tmp_path):
+    out = tmp_path / "dense.json"
+    res = _bench("bench_dense.py", "--rounds", 1, "--calls", 2, "--scale", 0.01, "--steps", 2, "--step-nodes", 2000,
+                 "--out", out)
+    _ok(res)
+    assert "speed-up" in res.stdout and "aggregation step" in res.stdout
+    doc = _read(out, "products", "step", "cpu_capability")
+    assert len(doc["products"]) == 6 and all(r["mkl_ms"] > 0 and r["onednn_ms"] > 0 for r in doc["products"])
+    # Both kernels compute the same float32 products: a bf16 down-conversion would differ by ~1e-1.
+    assert all(r["max_abs_diff"] < 1e-2 for r in doc["products"]), doc["products"]
+    assert doc["step"]["mkl_ms"] > 0 and doc["step"]["onednn_ms"] > 0
 
 
 def test_bench_sampler(tmp_path):
