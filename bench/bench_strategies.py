@@ -88,6 +88,9 @@ STRATEGIES: dict[str, tuple[list[str], str, str]] = {
     "aggregation random +corr": (["--strategy", "aggregation", "--correction-steps", "2"], "minibatch", "random"),
     # Adam's moments averaged with the parameters: closes most of random parts' gap on cora.
     "aggregation random +avgopt": (["--strategy", "aggregation", "--avg-optimizer"], "minibatch", "random"),
+    # Each mid-epoch average lands one step late, hidden behind that step (--avg-overlap).
+    "aggregation random +overlap": (["--strategy", "aggregation", "--avg-overlap"], "minibatch", "random"),
+    "aggregation super +overlap": (["--strategy", "aggregation", "--avg-overlap"], "minibatch", "super"),
 }
 
 
@@ -273,11 +276,13 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     width = ["--hidden", str(a.mb_hidden)] if a.mb_hidden else []
     mb = [*base, *width, "--eval-every", "0", "--epochs", str(a.mb_epochs), "--max-steps", str(a.steps),
           "--timeout", "300"]  # --max-steps 0: whole epochs
-    runs = [(label, args, method) for label, args, method in (
-        ("fullgraph s=0", fg + ["--staleness", "0"], "metis"),
-        ("fullgraph s=1", fg + ["--staleness", "1"], "metis"),
-        ("minibatch", mb + ["--strategy", "minibatch"], "metis"),
-        ("aggregation", mb + ["--strategy", "aggregation"], a.agg_parts)) if label.split()[0] in a.cluster_runs]
+    runs = [(label, args, method) for key, label, args, method in (
+        ("fullgraph", "fullgraph s=0", fg + ["--staleness", "0"], "metis"),
+        ("fullgraph", "fullgraph s=1", fg + ["--staleness", "1"], "metis"),
+        ("minibatch", "minibatch", mb + ["--strategy", "minibatch"], "metis"),
+        ("aggregation", "aggregation", mb + ["--strategy", "aggregation"], a.agg_parts),
+        ("aggregation+overlap", "aggregation +overlap", mb + ["--strategy", "aggregation", "--avg-overlap"],
+         a.agg_parts)) if key in a.cluster_runs]
     rows = []
     port = 29700
     # --host-cores: each emulated host on cores of its own, as separate machines are; by default
@@ -341,9 +346,9 @@ def print_cluster(res: dict[str, Any]) -> None:
     cores = f"cores {res['host_cores']}" if res.get("host_cores") else "cores shared"
     print(f"\n{res['dataset']}, 2 emulated hosts x 1 worker, {cores} (median warm epoch; aggregation on "
           f"{res['aggregation_parts']} parts, minibatch on metis)")
-    print(f"{'link':>9} {'run':<16}{'epoch s':>9}{'halo wait':>10}{'share':>7}{'MiB sent':>10}  note")
+    print(f"{'link':>9} {'run':<21}{'epoch s':>9}{'halo wait':>10}{'share':>7}{'MiB sent':>10}  note")
     by = {(r["rate"], r["run"]): r for r in res["rows"]}
-    pairs = {("fullgraph s=1", "fullgraph s=0"), ("aggregation", "minibatch")}
+    pairs = {("fullgraph s=1", "fullgraph s=0"), ("aggregation", "minibatch"), ("aggregation +overlap", "minibatch")}
     res = {**res, "rows": [r for r in res["rows"] if all((r["rate"], b) in by for a, b in pairs if r["run"] == a)]}
     for r in res["rows"]:
         note = ""
@@ -357,11 +362,11 @@ def print_cluster(res: dict[str, Any]) -> None:
             by_link = s0["epoch_s"] / max(compute, link_s)
             note = (f"speed-up {s0['epoch_s'] / r['epoch_s']:.2f}x; predicted {waited:.2f}x (exchange = s=0's wait), "
                     f"{by_link:.2f}x (exchange = bytes / link rate, {link_s:.2f} s)")
-        if r["run"] == "aggregation":
+        if r["run"].startswith("aggregation"):
             m = by[(r["rate"], "minibatch")]
             note = f"{m['epoch_s'] / r['epoch_s']:.2f}x faster than minibatch (per step, same flags)"
         share = f"{100 * r['halo_share']:.0f}%" if r["halo_share"] is not None else "-"
-        print(f"{r['rate']:>9} {r['run']:<16}{r['epoch_s']:>9.3f}{r['halo_wait_s']:>10.3f}{share:>7}"
+        print(f"{r['rate']:>9} {r['run']:<21}{r['epoch_s']:>9.3f}{r['halo_wait_s']:>10.3f}{share:>7}"
               f"{sum(r['bytes'].values()) / 2**20:>10.1f}  {note}")
 
 
@@ -382,7 +387,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--agg-parts", default="random", choices=["random", "super", "metis"],
                    help="--cluster: the partitioner of aggregation's parts (minibatch's are metis)")
     p.add_argument("--cluster-runs", nargs="+", default=["fullgraph", "minibatch", "aggregation"],
-                   help="--cluster: which runs (fullgraph = s=0 and s=1)")
+                   choices=["fullgraph", "minibatch", "aggregation", "aggregation+overlap"],
+                   help="--cluster: which runs (fullgraph = s=0 and s=1; aggregation+overlap: with --avg-overlap)")
     p.add_argument("--epochs", type=int, default=6, help="--cluster: full-graph epochs (periods of epochs 3.. are timed)")
     p.add_argument("--steps", type=int, default=10, help="--cluster: mini-batch steps per epoch (0: whole epochs)")
     p.add_argument("--host-cores", action="store_true",

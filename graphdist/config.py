@@ -86,6 +86,9 @@ class TrainConfig:
     avg_every: int = 10  # steps between parameter averages (and always at the end of an epoch)
     avg_seconds: Optional[float] = None  # average every T seconds instead (ranks agree on the step)
     avg_optimizer: bool = False  # average Adam's moments too (default: optimizer state stays local)
+    # Land each mid-epoch average one step late, its all-reduce hidden behind that step (off: the
+    # plain synchronous averaging the accuracy figures were first measured with)
+    avg_overlap: bool = False
     correction_steps: int = 0  # LLCG: global mini-batch steps after each average (0: plain averaging)
     # --- Placement
     cluster: Optional[str] = None  # a cluster spec (YAML): per worker its device, threads, memory, speed
@@ -202,6 +205,9 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("avg-seconds", "must be > 0 seconds", cfg.avg_seconds)
     if cfg.correction_steps < 0:
         raise _fail("correction-steps", "must be >= 0", cfg.correction_steps)
+    if cfg.avg_overlap and cfg.correction_steps:
+        raise ValueError(f"--avg-overlap lands each average one step late, but --correction-steps "
+                         f"{cfg.correction_steps} must start from the averaged model; use one of them")
     if cfg.placement not in PLACEMENTS:
         raise _fail("placement", f"must be one of {', '.join(PLACEMENTS)}", cfg.placement)
     if cfg.rebalance_every < 0:

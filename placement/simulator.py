@@ -150,7 +150,7 @@ class EpochPrediction:
 def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, steps: int,
              model: ModelShape = ModelShape(), sync: str = "dwbp", sacp: bool = True, prefetch: bool = True,
              slowdown: Optional[Sequence[float]] = None, profiled_layout: Optional[Layout] = None,
-             strategy: str = "minibatch", avg_every: int = 10) -> EpochPrediction:
+             strategy: str = "minibatch", avg_every: int = 10, avg_overlap: bool = False) -> EpochPrediction:
     """The predicted minibatch epoch of ``workers`` with ``shares`` on ``layout`` (see the module doc).
 
     Args:
@@ -170,6 +170,9 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
             traffic per step; every ``avg_every`` steps the parameters are averaged by a ring
             allreduce, its time spread over those steps). ``fullgraph``: :func:`simulate_fullgraph`
             (its costs are per full-graph step, not per seed).
+        avg_every: aggregation's steps between averages.
+        avg_overlap: aggregation's ``--avg-overlap``: each average travels during the next step,
+            and only what outlasts that step is exposed.
     """
     if strategy == "fullgraph":
         raise ValueError("simulate: fullgraph's costs are per full-graph step: use simulate_fullgraph with "
@@ -185,7 +188,7 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
     grad_s = [w.pipelined.sync_wait_s if prefetch and w.pipelined is not None else w.sync_wait_s for w in workers]
     if strategy == "aggregation":
         average = _ring_s(model.param_bytes, n, layout.ring_bps(), layout.latency_s) if n > 1 else 0.0
-        exposed = average / max(1, avg_every)
+        exposed = 0.0 if avg_overlap else average / max(1, avg_every)
         net = [0.0] * n
     else:
         slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp, stretch)
@@ -212,6 +215,11 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         cpu_of.append(w.sample.time(b) + w.gather.time(b) + w.compute.time(b))
         own.append(max(load, compute + exposed, _serial_s(cpu_of[-1], stretch[i], layout, i) + exposed)
                    if prefetch else load + compute + exposed)
+    if strategy == "aggregation" and avg_overlap:
+        # Each average travels during the step after it: only what outlasts that step is exposed.
+        extra = [max(0.0, average - o) / max(1, avg_every) for o in own]
+        own = [o + e for o, e in zip(own, extra)]
+        exposed = max(extra)
     machines = sorted({layout.machine(i) for i in range(n)})
     cores_s = max(sum(cpu_of[i] for i in range(n) if layout.machine(i) == m) / layout.cores_of(m) for m in machines)
     slowest = max(range(n), key=lambda i: own[i])

@@ -160,9 +160,11 @@ def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[s
     except ValueError:
         return None
     shares = [r.batch_share for r in plan.ranks]
-    for strategy in ("minibatch", "aggregation"):
-        pred = simulate(workers, shares, layout, plan.steps_per_epoch, model=shape, strategy=strategy)
-        out[strategy] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
+    for name, strategy, overlap in (("minibatch", "minibatch", False), ("aggregation", "aggregation", False),
+                                    ("aggregation --avg-overlap", "aggregation", True)):
+        pred = simulate(workers, shares, layout, plan.steps_per_epoch, model=shape, strategy=strategy,
+                        avg_overlap=overlap)
+        out[name] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
                          "line": pred.line()}
     return out
 

@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add(agg, "--avg-seconds", type=float, metavar="T", help="average every T seconds instead of every K steps")
     agg.add_argument("--avg-optimizer", action="store_const", const=True, default=None,
                      help="average the optimizer's moments too (default: they stay local)")
+    agg.add_argument("--avg-overlap", action="store_const", const=True, default=None,
+                     help="hide each mid-epoch average behind the next step: it lands one step late, keeping "
+                          "that step's local update (Overlap-Local-SGD); the epoch's last average stays "
+                          "synchronous (default: off)")
     _add(agg, "--correction-steps", type=int, metavar="S",
          help=f"LLCG: S global mini-batch steps after each average (default {d('correction_steps')})")
     place = p.add_argument_group("Placement (--strategy minibatch)")

@@ -8,6 +8,12 @@ with a one-number all-reduce each step (a rank whose clock says "due" makes it d
 never by each rank's own clock alone. ``average_now`` averages unconditionally (the strategy
 calls it at every epoch end, so every rank evaluates and checkpoints the same model).
 
+``overlap=True`` (``--avg-overlap``) hides a due average behind the next step, as Overlap-Local-SGD
+(Wang et al., 2020) does: the due step starts the all-reduce of a snapshot and training goes on;
+the next call lands it, keeping the step the rank took meanwhile (``p <- mean(snapshot) + (p -
+snapshot)``). Every rank still averages at the same step. ``average_now`` lands a pending average
+first, so the epoch's last average stays synchronous and nothing is in flight at a checkpoint.
+
 Tensors are flattened into one buffer per dtype, summed by an allreduce algorithm
 (``graphdist.comm.algorithms``, bytes under the tag ``param``) and divided by the world size.
 
@@ -42,10 +48,13 @@ class ModelAverager(abc.ABC):
         group: process group (default: the default group).
         algorithm: the allreduce algorithm (default: ring).
         tag: byte-counter tag (default ``param``).
+        overlap: land each due average at the next call instead of at once (see the module doc).
     """
 
-    def __init__(self, group: Any = None, algorithm: Optional[comm.AllreduceAlgorithm] = None, tag: str = TAG) -> None:
-        self.group, self.tag = group, tag
+    def __init__(self, group: Any = None, algorithm: Optional[comm.AllreduceAlgorithm] = None, tag: str = TAG,
+                 overlap: bool = False) -> None:
+        self.group, self.tag, self.overlap = group, tag, bool(overlap)
+        self._pending: list[tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, Any]] = []
         self.algorithm = algorithm if algorithm is not None else comm.allreduce_algorithm("ring")
         self.world_size = comm.get_world_size() if comm.is_initialized() else 1
         self.step = 0
@@ -59,32 +68,65 @@ class ModelAverager(abc.ABC):
         """Whether this step averages (the same answer on every rank; may be collective)."""
 
     def average_parameters(self, tensors: Iterable[torch.Tensor]) -> bool:
-        """Call after each optimizer step: averages ``tensors`` in place when due; returns whether it did."""
+        """Call after each optimizer step: averages ``tensors`` in place when due (with ``overlap``, starts it and
+        lands it at the next call); returns whether this step averages. Lands a pending average first."""
+        tensors = list(tensors)
         self.step += 1
+        self._land()
         if not self.due():
             return False
-        self.average_now(tensors)
+        if self.overlap and self.world_size > 1:
+            self.averages += 1
+            self._pending = self._issue(tensors, snapshot=True)
+            self._on_average()
+        else:
+            self.average_now(tensors)
         return True
 
     @torch.no_grad()
     def average_now(self, tensors: Iterable[torch.Tensor]) -> None:
-        """Averages ``tensors`` over ranks in place, now (collective: every rank calls it)."""
+        """Averages ``tensors`` over ranks in place, now (collective: every rank calls it); a pending
+        overlapped average lands first."""
+        self._land()
         self.averages += 1
+        self._on_average()
         if self.world_size == 1:
             return
+        for group, flat, _, handle in self._issue(tensors, snapshot=False):
+            handle.wait()
+            _scatter(group, flat.div_(self.world_size))
+
+    def _on_average(self) -> None:
+        """Called when an average starts (the timed averager restarts its clock)."""
+
+    @torch.no_grad()
+    def _issue(self, tensors: Iterable[torch.Tensor],
+               snapshot: bool) -> list[tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, Any]]:
+        """Starts one all-reduce per dtype and device over the flattened ``tensors``:
+        ``(group, summed buffer, snapshot or the buffer itself, handle)``."""
         by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
         for t in tensors:
             by_dtype.setdefault((t.dtype, t.device), []).append(t)
+        out = []
         for group in by_dtype.values():
             flat = torch.cat([t.reshape(-1) for t in group])
-            self.algorithm(flat, self.group, self.tag).wait()
-            flat.div_(self.world_size)
-            offset = 0
-            for t in group:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+            snap = flat.clone() if snapshot else flat
+            out.append((group, flat, snap, self.algorithm(flat, self.group, self.tag)))
+        return out
+
+    @torch.no_grad()
+    def _land(self) -> None:
+        """Applies a pending overlapped average: ``p += mean(snapshot) - snapshot``, which keeps the
+        steps taken since the snapshot."""
+        pending, self._pending = self._pending, []
+        for group, flat, snap, handle in pending:
+            handle.wait()
+            _scatter(group, flat.div_(self.world_size).sub_(snap), add=True)
 
     def state_dict(self) -> dict[str, Any]:
+        if self._pending:
+            raise RuntimeError("An overlapped average is in flight; call average_now() (the epoch's end does) "
+                               "before saving the averager")
         return {"step": self.step, "averages": self.averages}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -128,10 +170,17 @@ class TimedAverager(ModelAverager):
             comm.all_reduce(flag, op="max", group=self.group, tag="control")
         return bool(flag.item() > 0)
 
-    @torch.no_grad()
-    def average_now(self, tensors: Iterable[torch.Tensor]) -> None:
-        super().average_now(tensors)
+    def _on_average(self) -> None:
         self._last = time.perf_counter()
+
+
+def _scatter(group: list[torch.Tensor], flat: torch.Tensor, add: bool = False) -> None:
+    """Copies (or adds) consecutive slices of ``flat`` into the tensors of ``group``."""
+    offset = 0
+    for t in group:
+        piece = flat[offset : offset + t.numel()].view_as(t)
+        t.add_(piece) if add else t.copy_(piece)
+        offset += t.numel()
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

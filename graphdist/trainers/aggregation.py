@@ -5,8 +5,9 @@ the plan as in ``minibatch``) on the subgraph induced by its own part's inner no
 cross-part edges, no remote sampling, no feature bytes between workers while it trains. Its
 parameters are averaged with the other workers' every ``--avg-every K`` steps (or every
 ``--avg-seconds T``: the ranks agree on the step with a one-number all-reduce) and always at
-the end of every epoch, so every rank evaluates and checkpoints the same model. Optimizer
-state stays local unless ``--avg-optimizer``. GCN normalises with the induced subgraph's
+the end of every epoch, so every rank evaluates and checkpoints the same model.
+``--avg-overlap`` hides each mid-epoch average behind the next step (it lands one step late;
+``sync.averaging``). Optimizer state stays local unless ``--avg-optimizer``. GCN normalises with the induced subgraph's
 degrees in training and the global degrees in evaluation.
 
 Randomised partitions (``random``, ``super``) are what make plain averaging work: each part
@@ -87,8 +88,8 @@ def make_averager(cfg: Any, algorithm: Any) -> Any:
     from graphdist.sync.averaging import PeriodicAverager, TimedAverager
 
     if cfg.avg_seconds is not None:
-        return TimedAverager(cfg.avg_seconds, algorithm=algorithm)
-    return PeriodicAverager(cfg.avg_every, algorithm=algorithm)
+        return TimedAverager(cfg.avg_seconds, algorithm=algorithm, overlap=cfg.avg_overlap)
+    return PeriodicAverager(cfg.avg_every, algorithm=algorithm, overlap=cfg.avg_overlap)
 
 
 class AggregationStrategy(Strategy):
@@ -143,7 +144,8 @@ class AggregationStrategy(Strategy):
                         "averaging %s, optimizer state %s, %d correction steps", part.name, f"{part.num_inner:,}",
                         f"{self.local_graph.num_edges:,}", f"{int(part.indptr[part.num_inner]):,}",
                         f"{int(train.numel()):,}", f"every {cfg.avg_seconds} s" if cfg.avg_seconds else
-                        f"every {cfg.avg_every} steps", "averaged" if cfg.avg_optimizer else "local",
+                        f"every {cfg.avg_every} steps" + (", overlapped" if cfg.avg_overlap else ""),
+                        "averaged" if cfg.avg_optimizer else "local",
                         cfg.correction_steps)
 
     @property

@@ -59,3 +59,11 @@ def test_a_device_per_worker_sets_the_worker_count():
     assert resolve({"devices": "cpu"}, environ={}).num_workers == 2
     with pytest.raises(ValueError, match="--devices needs 1 entry or one per worker"):
         resolve({"devices": "cpu,cpu,cpu", "num_workers": 2}, environ={})
+
+
+def test_overlapped_averaging_refuses_correction_steps():
+    import pytest
+
+    assert _resolve(["--strategy", "aggregation", "--avg-overlap"]).avg_overlap
+    with pytest.raises(ValueError, match=r"--avg-overlap lands each average one step late, but --correction-steps 2"):
+        _resolve(["--strategy", "aggregation", "--avg-overlap", "--correction-steps", "2"])

@@ -168,6 +168,17 @@ def test_aggregation_has_no_per_step_traffic_and_averages_every_k_steps():
     assert agg.sync_s == pytest.approx(8 * SHAPE.param_bytes / 10e6 / 10)
     with pytest.raises(ValueError, match="fullgraph"):
         simulate([w, w], [100, 100], lay, steps=1, strategy="fullgraph")
+    # --avg-overlap: an average shorter than a step is hidden; a longer one shows what outlasts the step.
+    hidden = simulate([w, w], [100, 100], Layout.hosts_of([1, 1], link_bps=1e9, latency_s=0.0), steps=10,
+                      model=SHAPE, strategy="aggregation", avg_every=10, avg_overlap=True)
+    assert hidden.sync_s == 0.0
+    slow = Layout.hosts_of([1, 1], link_bps=1e5, latency_s=0.0)
+    plain = simulate([w, w], [100, 100], slow, steps=10, model=SHAPE, strategy="aggregation", avg_every=10)
+    overlapped = simulate([w, w], [100, 100], slow, steps=10, model=SHAPE, strategy="aggregation", avg_every=10,
+                          avg_overlap=True)
+    average = 8 * SHAPE.param_bytes / 1e5
+    assert overlapped.sync_s == pytest.approx((average - (plain.step_s - plain.sync_s)) / 10)
+    assert plain.step_s - overlapped.step_s == pytest.approx((plain.step_s - plain.sync_s) / 10)
 
 
 def test_profiles_without_measures_are_refused_in_one_line():

@@ -35,6 +35,22 @@ def _body(rank: int, world_size: int) -> None:
             time.sleep(0.3)
         decisions.append(timed.average_parameters([w]))
     assert decisions == [False, True, False], decisions
+    # Overlapped: the due step starts the average; the next call lands it, keeping the step taken meanwhile.
+    v = torch.full((4,), float(rank))
+    overlapped = PeriodicAverager(2, overlap=True)
+    assert [overlapped.average_parameters([v]) for _ in range(2)] == [False, True]
+    assert torch.equal(v, torch.full((4,), float(rank)))  # in flight: not applied yet
+    v.add_(10.0 * (rank + 1))  # this rank's next step
+    assert overlapped.average_parameters([v]) is False
+    assert torch.equal(v, torch.full((4,), 0.5 + 10.0 * (rank + 1)))  # mean(0, 1) + its own step
+    assert overlapped.average_parameters([v]) is True and overlapped.averages == 2
+    try:
+        overlapped.state_dict()
+        raise AssertionError("state_dict() with an average in flight must refuse")
+    except RuntimeError as err:
+        assert "in flight" in str(err)
+    overlapped.average_now([v])  # lands the pending one, then averages now: one model everywhere
+    assert torch.equal(v, torch.full((4,), 15.5)) and overlapped.state_dict()["averages"] == 3
     # Optimizer moments in parameter order (the same on every rank), scalars (Adam's step) left out.
     p = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.Adam([p])

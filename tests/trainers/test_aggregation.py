@@ -23,8 +23,8 @@ def _body(rank: int, world_size: int, part_dir: str) -> None:
     from graphdist import comm
     from graphdist.trainers.run import build_strategy
 
-    for correction in (0, 2):
-        strategy = build_strategy(rank, world_size, _cfg(correction_steps=correction), part_dir)
+    for correction, overlap in ((0, False), (2, False), (0, True)):
+        strategy = build_strategy(rank, world_size, _cfg(correction_steps=correction, avg_overlap=overlap), part_dir)
         steps = strategy.steps_per_epoch
         assert steps >= 4, steps
         for epoch in (1, 2):
