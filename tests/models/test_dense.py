@@ -100,3 +100,15 @@ def test_gcn_layer_takes_the_cheaper_order_and_both_orders_agree(monkeypatch: py
         monkeypatch.setattr(GCNLayer, "transforms_first", lambda self, *sizes, first=first: first)
         outs.append(layer(x, block))
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not dense._avx512(), reason="oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
+def test_the_weight_gradient_is_accumulated_before_the_input_gradient_is_computed() -> None:
+    # What graphdist.sync.reorder gives F.linear under --sync dwbp: a layer's hook fires one product earlier.
+    lin = Linear(100, 128)
+    x = torch.randn(3155, 100, requires_grad=True)
+    order: list[str] = []
+    lin.weight.register_post_accumulate_grad_hook(lambda p: order.append("weight"))
+    x.register_hook(lambda g: order.append("input"))
+    lin(x).sum().backward()
+    assert order == ["weight", "input"]
