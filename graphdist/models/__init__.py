@@ -18,6 +18,7 @@ _LAZY = {
     "GCN": "graphdist.models.gcn",
     "GCNLayer": "graphdist.models.gcn",
     "GraphSAGE": "graphdist.models.sage",
+    "Linear": "graphdist.models.dense",
     "LinkPredictor": "graphdist.models.link",
     "MODELS": "graphdist.models.registry",
     "SAGELayer": "graphdist.models.sage",
