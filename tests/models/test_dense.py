@@ -112,3 +112,18 @@ def test_the_weight_gradient_is_accumulated_before_the_input_gradient_is_compute
     x.register_hook(lambda g: order.append("input"))
     lin(x).sum().backward()
     assert order == ["weight", "input"]
+
+
+@pytest.mark.skipif(not dense._avx512(), reason="oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
+def test_strided_operands_never_reach_onednns_reference_kernel() -> None:
+    # A column-sliced weight (SAGE inference's W[:, :in]) once ran oneDNN's reference kernel, 2,000x slower.
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom graphdist.models.dense import linear\n"
+            "w = torch.randn(32, 2 * 300); x = torch.randn(3000, 301)[:, :-1]\n"
+            "linear(x, w[:, :300]); linear(x, w[:, 300:], torch.zeros(32))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+                          env={**__import__("os").environ, "ONEDNN_VERBOSE": "1"})
+    executed = [line for line in done.stdout.splitlines() if ",exec," in line]
+    assert executed and not any("ref:" in line for line in executed), executed
