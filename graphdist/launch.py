@@ -195,10 +195,6 @@ def bind_to_cores(cores: Sequence[int]) -> None:
             pass
 
 
-# Bytes the heap grows by beyond each request (glibc's M_TOP_PAD; its default is 128 KiB): see tune_allocator.
-TOP_PAD = 64 << 20
-
-
 def tune_allocator() -> bool:
     """Keeps freed memory in the process instead of returning it to the OS (glibc only).
 
@@ -208,13 +204,6 @@ def tune_allocator() -> bool:
     alloc/fill/free took 6.5 s by default and 1.5 s with mmap disabled and a
     high trim threshold. Same effect as ``MALLOC_MMAP_THRESHOLD_`` and
     ``MALLOC_TRIM_THRESHOLD_``, but it works in an already running process.
-
-    The heap also grows by :data:`TOP_PAD` at a time. Without it, a loop of small steps whose tensors
-    change size every step (a 512-seed GCN batch: a few MB each), tuned after its data was loaded,
-    kept faulting fresh pages in: 256k minor faults over 200 steps against glibc default's 83k, and
-    forward + backward took 4.1-4.6 ms a step against 3.0. With it: 74k faults, as fast as the
-    default, the same peak RSS; the 160 MB case stays as fast. (A training worker, tuned before it
-    loads anything, faulted ~200 pages an epoch either way; with the pad, 30k fewer at start-up.)
 
     Returns:
         True when the settings were applied.
@@ -226,9 +215,8 @@ def tune_allocator() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim_threshold, m_top_pad, m_mmap_max = -1, -2, -4
-        return (bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 33))
-                and bool(libc.mallopt(m_top_pad, TOP_PAD)))
+        m_trim_threshold, m_mmap_max = -1, -4
+        return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 33))
     except (OSError, AttributeError):  # not glibc (musl, macOS): leave the allocator alone
         return False
 

@@ -7,17 +7,21 @@ first layer of a 512-seed GCN batch, takes 0.74 ms with MKL and 0.36 ms with one
 against 1.5 ms forward + backward (``bench/bench_dense.py``). The arithmetic stays float32 (no
 bf16 down-conversion; that forward is bit-identical to MKL's on this machine).
 
-oneDNN builds a kernel for each shape it sees (0.07-0.28 ms each here), and a sampled batch
-has a different number of rows every step. So the rows of a product at least
-:data:`PAD_MIN_OUT` wide are padded with zeros to a multiple of :data:`ROW_MULTIPLE` while they
-are few (below :data:`PAD_BELOW`): a run then sees a handful of shapes. In the aggregation
-strategy's GCN step, padding took forward + backward from 3.9 to 3.4 ms. A narrower product
-(cora's 1,433 -> 16) is not padded: copying its wide input costs more than the build.
+oneDNN builds a kernel for each shape it sees (0.07-0.28 ms each here) and keeps it, with about
+10 MB of memory, in a cache of 1,024; a sampled batch has a different number of rows every step.
+So only products of fewer than :data:`PAD_BELOW` rows and at least :data:`PAD_MIN_OUT` outputs
+take the fast path, their rows padded with zeros to a multiple of :data:`ROW_MULTIPLE`: a run
+then sees a handful of shapes. In the aggregation strategy's GCN step, padding took forward +
+backward from 3.9 to 3.4 ms. Larger products, also 1.3-1.8x faster on oneDNN, stay on MKL: in
+the GraphSAGE speed workload (150,000-row layers, a new shape every step) the cached kernels
+took a worker's peak RSS from 1.6 to 2.9 GiB in two epochs; padding them would copy 100+ MB a
+step. Narrower products (cora's 1,433 -> 16) stay on MKL too: copying their wide input to pad
+it costs more than the product gains.
 
-The fast path is taken for float32 CPU products of at least :data:`MIN_MACS` multiply-adds
-when torch's CPU capability is AVX-512 and oneDNN is enabled (``torch.backends.mkldnn.enabled``;
-set it False to get MKL back). Anything else (CUDA, other dtypes, AVX2 machines, small
-products) is ``F.linear``.
+The fast path is taken for those float32 CPU products of at least :data:`MIN_MACS`
+multiply-adds when torch's CPU capability is AVX-512 and oneDNN is enabled
+(``torch.backends.mkldnn.enabled``; set it False to get MKL back). Anything else (CUDA, other
+dtypes, AVX2 machines, small or large products) is ``F.linear``.
 
 Example:
     >>> lin = Linear(4, 3)
@@ -36,13 +40,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-# Padded row counts are multiples of this: a batch's rows vary by a few hundred from step to
-# step, so 64 gives a few shapes per run while wasting at most 63 rows of work.
+# Padded row counts are multiples of this (or coarser for larger batches, see _padded_rows): a
+# batch's rows vary by a few hundred from step to step, so a run sees a few shapes.
 ROW_MULTIPLE = 64
-# Above this many rows the kernel's build (once per shape) is cheaper than copying the rows into
-# a padded buffer every call, and full-graph products keep one shape anyway.
+# Products of this many rows or more stay on MKL: padding them would copy 100+ MB a step, and
+# unpadded, every new row count leaves a ~10 MB kernel in oneDNN's cache (see the module doc).
 PAD_BELOW = 16_384
-# Narrower outputs are not padded: the copy of the input rows would outweigh the product's work.
+# Narrower outputs stay on MKL: the copy of the input rows would outweigh the product's gain.
 PAD_MIN_OUT = 32
 # Smaller products stay on MKL, whose call costs less: 512 x 128 x 16 (a sampled classifier)
 # took 0.135 ms forward + backward with MKL and 0.2 ms with oneDNN.
@@ -63,6 +67,7 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         False
     """
     return (x.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and x.shape[0] < PAD_BELOW and weight.shape[0] >= PAD_MIN_OUT
             and x.shape[0] * weight.shape[0] * weight.shape[1] >= MIN_MACS and torch.backends.mkldnn.enabled
             and _avx512())
 
@@ -85,14 +90,26 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def _padded_rows(rows: int) -> int:
+    """``rows`` rounded up to a multiple of :data:`ROW_MULTIPLE`, or of 1/32 of the power of two below it
+    when that is coarser: at most 3% more rows above 2,048, and about ten shapes per doubling.
+
+    Example:
+        >>> _padded_rows(3155), _padded_rows(15000), _padded_rows(100)
+        (3200, 15104, 128)
+    """
+    multiple = max(ROW_MULTIPLE, 1 << max(0, rows.bit_length() - 6))
+    return -(-rows // multiple) * multiple
+
+
 def _pads(rows: int, out_dim: int) -> bool:
-    return rows < PAD_BELOW and out_dim >= PAD_MIN_OUT and rows % ROW_MULTIPLE != 0
+    return rows < PAD_BELOW and out_dim >= PAD_MIN_OUT and _padded_rows(rows) != rows  # (uses_onednn's bounds)
 
 
 def _padded(x: torch.Tensor) -> torch.Tensor:
-    """``x`` with zero rows appended up to a multiple of :data:`ROW_MULTIPLE`."""
+    """``x`` with zero rows appended up to :func:`_padded_rows`."""
     rows = x.shape[0]
-    out = x.new_empty(-(-rows // ROW_MULTIPLE) * ROW_MULTIPLE, x.shape[1])
+    out = x.new_empty(_padded_rows(rows), x.shape[1])
     out[:rows] = x
     out[rows:].zero_()
     return out

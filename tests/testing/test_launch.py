@@ -121,36 +121,3 @@ def test_start_workers_early_starts_the_fork_server_with_the_trainer_imported():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=spawn_env)
     assert done.returncode == 0, done.stderr[-2000:]
 
-
-_ALLOCATION_STEPS = """
-import ctypes, resource, sys, torch
-if sys.argv[1] == "tuned":
-    from graphdist.launch import tune_allocator
-    assert tune_allocator()
-else:  # the tuning before TOP_PAD: no mmap, no trim
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-4, 0); libc.mallopt(-1, 1 << 33)
-g = torch.Generator().manual_seed(0)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for step in range(200):  # a small step's tensors, a little bigger or smaller every step
-    ts = [torch.empty(n // 4).fill_(1.0) for n in torch.randint(2_000_000, 3_000_000, (6,), generator=g).tolist()]
-    del ts
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-def test_tuned_allocator_does_not_keep_faulting_in_pages_for_tensors_that_change_size():
-    import platform
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("tune_allocator tunes glibc only")
-    faults = {}
-    for mode in ("tuned", "untuned-top"):
-        done = subprocess.run([sys.executable, "-c", _ALLOCATION_STEPS, mode], capture_output=True, text=True,
-                              timeout=60, check=True, cwd=Path(__file__).resolve().parents[2])
-        faults[mode] = int(done.stdout.split()[-1])
-    # Measured: 8.5k against 30k; without the top pad the heap faulted pages in on most steps.
-    assert faults["tuned"] < faults["untuned-top"] / 2, faults
