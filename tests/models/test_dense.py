@@ -80,9 +80,11 @@ def test_only_float32_cpu_products_large_enough_and_with_onednn_enabled_use_it()
 def test_avx512_cpus_take_the_onednn_path_and_pad_sampled_rows_to_few_shapes() -> None:
     assert uses_onednn(torch.zeros(3155, 100), torch.zeros(128, 100))
     # A sampled batch's rows vary step to step; padded, 300 row counts make at most 6 shapes.
-    padded = {dense._padded(torch.zeros(rows, 4)).shape[0] for rows in range(3000, 3300) if dense._pads(rows, 128)}
+    padded = {dense._padded(torch.zeros(rows, 4)).shape[0] for rows in range(3000, 3300)}
     assert len(padded) <= 6 and all(r % dense.ROW_MULTIPLE == 0 for r in padded)
-    assert not dense._pads(2708, 16) and not dense._pads(dense.PAD_BELOW, 128)
+    # Narrow or large products are neither padded nor on oneDNN: they stay on MKL.
+    assert not uses_onednn(torch.zeros(2708, 1433), torch.zeros(16, 1433))
+    assert not uses_onednn(torch.zeros(dense.PAD_BELOW, 100), torch.zeros(128, 100))
 
 
 def test_gcn_layer_takes_the_cheaper_order_and_both_orders_agree(monkeypatch: pytest.MonkeyPatch) -> None:

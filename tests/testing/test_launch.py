@@ -120,4 +120,3 @@ def test_start_workers_early_starts_the_fork_server_with_the_trainer_imported():
     script = script.replace("is not None", "is None")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=spawn_env)
     assert done.returncode == 0, done.stderr[-2000:]
-
