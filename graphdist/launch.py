@@ -195,6 +195,10 @@ def bind_to_cores(cores: Sequence[int]) -> None:
             pass
 
 
+# The most glibc keeps at the heap's top before giving memory back: the largest C int (2 GiB).
+TRIM_THRESHOLD = (1 << 31) - 1
+
+
 def tune_allocator() -> bool:
     """Keeps freed memory in the process instead of returning it to the OS (glibc only).
 
@@ -216,7 +220,10 @@ def tune_allocator() -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         m_trim_threshold, m_mmap_max = -1, -4
-        return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 33))
+        # mallopt takes a C int: 1 << 33 (what this once passed) wrapped to 0, a trim threshold
+        # of zero, which hands the heap's top back on every free, so every step faulted its
+        # pages in again (a 6 MB feature gather: 3.7 ms against 1.2).
+        return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, TRIM_THRESHOLD))
     except (OSError, AttributeError):  # not glibc (musl, macOS): leave the allocator alone
         return False
 
