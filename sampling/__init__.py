@@ -2,7 +2,8 @@
 
 Holds the uniform neighbour, full-neighbour and cluster samplers, the distributed sampler
 (same interface), the remote-feature fetch and cache, and the prefetching loader. All
-vectorised torch: no Python loop over nodes.
+vectorised torch (no Python loop over nodes), except that large hops run Floyd's draws and the
+relabelling as compiled loops with the same results (``sampling.compiled``, numba).
 
 Layers (each a small ABC, dataclasses between them):
 

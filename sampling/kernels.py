@@ -10,7 +10,9 @@ vectorised steps (a loop over the fan-out, never over nodes), each drawing one o
 and replacing it by ``j`` when it is already taken. That draws every k-subset of a node's
 ``d`` neighbours with equal probability, so each neighbour is picked with probability exactly
 ``k/d``, and costs ``O(n k^2)`` small comparisons instead of a key per edge of the frontier
-(which power-law hubs make huge). With replacement: one ``floor(u * d)`` per draw.
+(which power-law hubs make huge). With replacement: one ``floor(u * d)`` per draw. Hops of
+``sampling.compiled.MIN_DRAWS`` draws or more run the same steps as one compiled loop (numba),
+which reads the same draws and gives the same neighbours.
 
 Example:
     >>> indptr, indices = torch.tensor([0, 2, 3]), torch.tensor([1, 2, 0])  # row 0: {1, 2}, row 1: {0}
@@ -27,6 +29,7 @@ import torch
 from torch import Tensor
 
 from graphdist.data.graph import ranges
+from sampling import compiled
 
 __all__ = ["compact_by_slot", "sample_csr", "sample_csr_padded", "unpad"]
 
@@ -70,7 +73,14 @@ def sample_csr(
     if fanout < 0:
         positions = ranges(starts, deg)
         return _gather_ids(indices, positions), deg
+    if _compiled(indices, nodes, fanout, replace):
+        return compiled.floyd_sample(indptr, indices, nodes, _floyd_draws(deg, fanout, generator), padded=False)
     return _sample_fixed(indices, starts, deg, fanout, replace, generator)
+
+
+def _compiled(indices: Tensor, nodes: Tensor, fanout: int, replace: bool) -> bool:
+    """Whether this hop runs ``sampling.compiled``'s loop (the same draws as the torch kernels below)."""
+    return not replace and indices.device.type == "cpu" and compiled.enabled(nodes.numel() * fanout)
 
 
 def _gather_ids(indices: Tensor, positions: Tensor) -> Tensor:
@@ -126,6 +136,8 @@ def sample_csr_padded(
     deg = indptr[1:].index_select(0, nodes).sub_(starts)
     if indices.numel() == 0:
         return torch.full((nodes.numel(), fanout), -1, dtype=indices.dtype)
+    if _compiled(indices, nodes, fanout, replace):
+        return compiled.floyd_sample(indptr, indices, nodes, _floyd_draws(deg, fanout, generator), padded=True)
     positions, real = _sampled_positions(starts, deg, fanout, replace, generator)
     if real is None:
         return indices.index_select(0, positions.reshape(-1)).view(-1, fanout)
@@ -195,9 +207,7 @@ def _floyd(deg: Tensor, k: int, generator: Optional[torch.Generator]) -> Tensor:
     n = deg.numel()
     # int32 offsets halve the bandwidth of the O(k^2) comparisons; degrees stay below 2^31.
     deg32 = deg.to(torch.int32)
-    # float32 resolves u * (j + 1) to single offsets only below 2^24: hubs above that need float64.
-    precise = n > 0 and int(deg.max()) > (1 << 24)
-    u = torch.rand((k, n), generator=generator, dtype=torch.float64 if precise else torch.float32)
+    u = _floyd_draws(deg, k, generator)
     # All k draws at once (few large ops instead of many small ones); row s is step s.
     j = (deg32 - k).unsqueeze(0) + torch.arange(k, dtype=torch.int32).unsqueeze(1)
     # u * (j + 1) can round up to j + 1 in floating point; the min maps that to j.
@@ -214,6 +224,13 @@ def _floyd(deg: Tensor, k: int, generator: Optional[torch.Generator]) -> Tensor:
             return j.index_copy_(1, cols, picked)
         return j
     return _floyd_steps(chosen, j, k)
+
+
+def _floyd_draws(deg: Tensor, k: int, generator: Optional[torch.Generator]) -> Tensor:
+    """Floyd's ``[k, n]`` uniform draws: float32, or float64 where a hub has more than 2^24 neighbours
+    (float32 resolves ``u * (j + 1)`` to single offsets only below that)."""
+    precise = deg.numel() > 0 and int(deg.max()) > (1 << 24)
+    return torch.rand((k, deg.numel()), generator=generator, dtype=torch.float64 if precise else torch.float32)
 
 
 def _floyd_steps(chosen: Tensor, j: Tensor, k: int) -> Tensor:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from sampling import compiled
 from sampling.kernels import compact_by_slot
 
 __all__ = ["DENSE_MAX_NODES"]
@@ -70,6 +71,14 @@ class _DenseRelabeler:
             return torch.zeros(0, dtype=torch.int64)
         if self.stream + m >= _FREE:
             raise ValueError(f"a batch may meet at most {_FREE - 1} node ids; use smaller batches or fan-outs")
+        if compiled.enabled(m):  # the same ids and state, one loop (sampling.compiled)
+            local, new_ids, new_nodes = compiled.relabel_add(self.mark, nbrs, self.stream, self.count, self.idmap[0])
+            self.idmap = [torch.cat([self.idmap[0], new_ids])]
+            if new_nodes.numel():
+                self.parts.append(new_nodes)
+            self.count += new_nodes.numel()
+            self.stream += m
+            return local
         pos = torch.arange(self.stream, self.stream + m, dtype=torch.int32)
         mark = self.mark
         mark.scatter_reduce_(0, nbrs, pos, reduce="amin")

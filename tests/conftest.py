@@ -19,6 +19,12 @@ def dataset_path():
     return find_dataset
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _numba_cache(tmp_path_factory):
+    """One numba cache for the session (sampling.compiled): each test's cache would compile again."""
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(tmp_path_factory.mktemp("numba")))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test writes derived files under its own GRAPHDIST_CACHE, never ~/.cache."""

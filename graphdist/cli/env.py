@@ -36,7 +36,8 @@ LAUNCHER_VARIABLES = (
 # distribution name -> module name; these are optional, and the import itself is tried: a
 # compiled extension built for another torch installs fine and fails only at import.
 OPTIONAL_PACKAGES = {"pyg-lib": "pyg_lib", "torch-sparse": "torch_sparse", "tensorboard": "tensorboard"}
-REQUIRED_PACKAGES = ("torch_geometric", "pymetis", "numpy", "psutil")  # versions only: importing PyG takes seconds
+# versions only: importing PyG takes seconds
+REQUIRED_PACKAGES = ("torch_geometric", "pymetis", "numpy", "numba", "psutil")
 NOT_INSTALLED = "not installed"
 Rows = list[tuple[str, str]]  # a section's table lines: (name, text)
 
