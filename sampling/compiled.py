@@ -27,12 +27,13 @@ Example:
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from graphdist._numba import compiled_enabled, jit, numba_module
 
 __all__ = ["MIN_DRAWS", "enabled", "floyd_sample", "relabel_add"]
 
@@ -49,26 +50,16 @@ def enabled(draws: int) -> bool:
         >>> enabled(10)  # below MIN_DRAWS: the torch kernels
         False
     """
-    return draws >= MIN_DRAWS and os.environ.get("GRAPHDIST_NUMBA", "1") != "0" and _kernels() is not None
+    return compiled_enabled(draws, MIN_DRAWS)
 
 
 @functools.lru_cache(maxsize=1)
 def _kernels() -> Optional[Any]:
     """The compiled loops, or None without numba."""
-    if "NUMBA_CACHE_DIR" not in os.environ:
-        from graphdist.data.paths import cache_dir
-
-        os.environ["NUMBA_CACHE_DIR"] = str(cache_dir() / "numba")  # the one directory graphdist writes
-    try:
-        import numba
-    except ImportError:
-        return None
-    return _compile(numba)
+    return _compile(jit()) if numba_module() is not None else None
 
 
-def _compile(numba: Any) -> Any:
-    jit = numba.njit(cache=True, nogil=True)  # nogil: the loader's prefetch thread samples beside training
-
+def _compile(jit: Any) -> Any:
     @jit
     def floyd_row(u: Any, i: int, deg: int, k: int, chosen: Any) -> None:
         # sampling.kernels._floyd on one node of degree deg > k: step s draws t in [0, j],
