@@ -1,7 +1,9 @@
 """Dense products: MKL (``F.linear``) against oneDNN (``graphdist.models.dense.linear``), and a whole step.
 
-``graphdist.models.dense`` sends float32 CPU products to oneDNN on AVX-512 machines because
-torch's default, MKL, runs its AVX2 code on AMD processors. This bench times both on the shapes
+``graphdist.models.dense`` sends float32 CPU products to oneDNN on AMD CPUs with full-width AVX-512
+(Zen 5, family 26 on) because torch's default, MKL, runs its AVX2 code on AMD processors. This
+bench forces that path (``GRAPHDIST_ONEDNN=1``) on any AVX-512 CPU to measure whether it pays
+there, and records the CPU family. It times both on the shapes
 graphdist's workloads multiply, forward + backward (both gradients), ONE thread, and reports the
 largest difference between their outputs (float32 rounding, not a bf16 down-conversion).
 
@@ -165,11 +167,14 @@ def main() -> None:
     p.add_argument("--step-nodes", type=int, default=50_000, help="--step: nodes of the generated graph")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "dense.json"))
     args = p.parse_args()
+    os.environ["GRAPHDIST_ONEDNN"] = "1"  # the fast path on any AVX-512 CPU: this bench measures whether it pays
     import torch
+
+    from graphdist.models.dense import cpu_family
 
     torch.set_num_threads(1)
     res: dict[str, Any] = {"rounds": args.rounds, "scale": args.scale, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                           "torch": torch.__version__, "cpu": _cpu_name()}
+                           "torch": torch.__version__, "cpu": _cpu_name(), "amd_family": cpu_family("AuthenticAMD")}
     res["products"] = bench_products(args.rounds, args.calls, args.scale)
     res["step"] = None if args.no_step else bench_step(args.rounds, args.steps, args.step_nodes)
     print_table(res)

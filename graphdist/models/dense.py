@@ -1,11 +1,12 @@
 """Dense products: :class:`Linear` and :func:`linear`, float32 on CPU through oneDNN's AVX-512 kernels.
 
 Why not ``torch.nn.functional.linear``: on CPU it calls MKL's ``sgemm``, which runs its AVX2 code
-on AMD processors. On this project's EPYC (AVX-512, one thread) oneDNN, which torch ships for its
-own CPU kernels, computes the same float32 forward products 2-2.6x faster: 3,155 x 100 x 128, the
-first layer of a 512-seed GCN batch, takes 0.74 ms with MKL and 0.36 ms with oneDNN, and 2.7 ms
-against 1.5 ms forward + backward (``bench/bench_dense.py``). The arithmetic stays float32 (no
-bf16 down-conversion; that forward is bit-identical to MKL's on this machine).
+on AMD processors. On the EPYC this project ran on until 2026-12-04 (AVX-512, one thread; its CPU
+family was not recorded) oneDNN, which torch ships for its own CPU kernels, computed the same
+float32 forward products 2-2.6x faster: 3,155 x 100 x 128, the first layer of a 512-seed GCN
+batch, took 0.74 ms with MKL and 0.36 ms with oneDNN, and 2.7 ms against 1.5 ms forward +
+backward (``bench/bench_dense.py``). The arithmetic stays float32 (no bf16 down-conversion; that
+forward was bit-identical to MKL's there).
 
 oneDNN builds a kernel for each shape it sees (0.07-0.28 ms each here) and keeps it, with about
 10 MB of memory, in a cache of 1,024; a sampled batch has a different number of rows every step.
@@ -18,10 +19,18 @@ took a worker's peak RSS from 1.6 to 2.9 GiB in two epochs; padding them would c
 step. Narrower products (cora's 1,433 -> 16) stay on MKL too: copying their wide input to pad
 it costs more than the product gains.
 
+Where it pays: a 2x gain over MKL's AVX2 code takes AVX-512 units 512 bits wide, which AMD has
+from Zen 5 (CPU family 26). On the Zen 4 EPYC of 2026-12-05 (family 25, AVX-512 run as two
+256-bit halves) oneDNN only matched MKL (0.95-1.04x on the same shapes, ``bench/bench_dense.py``)
+and the padding cost copies: a GCN aggregation epoch ran 2.5% faster on MKL. Intel CPUs were not
+measured; MKL runs its own AVX-512 code there, so no gain is expected. So the fast path is taken
+on AMD CPUs of family 26 and later only; ``GRAPHDIST_ONEDNN=1`` takes it on any AVX-512 CPU (to
+measure one) and ``GRAPHDIST_ONEDNN=0`` never.
+
 The fast path is taken for those float32 CPU products of at least :data:`MIN_MACS`
-multiply-adds when torch's CPU capability is AVX-512 and oneDNN is enabled
-(``torch.backends.mkldnn.enabled``; set it False to get MKL back). Anything else (CUDA, other
-dtypes, AVX2 machines, small or large products) is ``F.linear``.
+multiply-adds when the CPU is one of those, torch's CPU capability is AVX-512 and oneDNN is
+enabled (``torch.backends.mkldnn.enabled``; set it False to get MKL back). Anything else (CUDA,
+other dtypes, other CPUs, small or large products) is ``F.linear``.
 
 Example:
     >>> lin = Linear(4, 3)
@@ -33,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Optional
 
 import torch
@@ -51,12 +61,45 @@ PAD_MIN_OUT = 32
 # Smaller products stay on MKL, whose call costs less: 512 x 128 x 16 (a sampled classifier)
 # took 0.135 ms forward + backward with MKL and 0.2 ms with oneDNN.
 MIN_MACS = 2_000_000
+# AMD's first family whose AVX-512 units are 512 bits wide (Zen 5); Zen 4's (25) are two 256-bit halves.
+FULL_WIDTH_AMD_FAMILY = 26
 
 
 @functools.lru_cache(maxsize=1)
 def _avx512() -> bool:
+    """Whether oneDNN's AVX-512 product can run here (torch built with it, an AVX-512 CPU)."""
     return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
             and torch.backends.cpu.get_cpu_capability().startswith("AVX512"))
+
+
+@functools.lru_cache(maxsize=1)
+def _onednn_pays() -> bool:
+    """Whether this CPU takes the fast path: AMD family 26 (Zen 5) or later, or ``GRAPHDIST_ONEDNN`` says so."""
+    forced = os.environ.get("GRAPHDIST_ONEDNN", "")
+    if forced in ("0", "1"):
+        return forced == "1" and _avx512()
+    return _avx512() and cpu_family("AuthenticAMD") >= FULL_WIDTH_AMD_FAMILY
+
+
+def cpu_family(vendor: str, cpuinfo: str = "/proc/cpuinfo") -> int:
+    """The ``cpu family`` of the first processor in ``cpuinfo`` when its vendor is ``vendor``, else 0.
+
+    Example:
+        >>> cpu_family("AuthenticAMD", cpuinfo="/nonexistent")
+        0
+    """
+    try:
+        with open(cpuinfo) as f:
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n", 1)[0].splitlines() if ":" in line)
+    except OSError:
+        return 0
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    if fields.get("vendor_id") != vendor:
+        return 0
+    try:
+        return int(fields.get("cpu family", "0"))
+    except ValueError:
+        return 0
 
 
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -69,7 +112,7 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (x.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
             and x.shape[0] < PAD_BELOW and weight.shape[0] >= PAD_MIN_OUT
             and x.shape[0] * weight.shape[0] * weight.shape[1] >= MIN_MACS and torch.backends.mkldnn.enabled
-            and _avx512())
+            and _onednn_pays())
 
 
 def _mm_t(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:

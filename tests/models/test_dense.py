@@ -33,7 +33,8 @@ def _reference_and_ours(rows: int, in_dim: int, out_dim: int, bias: bool, seed: 
 
 @pytest.mark.parametrize("rows,in_dim,out_dim", SHAPES)
 @pytest.mark.parametrize("bias", [True, False])
-def test_linear_equals_f_linear_in_values_and_gradients(rows: int, in_dim: int, out_dim: int, bias: bool) -> None:
+def test_linear_equals_f_linear_in_values_and_gradients(onednn, rows: int, in_dim: int, out_dim: int,
+                                                        bias: bool) -> None:
     ref, ours = _reference_and_ours(rows, in_dim, out_dim, bias)
     for name, a, b in zip(("output", "grad x", "grad weight", "grad bias"), ref, ours):
         if a is None:
@@ -43,7 +44,7 @@ def test_linear_equals_f_linear_in_values_and_gradients(rows: int, in_dim: int, 
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-4 * max(1.0, float(a.abs().max())), msg=name)
 
 
-def test_a_padded_output_can_be_modified_in_place_and_keeps_its_gradient() -> None:
+def test_a_padded_output_can_be_modified_in_place_and_keeps_its_gradient(onednn) -> None:
     lin, ref = Linear(100, 128), torch.nn.Linear(100, 128)
     ref.load_state_dict(lin.state_dict())
     x = torch.randn(3155, 100)
@@ -53,7 +54,7 @@ def test_a_padded_output_can_be_modified_in_place_and_keeps_its_gradient() -> No
     torch.testing.assert_close(lin.bias.grad, ref.bias.grad)
 
 
-def test_without_autograd_the_product_is_the_same() -> None:
+def test_without_autograd_the_product_is_the_same(onednn) -> None:
     lin = Linear(100, 128)
     x = torch.randn(3155, 100)
     with torch.no_grad():
@@ -76,8 +77,36 @@ def test_only_float32_cpu_products_large_enough_and_with_onednn_enabled_use_it()
         assert not uses_onednn(torch.zeros(3155, 100), w)
 
 
-@pytest.mark.skipif(not dense._avx512(), reason="oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
-def test_avx512_cpus_take_the_onednn_path_and_pad_sampled_rows_to_few_shapes() -> None:
+@pytest.fixture
+def onednn(monkeypatch: pytest.MonkeyPatch):
+    """The fast path forced on (GRAPHDIST_ONEDNN=1), so its code is tested on any AVX-512 CPU."""
+    if not dense._avx512():
+        pytest.skip("oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
+    monkeypatch.setenv("GRAPHDIST_ONEDNN", "1")
+    dense._onednn_pays.cache_clear()
+    yield
+    dense._onednn_pays.cache_clear()
+
+
+def test_the_fast_path_is_for_full_width_avx512(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AMD family 26 (Zen 5) and later take it; Zen 4 (25), Intel and unreadable cpuinfo do not."""
+    for vendor, family, want in [("AuthenticAMD", 26, 26), ("AuthenticAMD", 25, 25), ("GenuineIntel", 6, 0)]:
+        info = tmp_path / f"{vendor}{family}"
+        info.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\n\nprocessor\t: 1\n")
+        assert dense.cpu_family("AuthenticAMD", str(info)) == want
+    monkeypatch.setattr(dense, "cpu_family", lambda vendor: 25)
+    monkeypatch.delenv("GRAPHDIST_ONEDNN", raising=False)
+    dense._onednn_pays.cache_clear()
+    try:
+        assert not dense._onednn_pays()
+        monkeypatch.setattr(dense, "cpu_family", lambda vendor: 26)
+        dense._onednn_pays.cache_clear()
+        assert dense._onednn_pays() == dense._avx512()
+    finally:
+        dense._onednn_pays.cache_clear()
+
+
+def test_avx512_cpus_take_the_onednn_path_and_pad_sampled_rows_to_few_shapes(onednn) -> None:
     assert uses_onednn(torch.zeros(3155, 100), torch.zeros(128, 100))
     # A sampled batch's rows vary step to step; padded, 300 row counts make at most 6 shapes.
     padded = {dense._padded(torch.zeros(rows, 4)).shape[0] for rows in range(3000, 3300)}
@@ -104,8 +133,7 @@ def test_gcn_layer_takes_the_cheaper_order_and_both_orders_agree(monkeypatch: py
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not dense._avx512(), reason="oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
-def test_the_weight_gradient_is_accumulated_before_the_input_gradient_is_computed() -> None:
+def test_the_weight_gradient_is_accumulated_before_the_input_gradient_is_computed(onednn) -> None:
     # What graphdist.sync.reorder gives F.linear under --sync dwbp: a layer's hook fires one product earlier.
     lin = Linear(100, 128)
     x = torch.randn(3155, 100, requires_grad=True)
@@ -116,8 +144,7 @@ def test_the_weight_gradient_is_accumulated_before_the_input_gradient_is_compute
     assert order == ["weight", "input"]
 
 
-@pytest.mark.skipif(not dense._avx512(), reason="oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
-def test_strided_operands_never_reach_onednns_reference_kernel() -> None:
+def test_strided_operands_never_reach_onednns_reference_kernel(onednn) -> None:
     # A column-sliced weight (SAGE inference's W[:, :in]) once ran oneDNN's reference kernel, 2,000x slower.
     import subprocess
     import sys
@@ -126,6 +153,6 @@ def test_strided_operands_never_reach_onednns_reference_kernel() -> None:
             "w = torch.randn(32, 2 * 300); x = torch.randn(3000, 301)[:, :-1]\n"
             "linear(x, w[:, :300]); linear(x, w[:, 300:], torch.zeros(32))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
-                          env={**__import__("os").environ, "ONEDNN_VERBOSE": "1"})
+                          env={**__import__("os").environ, "ONEDNN_VERBOSE": "1", "GRAPHDIST_ONEDNN": "1"})
     executed = [line for line in done.stdout.splitlines() if ",exec," in line]
     assert executed and not any("ref:" in line for line in executed), executed
