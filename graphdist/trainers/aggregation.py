@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from graphdist import comm
-from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
+from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext, adam,
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import (
@@ -126,12 +126,11 @@ class AggregationStrategy(Strategy):
                                           task=self.task)
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
         # The correction steps' own optimizer (LLCG's server): every rank starts it alike and feeds
         # it the same synced gradients, so it stays identical everywhere, and so do the parameters;
         # the local optimizers' moments differ from rank to rank.
-        self.correction_optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
-                                                     weight_decay=cfg.weight_decay)
+        self.correction_optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
         self.local_sync = NoSync(self.model)
         self.algorithm = gradient_allreduce(ctx, self.model)
         self.averager = make_averager(cfg, self.algorithm)

@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from graphdist import comm
-from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
+from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext, adam,
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
@@ -178,7 +178,7 @@ class FullGraphStrategy(Strategy):
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
         self.net = FullGraphNet(self.model, self.halo, self.x0, self.block, self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
         if cfg.placement == "profiled" and ctx.world_size > 1:
             from graphdist.trainers.profile import profile_fullgraph
 

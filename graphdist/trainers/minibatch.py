@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
-from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext,
+from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext, adam,
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
@@ -253,7 +253,7 @@ class MinibatchStrategy(Strategy):
         self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch, task=self.task)
         self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
         # The profiler probes a copy of the model: after the model exists, before the sync and the
         # test slowdown attach their hooks (a copy would carry them: trainers/probes.probe_copy).
         start = self._start_shares()

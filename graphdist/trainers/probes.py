@@ -61,7 +61,9 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
     # The copy trains under the run's own gradient sync (hooks, SACP's capture, the allreduce):
     # what a step costs beyond forward and backward is measured, not guessed.
     sync = _probe_sync(strategy, probe_copy(strategy.model))
-    optimizer = torch.optim.Adam(sync.model.parameters(), lr=1e-6)
+    from graphdist.trainers.base import adam
+
+    optimizer = adam(sync.model.parameters(), lr=1e-6)
     seeds = batches.train_seeds
     rng = torch.Generator().manual_seed(12345 + strategy.ctx.rank)
     samples: dict[str, list[tuple[float, float]]] = {"sample": [], "gather": [], "compute": []}

@@ -163,7 +163,7 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     run's (a copy without its stale buffers); the global RNGs are restored (dropout draws).
     """
     from graphdist.sync import make_sync
-    from graphdist.trainers.base import gradient_allreduce, sync_options
+    from graphdist.trainers.base import adam, gradient_allreduce, sync_options
     from graphdist.trainers.fullgraph import FullGraphNet
 
     cfg = strategy.ctx.cfg
@@ -174,7 +174,7 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     net = FullGraphNet(model, halo, strategy.x0, strategy.net.block, strategy.device)
     sync = make_sync(cfg.sync, net, seed_weighted=False, algorithm=gradient_allreduce(strategy.ctx, net),
                      **sync_options(cfg))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-6)
+    optimizer = adam(model.parameters(), lr=1e-6)
     n = int(strategy.train.numel())
     timed: list[tuple[float, float, float]] = []
     try:
