@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-import torch
 
 from graphdist import comm, runlog
 from graphdist.trainers.probes import (PROBE_STEPS, global_rng_state, model_shape, probe, probe_copy,
