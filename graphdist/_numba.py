@@ -3,7 +3,8 @@
 numba is imported on first use only, with its cache under ``GRAPHDIST_CACHE/numba`` (the one
 directory graphdist writes to; an explicit ``NUMBA_CACHE_DIR`` wins). ``GRAPHDIST_NUMBA=0``
 turns every compiled loop off, and without numba installed the torch code they replace runs:
-each loop gives the same results as that torch code, bit for bit.
+each loop gives the same results as that torch code, bit for bit. A process runs its first
+:data:`WARMUP_CALLS` eligible calls on torch, so jobs too short to repay numba's load never pay it.
 
 Example:
     >>> compiled_enabled(10, minimum=4096)  # too small to pay for numba's import
@@ -31,10 +32,24 @@ def numba_module() -> Optional[Any]:
     return numba
 
 
+# Calls large enough for a compiled loop that a process makes on torch first. Loading numba and
+# the cached loops costs a process ~0.5 s (import 0.2 s, then LLVM and the cached code), which a
+# few hundred batches of savings (~1 ms each) repay: shorter jobs (and most tests) never load it.
+# The loops give the torch code's results bit for bit, so when the switch comes changes nothing.
+WARMUP_CALLS = 256
+_calls = 0
+
+
 def compiled_enabled(work: int, minimum: int) -> bool:
-    """Whether a call of ``work`` elements runs a compiled loop: at least ``minimum`` of them, numba
-    installed and ``GRAPHDIST_NUMBA`` not ``0``."""
-    return work >= minimum and os.environ.get("GRAPHDIST_NUMBA", "1") != "0" and numba_module() is not None
+    """Whether a call of ``work`` elements runs a compiled loop: at least ``minimum`` of them, past the
+    process's first :data:`WARMUP_CALLS` such calls, numba installed and ``GRAPHDIST_NUMBA`` not ``0``."""
+    global _calls
+    if work < minimum or os.environ.get("GRAPHDIST_NUMBA", "1") == "0":
+        return False
+    if _calls < WARMUP_CALLS:
+        _calls += 1  # threads may race here: the count only needs to be about right
+        return False
+    return numba_module() is not None
 
 
 def jit() -> Callable[[Callable], Callable]:
@@ -43,4 +58,4 @@ def jit() -> Callable[[Callable], Callable]:
     return numba_module().njit(cache=True, nogil=True)
 
 
-__all__ = ["compiled_enabled", "jit", "numba_module"]
+__all__ = ["WARMUP_CALLS", "compiled_enabled", "jit", "numba_module"]

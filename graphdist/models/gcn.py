@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
 from typing import Any
 
 import torch
 from torch import nn
 
-from graphdist._numba import compiled_enabled, jit
+from graphdist._numba import compiled_enabled
 from graphdist.models.base import ReLUDropoutGNN, check_dims, rename_legacy_keys
 from graphdist.models.dense import Linear
 from graphdist.models.ops import aggregate, block_indptr, in_degree
@@ -131,40 +130,11 @@ def gcn_norm_block(block: Any, src_degree: torch.Tensor) -> Any:
 COMPILED_MIN_EDGES = 2048
 
 
-@functools.lru_cache(maxsize=1)
 def _norm_loop() -> Any:
     """:func:`gcn_norm_block`'s arithmetic as one loop over the rows (float32, in the torch code's order)."""
-    import numpy as np
+    from graphdist.models import _loops
 
-    @jit()
-    def norm(indptr: Any, edge_src: Any, degree: Any, num_dst: int) -> Any:
-        one = np.float32(1.0)
-        counts = np.zeros(num_dst, np.int64)  # sampled neighbours of each row, its own loop left out
-        for v in range(num_dst):
-            for e in range(indptr[v], indptr[v + 1]):
-                if edge_src[e] != v:
-                    counts[v] += 1
-        new_indptr = np.empty(num_dst + 1, np.int64)
-        new_indptr[0] = 0
-        for v in range(num_dst):
-            new_indptr[v + 1] = new_indptr[v] + counts[v] + 1
-        total = new_indptr[num_dst]
-        src, dst = np.empty(total, np.int64), np.empty(total, np.int64)
-        weight = np.empty(total, np.float32)
-        for v in range(num_dst):
-            inv_dst = one / np.sqrt(degree[v] + one)
-            row_factor = degree[v] / np.float32(max(counts[v], 1)) * inv_dst
-            pos = new_indptr[v]
-            src[pos], dst[pos], weight[pos] = v, v, inv_dst * inv_dst
-            for e in range(indptr[v], indptr[v + 1]):
-                u = edge_src[e]
-                if u != v:
-                    pos += 1
-                    src[pos], dst[pos] = u, v
-                    weight[pos] = one / np.sqrt(degree[u] + one) * row_factor
-        return src, dst, new_indptr, weight
-
-    return norm
+    return _loops.gcn_norm
 
 
 def _replace(block: Any, **changes: Any) -> Any:

@@ -392,6 +392,7 @@ def test_gcn_norm_compiled_loop_matches_torch(monkeypatch):
 
     require(_numba.numba_module() is not None, "numba is not installed: the compiled GCN normalisation cannot run")
     monkeypatch.setattr(gcn_module, "COMPILED_MIN_EDGES", 0)
+    monkeypatch.setattr(_numba, "WARMUP_CALLS", 0)
     g = random_graph(300, avg_degree=6.0, seed=2)
     loops = torch.arange(0, 300, 3)  # a third of the nodes have a self loop the sampler can draw
     g = type(g).from_edge_index(torch.cat([g.edge_index(), torch.stack([loops, loops])], 1), num_nodes=300)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphdist import _numba
 from graphdist.data.graph import Graph
 from graphdist.testing import random_graph
 from graphdist.testing.env import require
@@ -17,6 +18,7 @@ def numba_on(monkeypatch):
     """Every hop on the compiled loops (no size threshold); skips without numba (fails in CI)."""
     require(compiled._kernels() is not None, "numba is not installed: the compiled sampling loops cannot run")
     monkeypatch.setattr(compiled, "MIN_DRAWS", 0)
+    monkeypatch.setattr(_numba, "WARMUP_CALLS", 0)
     monkeypatch.setenv("GRAPHDIST_NUMBA", "1")
 
 
@@ -120,8 +122,12 @@ def test_relabeller_is_reset_between_batches(numba_on):
     assert torch.equal(first.input_nodes, again.input_nodes)
 
 
-def test_off_switch_and_threshold(monkeypatch):
+def test_off_switch_threshold_and_warm_up(monkeypatch):
+    monkeypatch.setattr(_numba, "WARMUP_CALLS", 3)
+    monkeypatch.setattr(_numba, "_calls", 0)
     monkeypatch.setenv("GRAPHDIST_NUMBA", "0")
     assert not compiled.enabled(10**9)
     monkeypatch.setenv("GRAPHDIST_NUMBA", "1")
     assert not compiled.enabled(compiled.MIN_DRAWS - 1)
+    # A process's first eligible calls stay on torch: short jobs never load numba.
+    assert [compiled.enabled(compiled.MIN_DRAWS) for _ in range(4)] == [False] * 3 + [_numba.numba_module() is not None]
