@@ -34,6 +34,7 @@ Writes bench/results/dist_sampler.json (git-ignored).
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import statistics
 import sys
@@ -237,6 +238,9 @@ def plot_policies(ranks: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Steady-state throughput: the compiled sampling loops from the first batch (a process would
+    # otherwise run its first 256 hops on torch and load numba mid-measurement; graphdist._numba).
+    os.environ.setdefault("GRAPHDIST_NUMBA", "eager")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--batches", type=int, default=30)

@@ -269,6 +269,9 @@ def run_peer_round(args: argparse.Namespace, python: Path, repeat: int) -> list[
 
 # ------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
+    # Steady-state throughput: the compiled sampling loops from the first batch (a process would
+    # otherwise run its first 256 hops on torch and load numba mid-measurement; graphdist._numba).
+    os.environ.setdefault("GRAPHDIST_NUMBA", "eager")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--nodes", type=int, default=1_000_000, help="graph size (default 1,000,000)")

@@ -42,11 +42,13 @@ _calls = 0
 
 def compiled_enabled(work: int, minimum: int) -> bool:
     """Whether a call of ``work`` elements runs a compiled loop: at least ``minimum`` of them, past the
-    process's first :data:`WARMUP_CALLS` such calls, numba installed and ``GRAPHDIST_NUMBA`` not ``0``."""
+    process's first :data:`WARMUP_CALLS` such calls (``GRAPHDIST_NUMBA=eager``: from the first, as the
+    throughput benches measure), numba installed and ``GRAPHDIST_NUMBA`` not ``0``."""
     global _calls
-    if work < minimum or os.environ.get("GRAPHDIST_NUMBA", "1") == "0":
+    mode = os.environ.get("GRAPHDIST_NUMBA", "1")
+    if work < minimum or mode == "0":
         return False
-    if _calls < WARMUP_CALLS:
+    if _calls < WARMUP_CALLS and mode != "eager":
         _calls += 1  # threads may race here: the count only needs to be about right
         return False
     return numba_module() is not None

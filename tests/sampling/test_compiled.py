@@ -131,3 +131,6 @@ def test_off_switch_threshold_and_warm_up(monkeypatch):
     assert not compiled.enabled(compiled.MIN_DRAWS - 1)
     # A process's first eligible calls stay on torch: short jobs never load numba.
     assert [compiled.enabled(compiled.MIN_DRAWS) for _ in range(4)] == [False] * 3 + [_numba.numba_module() is not None]
+    monkeypatch.setattr(_numba, "_calls", 0)
+    monkeypatch.setenv("GRAPHDIST_NUMBA", "eager")  # the throughput benches: from the first call
+    assert compiled.enabled(compiled.MIN_DRAWS) == (_numba.numba_module() is not None)
