@@ -31,44 +31,49 @@ def floyd_row(u: Any, i: int, deg: int, k: int, chosen: Any) -> None:
         chosen[s] = t
 
 
+# Both kernels work in two passes: Floyd's offsets for every node (arithmetic only), then one
+# tight loop of reads from ``indices``. Interleaving the two left each row's reads waiting on the
+# previous row's draws: on a 1M-node graph a 120,000-node hop took 19-21 ms that way against
+# torch's 12.4-12.8 ms, whose gathers are such tight loops.
 @jit
-def sample_compact(indptr: Any, indices: Any, nodes: Any, u: Any, k: int) -> Any:
-    n = nodes.shape[0]
-    counts = np.empty(n, np.int64)
-    out = np.empty(n * k, np.int64)
+def positions(starts: Any, deg: Any, u: Any, k: int) -> Any:
+    """CSR positions of every node's draws, grouped by node in order, and each node's count."""
+    n = starts.shape[0]
+    counts = np.minimum(deg, k)
+    pos = np.empty(counts.sum(), np.int64)
     chosen = np.empty(k, np.int64)
     e = 0
     for i in range(n):
-        start = indptr[nodes[i]]
-        deg = indptr[nodes[i] + 1] - start
-        if deg <= k:  # all neighbours, in order
-            for t in range(deg):
-                out[e + t] = indices[start + t]
-            counts[i] = deg
+        if deg[i] <= k:  # all neighbours, in order
+            for t in range(deg[i]):
+                pos[e + t] = starts[i] + t
         else:
-            floyd_row(u, i, deg, k, chosen)
+            floyd_row(u, i, deg[i], k, chosen)
             for s in range(k):
-                out[e + s] = indices[start + chosen[s]]
-            counts[i] = k
+                pos[e + s] = starts[i] + chosen[s]
         e += counts[i]
-    return out[:e], counts
+    return pos, counts
 
 
 @jit
-def sample_padded(indptr: Any, indices: Any, nodes: Any, u: Any, k: int) -> Any:
-    n = nodes.shape[0]
+def sample_compact(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
+    pos, counts = positions(starts, deg, u, k)
+    out = np.empty(pos.shape[0], np.int64)
+    for t in range(pos.shape[0]):
+        out[t] = indices[pos[t]]
+    return out, counts
+
+
+@jit
+def sample_padded(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
+    pos, counts = positions(starts, deg, u, k)
+    n = starts.shape[0]
     out = np.full((n, k), -1, indices.dtype)
-    chosen = np.empty(k, np.int64)
-    for i in range(n):
-        start = indptr[nodes[i]]
-        deg = indptr[nodes[i] + 1] - start
-        if deg <= k:  # all neighbours in the last deg slots, as the torch kernel pads
-            for t in range(deg):
-                out[i, k - deg + t] = indices[start + t]
-        else:
-            floyd_row(u, i, deg, k, chosen)
-            for s in range(k):
-                out[i, s] = indices[start + chosen[s]]
+    e = 0
+    for i in range(n):  # a row with fewer neighbours fills its last slots, as the torch kernel pads
+        for t in range(counts[i]):
+            out[i, k - counts[i] + t] = indices[pos[e + t]]
+        e += counts[i]
     return out
 
 

@@ -21,7 +21,8 @@ Example:
     >>> import torch
     >>> indptr, indices = torch.tensor([0, 3, 4]), torch.tensor([4, 5, 6, 7])
     >>> u = torch.tensor([[0.9], [0.1]])  # 2 draws from row 0's 3 neighbours
-    >>> [t.tolist() for t in floyd_sample(indptr, indices, torch.tensor([0]), u, padded=False)]
+    >>> starts, deg = indptr[:1], indptr[1:2]  # row 0
+    >>> [t.tolist() for t in floyd_sample(indices, starts, deg, u, padded=False)]
     [[5, 4], [2]]
 """
 
@@ -64,14 +65,15 @@ def _load() -> Any:
     return _loops.sample_compact, _loops.sample_padded, _loops.relabel
 
 
-def floyd_sample(indptr: Tensor, indices: Tensor, nodes: Tensor, u: Tensor, padded: bool) -> Any:
-    """Up to ``k = u.shape[0]`` neighbours of each node without replacement, with Floyd's draws ``u`` (``[k, n]``).
+def floyd_sample(indices: Tensor, starts: Tensor, deg: Tensor, u: Tensor, padded: bool) -> Any:
+    """Up to ``k = u.shape[0]`` neighbours of each node without replacement, with Floyd's draws ``u`` (``[k, n]``);
+    ``starts`` and ``deg`` are the nodes' CSR row starts and degrees.
 
     Returns ``(neighbors, counts)`` as ``sampling.kernels.sample_csr`` does, or with ``padded`` the
     ``[n, k]`` table of ``sample_csr_padded`` (``-1`` first in a row with fewer neighbours).
     """
     sample_compact, sample_padded, _ = _kernels()
-    args = (indptr.numpy(), indices.numpy(), nodes.numpy(), u.numpy(), int(u.shape[0]))
+    args = (indices.numpy(), starts.numpy(), deg.numpy(), u.numpy(), int(u.shape[0]))
     if padded:
         return torch.from_numpy(sample_padded(*args))
     out, counts = sample_compact(*args)

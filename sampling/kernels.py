@@ -74,7 +74,7 @@ def sample_csr(
         positions = ranges(starts, deg)
         return _gather_ids(indices, positions), deg
     if _compiled(indices, nodes, fanout, replace):
-        return compiled.floyd_sample(indptr, indices, nodes, _floyd_draws(deg, fanout, generator), padded=False)
+        return compiled.floyd_sample(indices, starts, deg, _floyd_draws(deg, fanout, generator), padded=False)
     return _sample_fixed(indices, starts, deg, fanout, replace, generator)
 
 
@@ -137,7 +137,7 @@ def sample_csr_padded(
     if indices.numel() == 0:
         return torch.full((nodes.numel(), fanout), -1, dtype=indices.dtype)
     if _compiled(indices, nodes, fanout, replace):
-        return compiled.floyd_sample(indptr, indices, nodes, _floyd_draws(deg, fanout, generator), padded=True)
+        return compiled.floyd_sample(indices, starts, deg, _floyd_draws(deg, fanout, generator), padded=True)
     positions, real = _sampled_positions(starts, deg, fanout, replace, generator)
     if real is None:
         return indices.index_select(0, positions.reshape(-1)).view(-1, fanout)
