@@ -67,12 +67,15 @@ def sample_compact(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
 @jit
 def sample_padded(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
     pos, counts = positions(starts, deg, u, k)
+    values = np.empty(pos.shape[0], indices.dtype)
+    for t in range(pos.shape[0]):
+        values[t] = indices[pos[t]]
     n = starts.shape[0]
     out = np.full((n, k), -1, indices.dtype)
     e = 0
     for i in range(n):  # a row with fewer neighbours fills its last slots, as the torch kernel pads
         for t in range(counts[i]):
-            out[i, k - counts[i] + t] = indices[pos[e + t]]
+            out[i, k - counts[i] + t] = values[e + t]
         e += counts[i]
     return out
 
