@@ -29,6 +29,9 @@ def numba_module() -> Optional[Any]:
         import numba
     except ImportError:
         return None
+    # numba reads NUMBA_CACHE_DIR when it is first imported, and torch_geometric imports it: set
+    # after that, the variable alone is ignored and numba writes its cache beside the sources.
+    numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
     return numba
 
 

@@ -56,20 +56,18 @@ def positions(starts: Any, deg: Any, u: Any, k: int) -> Any:
 
 
 @jit
-def sample_compact(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
-    pos, counts = positions(starts, deg, u, k)
-    out = np.empty(pos.shape[0], np.int64)
-    for t in range(pos.shape[0]):
-        out[t] = indices[pos[t]]
-    return out, counts
-
-
-@jit
-def sample_padded(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
+def sampled_values(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
+    """Every node's sampled neighbours (``indices``' dtype), grouped by node in order, and each node's count."""
     pos, counts = positions(starts, deg, u, k)
     values = np.empty(pos.shape[0], indices.dtype)
     for t in range(pos.shape[0]):
         values[t] = indices[pos[t]]
+    return values, counts
+
+
+@jit
+def sample_padded(indices: Any, starts: Any, deg: Any, u: Any, k: int) -> Any:
+    values, counts = sampled_values(indices, starts, deg, u, k)
     n = starts.shape[0]
     out = np.full((n, k), -1, indices.dtype)
     e = 0

@@ -62,7 +62,7 @@ def _kernels() -> Optional[Any]:
 def _load() -> Any:
     from sampling import _loops
 
-    return _loops.sample_compact, _loops.sample_padded, _loops.relabel
+    return _loops.sampled_values, _loops.sample_padded, _loops.relabel
 
 
 def floyd_sample(indices: Tensor, starts: Tensor, deg: Tensor, u: Tensor, padded: bool) -> Any:
@@ -72,12 +72,12 @@ def floyd_sample(indices: Tensor, starts: Tensor, deg: Tensor, u: Tensor, padded
     Returns ``(neighbors, counts)`` as ``sampling.kernels.sample_csr`` does, or with ``padded`` the
     ``[n, k]`` table of ``sample_csr_padded`` (``-1`` first in a row with fewer neighbours).
     """
-    sample_compact, sample_padded, _ = _kernels()
+    sampled_values, sample_padded, _ = _kernels()
     args = (indices.numpy(), starts.numpy(), deg.numpy(), u.numpy(), int(u.shape[0]))
     if padded:
         return torch.from_numpy(sample_padded(*args))
-    out, counts = sample_compact(*args)
-    return torch.from_numpy(out), torch.from_numpy(counts)
+    values, counts = sampled_values(*args)
+    return torch.from_numpy(values).to(torch.int64), torch.from_numpy(counts)
 
 
 def relabel_add(mark: Tensor, nbrs: Tensor, stream: int, count: int, idmap: Tensor) -> tuple[Tensor, Tensor, Tensor]:

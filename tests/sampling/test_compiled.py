@@ -134,3 +134,31 @@ def test_off_switch_threshold_and_warm_up(monkeypatch):
     monkeypatch.setattr(_numba, "_calls", 0)
     monkeypatch.setenv("GRAPHDIST_NUMBA", "eager")  # the throughput benches: from the first call
     assert compiled.enabled(compiled.MIN_DRAWS) == (_numba.numba_module() is not None)
+
+
+_CACHE_PLACE = """
+import torch_geometric  # imports numba before graphdist sets its cache directory
+import torch
+from graphdist.testing import random_graph
+from sampling import NeighborSampler
+g = random_graph(3000, avg_degree=8.0, seed=0)
+NeighborSampler(g, [10, 10], seed=0).sample(torch.arange(600))
+"""
+
+
+def test_numba_writes_its_cache_under_graphdist_cache(tmp_path):
+    """Even when torch_geometric imported numba first, the compiled loops' cache goes under GRAPHDIST_CACHE."""
+    import os
+    import subprocess
+    import sys
+
+    require(_numba.numba_module() is not None, "numba is not installed: the compiled sampling loops cannot run")
+    import sampling
+
+    package = os.path.dirname(sampling.__file__)
+    before = set(os.listdir(os.path.join(package, "__pycache__")))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(GRAPHDIST_CACHE=str(tmp_path), GRAPHDIST_NUMBA="eager")
+    subprocess.run([sys.executable, "-c", _CACHE_PLACE], env=env, check=True, timeout=120)
+    assert any(name.endswith(".nbi") for _, _, files in os.walk(tmp_path / "numba") for name in files)
+    assert set(os.listdir(os.path.join(package, "__pycache__"))) == before
