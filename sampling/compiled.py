@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional
 
 import torch
@@ -53,16 +52,13 @@ def enabled(draws: int) -> bool:
     return compiled_enabled(draws, MIN_DRAWS)
 
 
-@functools.lru_cache(maxsize=1)
 def _kernels() -> Optional[Any]:
-    """The compiled loops, or None without numba."""
-    return _load() if numba_module() is not None else None
-
-
-def _load() -> Any:
+    """The module of compiled loops (``sampling._loops``), or None without numba."""
+    if numba_module() is None:
+        return None
     from sampling import _loops
 
-    return _loops.sampled_values, _loops.sample_padded, _loops.relabel
+    return _loops
 
 
 def floyd_sample(indices: Tensor, starts: Tensor, deg: Tensor, u: Tensor, padded: bool) -> Any:
@@ -72,20 +68,20 @@ def floyd_sample(indices: Tensor, starts: Tensor, deg: Tensor, u: Tensor, padded
     Returns ``(neighbors, counts)`` as ``sampling.kernels.sample_csr`` does, or with ``padded`` the
     ``[n, k]`` table of ``sample_csr_padded`` (``-1`` first in a row with fewer neighbours).
     """
-    sampled_values, sample_padded, _ = _kernels()
+    loops = _kernels()
     args = (indices.numpy(), starts.numpy(), deg.numpy(), u.numpy(), int(u.shape[0]))
     if padded:
-        return torch.from_numpy(sample_padded(*args))
-    values, counts = sampled_values(*args)
+        return torch.from_numpy(loops.sample_padded(*args))
+    values, counts = loops.sampled_values(*args)
     return torch.from_numpy(values).to(torch.int64), torch.from_numpy(counts)
 
 
 def relabel_add(mark: Tensor, nbrs: Tensor, stream: int, count: int, idmap: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(local ids of nbrs, idmap of their positions, new nodes in order)``: ``_DenseRelabeler.add``'s work.
+    """``(local ids of nbrs, idmap through this hop, new nodes in order)``: ``_DenseRelabeler.add``'s work.
 
-    ``mark`` (int32, updated in place) and ``idmap`` are the relabeller's; ``stream`` is the position
-    of ``nbrs[0]`` in the batch's stream and ``count`` the nodes numbered so far.
+    ``mark`` (int32, updated in place) and ``idmap`` (positions so far -> local ids) are the
+    relabeller's; ``stream`` is the position of ``nbrs[0]`` in the batch's stream and ``count`` the
+    nodes numbered so far.
     """
-    _, _, relabel = _kernels()
-    local, new_ids, new_nodes = relabel(mark.numpy(), nbrs.numpy(), int(stream), int(count), idmap.numpy())
-    return torch.from_numpy(local), torch.from_numpy(new_ids), torch.from_numpy(new_nodes)
+    local, new_ids, new_nodes = _kernels().relabel(mark.numpy(), nbrs.numpy(), int(stream), int(count), idmap.numpy())
+    return torch.from_numpy(local), torch.cat([idmap, torch.from_numpy(new_ids)]), torch.from_numpy(new_nodes)

@@ -72,13 +72,19 @@ class _DenseRelabeler:
         if self.stream + m >= _FREE:
             raise ValueError(f"a batch may meet at most {_FREE - 1} node ids; use smaller batches or fan-outs")
         if compiled.enabled(m):  # the same ids and state, one loop (sampling.compiled)
-            local, new_ids, new_nodes = compiled.relabel_add(self.mark, nbrs, self.stream, self.count, self.idmap[0])
-            self.idmap = [torch.cat([self.idmap[0], new_ids])]
-            if new_nodes.numel():
-                self.parts.append(new_nodes)
-            self.count += new_nodes.numel()
-            self.stream += m
-            return local
+            local, idmap, new_nodes = compiled.relabel_add(self.mark, nbrs, self.stream, self.count, self.idmap[0])
+        else:
+            local, idmap, new_nodes = self._add_vectorised(nbrs)
+        self.idmap = [idmap]
+        if new_nodes.numel():
+            self.parts.append(new_nodes)
+        self.count += new_nodes.numel()
+        self.stream += m
+        return local
+
+    def _add_vectorised(self, nbrs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``add``'s work in torch calls: ``(local ids, the batch's idmap through this hop, new nodes in order)``."""
+        m = nbrs.numel()
         pos = torch.arange(self.stream, self.stream + m, dtype=torch.int32)
         mark = self.mark
         mark.scatter_reduce_(0, nbrs, pos, reduce="amin")
@@ -89,17 +95,11 @@ class _DenseRelabeler:
         # several batches in flight (the distributed sampler) their arrays compete for cache.
         rank = torch.cumsum(is_first, 0, dtype=torch.int32)
         num_new = int(rank[-1])
-        self.idmap.append(rank.add_(self.count - 1))
-        idmap = torch.cat(self.idmap)
-        self.idmap = [idmap]
+        idmap = torch.cat([self.idmap[0], rank.add_(self.count - 1)])
         local = idmap.index_select(0, first_pos).to(torch.int64)
-        if num_new:
-            # New nodes to their rank's slot (1..num_new), repeats to slot 0.
-            slot = is_first.to(torch.int64).mul_(idmap[-m:] - (self.count - 1))
-            self.parts.append(compact_by_slot(nbrs, slot, num_new))
-        self.count += num_new
-        self.stream += m
-        return local
+        # New nodes to their rank's slot (1..num_new), repeats to slot 0.
+        slot = is_first.to(torch.int64).mul_(idmap[-m:] - (self.count - 1))
+        return local, idmap, compact_by_slot(nbrs, slot, num_new) if num_new else nbrs[:0]
 
     def nodes(self) -> Tensor:
         return torch.cat(self.parts) if len(self.parts) > 1 else self.parts[0]
