@@ -29,8 +29,11 @@ def gcn_norm(indptr: Any, edge_src: Any, degree: Any, num_dst: int) -> Any:
     total = new_indptr[num_dst]
     src, dst = np.empty(total, np.int64), np.empty(total, np.int64)
     weight = np.empty(total, np.float32)
+    inv_sqrt = np.empty(degree.shape[0], np.float32)  # once per source, as the torch code's rsqrt
+    for u in range(degree.shape[0]):
+        inv_sqrt[u] = one / np.sqrt(degree[u] + one)
     for v in range(num_dst):
-        inv_dst = one / np.sqrt(degree[v] + one)
+        inv_dst = inv_sqrt[v]
         row_factor = degree[v] / np.float32(max(counts[v], 1)) * inv_dst
         pos = new_indptr[v]
         src[pos], dst[pos], weight[pos] = v, v, inv_dst * inv_dst
@@ -39,5 +42,5 @@ def gcn_norm(indptr: Any, edge_src: Any, degree: Any, num_dst: int) -> Any:
             if u != v:
                 pos += 1
                 src[pos], dst[pos] = u, v
-                weight[pos] = one / np.sqrt(degree[u] + one) * row_factor
+                weight[pos] = inv_sqrt[u] * row_factor
     return src, dst, new_indptr, weight
