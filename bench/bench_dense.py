@@ -174,7 +174,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     res: dict[str, Any] = {"rounds": args.rounds, "scale": args.scale,
-                           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__, "cpu": _cpu_name(), "amd_family": cpu_family("AuthenticAMD")}
+                           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+                           "cpu": _cpu_name(), "amd_family": cpu_family("AuthenticAMD")}
     res["products"] = bench_products(args.rounds, args.calls, args.scale)
     res["step"] = None if args.no_step else bench_step(args.rounds, args.steps, args.step_nodes)
     print_table(res)

@@ -34,8 +34,8 @@ Writes bench/results/dist_sampler.json (git-ignored).
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import statistics
 import sys
 import tempfile
