@@ -109,10 +109,45 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         >>> uses_onednn(torch.zeros(2, 3, dtype=torch.float64), torch.zeros(4, 3, dtype=torch.float64))
         False
     """
-    return (x.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.shape[0] < PAD_BELOW and weight.shape[0] >= PAD_MIN_OUT
-            and x.shape[0] * weight.shape[0] * weight.shape[1] >= MIN_MACS and torch.backends.mkldnn.enabled
-            and _onednn_pays())
+    return _product_dtype(x, weight) is not None
+
+
+def _product_dtype(x: torch.Tensor, weight: torch.Tensor) -> Optional[torch.dtype]:
+    """The dtype :func:`linear`'s padded oneDNN product computes in, or None for ``F.linear``.
+
+    bfloat16 under CPU autocast to bfloat16 on a CPU with bfloat16 instructions, for any row count
+    (autocast copies the rows to cast them anyway, so padding costs no extra pass); float32 where
+    :func:`_onednn_pays` and the shape qualifies (see the module doc).
+    """
+    if not (x.dim() == 2 and x.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.enabled
+            and x.shape[0] * weight.shape[0] * weight.shape[1] >= MIN_MACS):
+        return None
+    if autocast_bf16(x):
+        return torch.bfloat16 if x.dtype in (torch.float32, torch.bfloat16) and native_bf16() else None
+    if (x.dtype == torch.float32 and x.shape[0] < PAD_BELOW and weight.shape[0] >= PAD_MIN_OUT
+            and _onednn_pays()):
+        return torch.float32
+    return None
+
+
+def autocast_bf16(x: torch.Tensor) -> bool:
+    """Whether ``x``'s device runs under autocast to bfloat16 (``--precision bf16``'s training forward)."""
+    device = x.device.type
+    return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+
+
+@functools.lru_cache(maxsize=1)
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512_BF16 or AMX), so oneDNN's bf16 products
+    run at twice float32's rate instead of being emulated (slower than float32).
+
+    Example:
+        >>> native_bf16() in (True, False)
+        True
+    """
+    cpu = getattr(torch, "cpu", None)
+    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return _avx512() and any(check is not None and check() for check in checks)
 
 
 def _mm_t(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -145,12 +180,13 @@ def _padded_rows(rows: int) -> int:
     return -(-rows // multiple) * multiple
 
 
-def _padded(x: torch.Tensor) -> torch.Tensor:
-    """``x`` with zero rows appended up to :func:`_padded_rows` (``x`` itself when it has that many)."""
-    rows = x.shape[0]
-    if _padded_rows(rows) == rows:
+def _padded(x: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``x`` in ``dtype`` (default its own) with zero rows appended up to :func:`_padded_rows`, in one
+    copy (``x`` itself when it has that many rows and that dtype)."""
+    rows, dtype = x.shape[0], dtype or x.dtype
+    if _padded_rows(rows) == rows and x.dtype == dtype:
         return x
-    out = x.new_empty(_padded_rows(rows), x.shape[1])
+    out = x.new_empty(_padded_rows(rows), x.shape[1], dtype=dtype)
     out[:rows] = x
     out[rows:].zero_()
     return out
@@ -165,6 +201,15 @@ def _leading_rows(y: torch.Tensor, rows: int) -> torch.Tensor:
     return y.new_empty(0).set_(y.untyped_storage(), y.storage_offset(), (rows, y.shape[1]), y.stride())
 
 
+def _product(x_pad: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """``x_pad @ weight^T + bias`` in ``weight``'s dtype, the product in ``x_pad``'s (bfloat16: cast
+    back in the same pass that adds the bias, which stays float32)."""
+    if x_pad.dtype == weight.dtype:
+        return _mm_t(x_pad, weight, bias)
+    y = _mm_t(x_pad, weight.to(x_pad.dtype))
+    return y.to(weight.dtype) if bias is None else torch.add(y, bias)
+
+
 class _InputGradient(torch.autograd.Function):
     """The product on oneDNN, parameters as constants; its backward is ``x``'s gradient alone.
 
@@ -172,27 +217,28 @@ class _InputGradient(torch.autograd.Function):
     token (one expanded scalar). Two nodes, so autograd accumulates the weight gradient (and a
     layer-wise sync's hook sends it) before the input gradient's product runs: the order
     ``graphdist.sync.reorder`` gives ``F.linear`` under ``--sync dwbp``, which a product that
-    never calls ``F.linear`` would otherwise lose.
+    never calls ``F.linear`` would otherwise lose. ``dtype`` is the products' (forward and both
+    backward); results and gradients come back in the tensors' own dtypes.
     """
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                holder: list) -> torch.Tensor:
+                holder: list, dtype: torch.dtype) -> torch.Tensor:
         rows = x.shape[0]
-        x_pad = _padded(x)
-        y = _leading_rows(_mm_t(x_pad, weight, bias), rows)
-        ctx.save_for_backward(weight)
-        ctx.rows, ctx.holder = rows, holder
+        x_pad = _padded(x, dtype)
+        y = _leading_rows(_product(x_pad, weight, bias), rows)
+        ctx.save_for_backward(weight.to(dtype))
+        ctx.rows, ctx.holder, ctx.dtype, ctx.x_dtype = rows, holder, dtype, x.dtype
         holder.append((y, x_pad))
         return y.new_zeros(()).expand(y.shape)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], None, None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], None, None, None, None]:
         (weight,) = ctx.saved_tensors
         # The padded output gradient the parameters' node made, else this one (its shape is the token's).
-        grad_pad = ctx.holder.pop() if ctx.holder else grad.contiguous()
-        return _mm_t(grad_pad, weight.t())[: ctx.rows], None, None, None
+        grad_pad = ctx.holder.pop() if ctx.holder else _padded(grad, ctx.dtype)
+        return _mm_t(grad_pad, weight.t())[: ctx.rows].to(ctx.x_dtype), None, None, None, None
 
 
 class _ParameterGradients(torch.autograd.Function):
@@ -204,7 +250,7 @@ class _ParameterGradients(torch.autograd.Function):
                 holder: list) -> torch.Tensor:
         y, x_pad = holder.pop()
         ctx.save_for_backward(x_pad)
-        ctx.rows, ctx.has_bias, ctx.holder = y.shape[0], bias is not None, holder
+        ctx.rows, ctx.has_bias, ctx.holder, ctx.weight_dtype = y.shape[0], bias is not None, holder, weight.dtype
         return y
 
     @staticmethod
@@ -212,9 +258,15 @@ class _ParameterGradients(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor],
                                                         Optional[torch.Tensor], None]:
         (x_pad,) = ctx.saved_tensors
-        grad_pad = _padded(grad).contiguous()
-        # dW^T = x^T dY (in x out) measured 15% faster than dW = dY^T x; the transpose back is small.
-        grad_w = _mm_t(x_pad.t(), grad_pad.t()).t().contiguous() if ctx.needs_input_grad[1] else None
+        grad_pad = _padded(grad, x_pad.dtype).contiguous()
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            # dW^T = x^T dY (in x out) measured 15% faster than dW = dY^T x; the transpose back is small.
+            # In bfloat16, aten's mm (oneDNN too) reads the transposed rows without the reorder
+            # _linear_pointwise makes of them: 0.42 against 0.56 ms for 3,200 x 100 x 128.
+            grad_w_t = (_mm_t(x_pad.t(), grad_pad.t()) if x_pad.dtype == ctx.weight_dtype
+                        else torch.mm(x_pad.t(), grad_pad))
+            grad_w = grad_w_t.t().to(ctx.weight_dtype, memory_format=torch.contiguous_format)
         grad_b = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         if ctx.needs_input_grad[0]:
             ctx.holder.append(grad_pad)
@@ -224,20 +276,29 @@ class _ParameterGradients(torch.autograd.Function):
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, on oneDNN where :func:`uses_onednn` says so (see the module doc).
 
+    Under CPU autocast to bfloat16 (``--precision bf16``) the product runs in bfloat16 where
+    :func:`uses_onednn` says so and in float32 otherwise (small products gain nothing); either
+    way the result is float32, as the parameters, so the sparse and elementwise ops after it
+    stay float32.
+
     Example:
         >>> w = torch.eye(2)
         >>> linear(torch.tensor([[1.0, 2.0]]), w, torch.tensor([0.5, 0.0]))
         tensor([[1.5000, 2.0000]])
     """
-    if not uses_onednn(x, weight):
+    dtype = _product_dtype(x, weight)
+    if dtype is None:
+        if x.device.type == "cpu" and autocast_bf16(x):
+            with torch.autocast("cpu", enabled=False):
+                return F.linear(x, weight, bias)
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
         holder: list = []
-        token = _InputGradient.apply(x, weight.detach(), None if bias is None else bias.detach(), holder)
+        token = _InputGradient.apply(x, weight.detach(), None if bias is None else bias.detach(), holder, dtype)
         return _ParameterGradients.apply(token, weight, bias, holder)
     rows = x.shape[0]
-    return _mm_t(_padded(x), weight, bias)[:rows]
+    return _product(_padded(x, dtype), weight, bias)[:rows]
 
 
 class Linear(nn.Linear):

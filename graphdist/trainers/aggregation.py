@@ -39,6 +39,7 @@ from graphdist.trainers.minibatch import (
     sampler_seed,
     use_prefetch,
 )
+from graphdist.trainers.precision import check_precision
 from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class AggregationStrategy(Strategy):
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
+        check_precision(ctx.cfg.precision, self.device)
         self.partition = part = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
@@ -177,7 +179,8 @@ class AggregationStrategy(Strategy):
         sync = make_sync(self.ctx.cfg.sync, self.model, algorithm=self.algorithm, **sync_options(self.ctx.cfg))
         try:
             self._correction_stats = train_steps(self.batches.loader, sync, self.correction_optimizer, self.device,
-                                                 self.with_degrees, stats=self._correction_stats, task=self.task)
+                                                 self.with_degrees, stats=self._correction_stats, task=self.task,
+                                                 precision=self.ctx.cfg.precision)
         finally:
             sync.close()
 
@@ -188,7 +191,7 @@ class AggregationStrategy(Strategy):
         self._correction_stats = EpochStats()
         averages_before = self.averager.averages
         stats = train_steps(self.loader, self.local_sync, self.optimizer, self.device, self.with_degrees,
-                            after_step=self._after_step, task=self.task)
+                            after_step=self._after_step, task=self.task, precision=self.ctx.cfg.precision)
         self.averager.step += 1  # the epoch's last step: it always averages (below), never twice
         self._average()
         self._correct()

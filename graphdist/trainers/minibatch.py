@@ -26,6 +26,7 @@ from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, 
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
+from graphdist.trainers.precision import check_precision
 from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
@@ -246,6 +247,7 @@ class MinibatchStrategy(Strategy):
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
+        check_precision(ctx.cfg.precision, self.device)
         self.partition = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(self.partition.x.shape[1]), self.task.out_dim(self.partition.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
@@ -376,7 +378,8 @@ class MinibatchStrategy(Strategy):
         stats = train_steps(self.loader, self.sync, self.optimizer, self.device, self.with_degrees,
                             after_step=after_step, progress=progress if on_progress is not None else None,
                             log_interval=interval, stats=self._stats, task=self.task,
-                            before_finish=self.stretch.tick if self.stretch is not None else None)
+                            before_finish=self.stretch.tick if self.stretch is not None else None,
+                            precision=self.ctx.cfg.precision)
         stats.time_s = time.perf_counter() - start
         stats.sample_wait_s = self.loader.stats.wait_s
         stats.sync = self.sync.summary.as_list()

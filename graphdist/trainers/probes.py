@@ -124,13 +124,15 @@ def _train_step(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, batc
                 n: int) -> tuple[float, float]:
     """One probe step of the model copy as training runs it: ``(seconds without the gradient wait, that wait)``."""
     from graphdist.trainers.features import model_inputs
+    from graphdist.trainers.precision import autocast
 
     t0 = time.perf_counter()
     inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
     optimizer.zero_grad()
     sync.begin_step(n)
-    out = sync.model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
-    loss = strategy.task.loss(out, y.to(strategy.device)) if n else out.sum() * 0.0
+    with autocast(strategy.ctx.cfg.precision, strategy.device):  # timed as training runs it
+        out = sync.model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
+        loss = strategy.task.loss(out, y.to(strategy.device)) if n else out.sum() * 0.0
     loss.backward()
     t_wait = time.perf_counter()
     sync.finish()  # the exposed part of the gradient exchange: the simulator's, per link

@@ -164,6 +164,7 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     from graphdist.sync import make_sync
     from graphdist.trainers.base import adam, gradient_allreduce, sync_options
     from graphdist.trainers.fullgraph import FullGraphNet
+    from graphdist.trainers.precision import autocast
 
     cfg = strategy.ctx.cfg
     states = global_rng_state()
@@ -182,7 +183,9 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
             t0 = time.perf_counter()
             optimizer.zero_grad()
             sync.begin_step(n)
-            strategy.loss(sync.model()).backward()
+            with autocast(strategy.ctx.cfg.precision, strategy.device):
+                loss = strategy.loss(sync.model())
+            loss.backward()
             t_wait = time.perf_counter()
             sync.finish()
             t_synced = time.perf_counter()

@@ -26,6 +26,7 @@ def train_steps(
     stats: Optional[EpochStats] = None,
     task: Optional[Any] = None,
     before_finish: Optional[Callable[[], None]] = None,
+    precision: str = "fp32",
 ) -> EpochStats:
     """Mini-batch steps over ``batches``: forward through ``sync.model``, the task's loss, backward, sync, step.
 
@@ -42,7 +43,9 @@ def train_steps(
         before_finish: called after backward, before the wait for the step's gradient sync (the
             test-only slowdown stretches forward and backward there, so a slow rank is slow in
             every phase between two collectives, as a slower machine is).
+        precision: ``--precision``: the forward and the loss run under its autocast (``trainers/precision.py``).
     """
+    from graphdist.trainers.precision import autocast
     from graphdist.trainers.tasks import SingleLabel
 
     stats = stats if stats is not None else EpochStats()
@@ -58,7 +61,8 @@ def train_steps(
         sync.begin_step(n)
         # Through sync.model (the DDP wrapper in ddp mode); no seeds this step: a zero loss still
         # runs backward, so every layer's collective is issued as on the other ranks.
-        loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
+        with autocast(precision, device):
+            loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
         loss.backward()
         if before_finish is not None:
             before_finish()
