@@ -16,6 +16,10 @@ seeds: the ``bench_strategies --cluster`` recipe's per-worker batch) on a genera
 50,000 nodes (the size of one synthetic-100k part), with oneDNN on and off
 (``torch.backends.mkldnn.flags``), sample + forward + backward + Adam.
 
+On a CPU with bfloat16 instructions (AVX512_BF16 or AMX) a third kernel runs: ``--precision
+bf16``'s products, ``linear`` under CPU autocast (bfloat16 operands, float32 accumulation and
+result); its ``max |diff|`` against MKL is bf16's rounding, and ``--step`` times a bf16 step too.
+
 Rounds alternate the kernels (A B A B ...); the table gives medians over rounds.
 
 Run book:
@@ -69,10 +73,16 @@ def _time_product(fn: Callable, x_rows: list[int], dims: tuple[int, int], seed: 
 def bench_products(rounds: int, calls: int, scale: float = 1.0) -> list[dict[str, Any]]:
     import random
 
+    import torch
     import torch.nn.functional as F
 
-    from graphdist.models.dense import linear
+    from graphdist.models.dense import linear, native_bf16
 
+    def bf16(x: Any, weight: Any, bias: Any) -> Any:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return linear(x, weight, bias)
+
+    kernels = [("mkl", F.linear), ("onednn", linear)] + ([("bf16", bf16)] if native_bf16() else [])
     rows_out = []
     for name, full_rows, in_dim, out_dim, sampled in SHAPES:
         rows = max(64, int(full_rows * scale))
@@ -81,23 +91,32 @@ def bench_products(rounds: int, calls: int, scale: float = 1.0) -> list[dict[str
         rng = random.Random(0)
         draws = [rng.randint(int(rows * 0.95), int(rows * 1.05)) if sampled else rows
                  for _ in range(n_calls * (rounds + 1))]
-        times: dict[str, list[float]] = {"mkl": [], "onednn": []}
+        times: dict[str, list[float]] = {kernel: [] for kernel, _ in kernels}
         for r in range(rounds + 1):  # round 0 warms up (the full-graph shape's kernel, the CPU's clock)
-            for kernel, fn in (("mkl", F.linear), ("onednn", linear)):
+            for kernel, fn in kernels:
                 t, _ = _time_product(fn, draws[r * n_calls:(r + 1) * n_calls], (in_dim, out_dim), seed=r)
                 if r:
                     times[kernel].append(t)
         _, (y_m, gx_m, gw_m) = _time_product(F.linear, [rows], (in_dim, out_dim), seed=7)
         _, (y_o, gx_o, gw_o) = _time_product(linear, [rows], (in_dim, out_dim), seed=7)
         mkl, onednn = statistics.median(times["mkl"]), statistics.median(times["onednn"])
+        extra: dict[str, Any] = {}
+        if "bf16" in times:
+            _, (y_b, gx_b, gw_b) = _time_product(bf16, [rows], (in_dim, out_dim), seed=7)
+            extra = {"bf16_ms": statistics.median(times["bf16"]) * 1e3,
+                     "rounds_bf16_ms": [t * 1e3 for t in times["bf16"]],
+                     "bf16_max_abs_diff": max(float((a - b).abs().max())
+                                              for a, b in ((y_m, y_b), (gx_m, gx_b), (gw_m, gw_b)))}
         rows_out.append({
             "case": name, "rows": rows, "in": in_dim, "out": out_dim, "sampled": sampled, "calls": n_calls,
             "mkl_ms": mkl * 1e3, "onednn_ms": onednn * 1e3, "speedup": mkl / onednn,
             "gflops_onednn": 3 * 2 * rows * in_dim * out_dim / onednn / 1e9,
             "max_abs_diff": max(float((a - b).abs().max()) for a, b in ((y_m, y_o), (gx_m, gx_o), (gw_m, gw_o))),
             "rounds_mkl_ms": [t * 1e3 for t in times["mkl"]], "rounds_onednn_ms": [t * 1e3 for t in times["onednn"]],
+            **extra,
         })
-        print(f"  {name}: MKL {mkl * 1e3:.3f} ms, oneDNN {onednn * 1e3:.3f} ms", flush=True)
+        shown = f", bf16 {extra['bf16_ms']:.3f} ms" if extra else ""
+        print(f"  {name}: MKL {mkl * 1e3:.3f} ms, oneDNN {onednn * 1e3:.3f} ms{shown}", flush=True)
     return rows_out
 
 
@@ -115,9 +134,12 @@ def bench_step(rounds: int, steps: int, nodes: int = 50_000) -> dict[str, Any]:
     x_all = torch.cat([g.x, degrees], 1)  # GCN's inputs carry the global degree column (model_inputs)
     gen = torch.Generator().manual_seed(0)
     seeds = [torch.randperm(g.num_nodes, generator=gen)[:min(512, nodes // 2)] for _ in range(steps)]
-    times: dict[str, list[float]] = {"mkl": [], "onednn": []}
+    from graphdist.models.dense import native_bf16
+    from graphdist.trainers.precision import autocast
 
-    def run(enabled: bool) -> float:
+    times: dict[str, list[float]] = {"mkl": [], "onednn": []} | ({"bf16": []} if native_bf16() else {})
+
+    def run(enabled: bool, precision: str = "fp32") -> float:
         torch.manual_seed(0)
         model = GCN(100, 128, 16, num_layers=2, dropout=0.5)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -128,7 +150,8 @@ def bench_step(rounds: int, steps: int, nodes: int = 50_000) -> dict[str, Any]:
                     start = time.perf_counter()
                 batch = sampler.sample(s)
                 x, blocks = model_inputs(x_all.index_select(0, batch.input_nodes), batch.blocks, True)
-                loss = torch.nn.functional.cross_entropy(model(x, blocks), g.y[batch.seed_nodes].to(torch.int64))
+                with autocast(precision, torch.device("cpu")):
+                    loss = torch.nn.functional.cross_entropy(model(x, blocks), g.y[batch.seed_nodes].to(torch.int64))
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -137,22 +160,29 @@ def bench_step(rounds: int, steps: int, nodes: int = 50_000) -> dict[str, Any]:
     for _ in range(rounds):
         times["mkl"].append(run(False))
         times["onednn"].append(run(True))
-    mkl, onednn = statistics.median(times["mkl"]), statistics.median(times["onednn"])
-    return {"steps": steps, "nodes": nodes, "mkl_ms": mkl * 1e3, "onednn_ms": onednn * 1e3, "speedup": mkl / onednn,
-            "rounds_mkl_ms": [t * 1e3 for t in times["mkl"]], "rounds_onednn_ms": [t * 1e3 for t in times["onednn"]]}
+        if "bf16" in times:
+            times["bf16"].append(run(True, "bf16"))
+    out = {"steps": steps, "nodes": nodes,
+           "speedup": statistics.median(times["mkl"]) / statistics.median(times["onednn"])}
+    for kernel, got in times.items():
+        out[f"{kernel}_ms"], out[f"rounds_{kernel}_ms"] = statistics.median(got) * 1e3, [t * 1e3 for t in got]
+    return out
 
 
 def print_table(res: dict[str, Any]) -> None:
     print(f"\n{'case':50s} {'rows x in x out':>20s} {'MKL ms':>8s} {'oneDNN ms':>10s} {'speed-up':>9s} "
-          f"{'GFLOP/s':>8s} {'max |diff|':>11s}")
+          f"{'GFLOP/s':>8s} {'max |diff|':>11s} {'bf16 ms':>8s} {'bf16 x':>7s} {'bf16 |diff|':>11s}")
     for r in res["products"]:
         shape = f"{r['rows']}x{r['in']}x{r['out']}"
+        bf16 = (f" {r['bf16_ms']:8.3f} {r['mkl_ms'] / r['bf16_ms']:6.2f}x {r['bf16_max_abs_diff']:11.2e}"
+                if "bf16_ms" in r else "")
         print(f"{r['case']:50s} {shape:>20s} {r['mkl_ms']:8.3f} {r['onednn_ms']:10.3f} {r['speedup']:8.2f}x "
-              f"{r['gflops_onednn']:8.0f} {r['max_abs_diff']:11.2e}")
+              f"{r['gflops_onednn']:8.0f} {r['max_abs_diff']:11.2e}{bf16}")
     if res.get("step"):
         s = res["step"]
+        bf16 = f", bf16 {s['bf16_ms']:.2f} ms ({s['mkl_ms'] / s['bf16_ms']:.2f}x MKL)" if "bf16_ms" in s else ""
         print(f"\naggregation step (GCN, 512 seeds, fan-outs 10,10): MKL {s['mkl_ms']:.2f} ms, "
-              f"oneDNN {s['onednn_ms']:.2f} ms, {s['speedup']:.2f}x")
+              f"oneDNN {s['onednn_ms']:.2f} ms, {s['speedup']:.2f}x{bf16}")
     print(f"(products: forward + backward, medians of {res['rounds']} alternating rounds, one thread; "
           f"CPU capability {res['cpu_capability']})")
 

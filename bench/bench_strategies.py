@@ -125,7 +125,7 @@ def recipe(name: str, scale: float, dataset: str = "cora") -> list[str]:
 def bench_accuracy(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"recipes": {"fullgraph": FULLGRAPH_ARGS, "minibatch": MINIBATCH_ARGS,
                                        "large_graph": LARGE_GRAPH_ARGS},
-                           "epochs_scale": a.epochs_scale, "runs": {}}
+                           "epochs_scale": a.epochs_scale, "precision": a.precision, "runs": {}}
     for ds in a.datasets:
         runs: dict[str, dict[str, Any]] = {}
         names = [("reference", 1)] + [(s, w) for s in a.strategies for w in a.workers]
@@ -135,7 +135,8 @@ def bench_accuracy(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             accs, times, tvds, curves = [], [], [], None
             for seed in range(a.seeds):
                 hist = run_cli(["--dataset", ds, "--num-workers", str(workers), "--seed", str(seed),
-                                *recipe(strat, a.epochs_scale, ds)], tmp / f"{ds}-{abs(hash(key))}-{seed}")
+                                *recipe(strat, a.epochs_scale, ds), "--precision", a.precision],
+                               tmp / f"{ds}-{abs(hash(key))}-{seed}")
                 accs.append(best_test(hist))
                 times.append(sum(_epoch_cost(hist, k) for k in range(len(hist))))
                 tvds.append(hist[-1].get("label_tvd"))
@@ -180,7 +181,8 @@ def print_accuracy(res: dict[str, Any]) -> None:
     targets = {("cora", "fullgraph s=0"): 80.5, ("pubmed", "fullgraph s=0"): 78.5}
     for ds, runs in res["runs"].items():
         ref = runs["reference (1 worker minibatch)"]["acc"]
-        print(f"\n{ds}: test accuracy at the best-validation epoch (%), paired seeds")
+        print(f"\n{ds}: test accuracy at the best-validation epoch (%), paired seeds, --precision "
+              f"{res.get('precision', 'fp32')}")
         print(f"{'run':<34}{'mean':>7}{'std':>6}{'vs ref':>8}{'2 SE':>6}{'TVD':>7}{'s/run':>7}  note")
         s0 = {r["workers"]: r["acc"] for k, r in runs.items() if r["strategy"] == "fullgraph s=0"}
         for key, r in runs.items():
@@ -269,13 +271,13 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
              for m in {"metis", a.agg_parts}}
     fg = ["--strategy", "fullgraph", "--model", "gcn", "--hidden", str(a.hidden), "--layers", "3",
           "--fanouts=-1,-1,-1", "--eval-every", "0", "--epochs", str(a.epochs), "--checkpoint-every", "1000",
-          "--timeout", "300"]
+          "--timeout", "300", "--precision", a.precision]
     # The accuracy bench's recipe for this graph (same flags, same --avg-every), limited to --steps
     # steps per epoch; --mb-hidden overrides its width.
     base = LARGE_GRAPH_ARGS if is_large(a.dataset) else MINIBATCH_ARGS
     width = ["--hidden", str(a.mb_hidden)] if a.mb_hidden else []
     mb = [*base, *width, "--eval-every", "0", "--epochs", str(a.mb_epochs), "--max-steps", str(a.steps),
-          "--timeout", "300"]  # --max-steps 0: whole epochs
+          "--timeout", "300", "--precision", a.precision]  # --max-steps 0: whole epochs
     runs = [(label, args, method) for key, label, args, method in (
         ("fullgraph", "fullgraph s=0", fg + ["--staleness", "0"], "metis"),
         ("fullgraph", "fullgraph s=1", fg + ["--staleness", "1"], "metis"),
@@ -317,7 +319,7 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                              "halo_share": halo / epoch_s if epoch_s else None, "rounds": [m["epoch_s"] for m in got],
                              "bytes": got[-1]["bytes"], "steps": got[-1]["steps"]})
     return {"dataset": a.dataset, "hidden": a.hidden, "recipe": mb, "aggregation_parts": a.agg_parts,
-            "rounds": a.rounds, "host_cores": host_cores, "rows": rows}
+            "precision": a.precision, "rounds": a.rounds, "host_cores": host_cores, "rows": rows}
 
 
 def split_cores(hosts: int) -> list[list[int]]:
@@ -397,6 +399,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="--cluster: minibatch/aggregation epochs (the first is not timed)")
     p.add_argument("--rounds", type=int, default=1, help="--cluster: alternating rounds (medians reported)")
     p.add_argument("--limit", type=float, default=1800.0, help="--cluster: seconds before a run is killed")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="--precision of every training run, accuracy and cluster alike (default fp32)")
     p.add_argument("--out", default=str(RESULTS / "strategies.json"))
     p.add_argument("--png", default=str(RESULTS / "strategies.png"))
     a = p.parse_args(argv)
