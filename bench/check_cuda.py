@@ -14,7 +14,9 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
   and end shares and fails unless the GPU worker ends with the larger one;
 - ``cpu,cuda:0`` under the other strategies: ``--strategy fullgraph`` exact (``--staleness 0``)
   and wait-free (``--staleness 1``: the halo exchange runs on its own group while the GPU
-  computes), and ``--strategy aggregation`` (the model average crosses devices).
+  computes), and ``--strategy aggregation`` (the model average crosses devices);
+- ``--precision bf16`` (mixed precision: CUDA autocast on the GPU rank) on ``cuda:0`` alone, and
+  on ``cpu,cuda:0`` where the CPU has bfloat16 instructions (elsewhere its rank refuses bf16).
 
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
@@ -89,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
               ("cpu,cuda:0", 2, ("--placement", "profiled", "--rebalance-every", "5"), None),
               ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "0"), None),
               ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "1"), None),
-              ("cpu,cuda:0", 2, ("--strategy", "aggregation"), None)]
+              ("cpu,cuda:0", 2, ("--strategy", "aggregation"), None),
+              ("cuda:0", 1, ("--precision", "bf16"), None)]
+    from graphdist.models.dense import native_bf16
+
+    cases += [("cpu,cuda:0", 2, ("--precision", "bf16"), None)] if native_bf16() else []
     rows: list[dict] = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -277,9 +277,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     """``F.linear(x, weight, bias)``, on oneDNN where :func:`uses_onednn` says so (see the module doc).
 
     Under CPU autocast to bfloat16 (``--precision bf16``) the product runs in bfloat16 where
-    :func:`uses_onednn` says so and in float32 otherwise (small products gain nothing); either
-    way the result is float32, as the parameters, so the sparse and elementwise ops after it
-    stay float32.
+    :func:`uses_onednn` says so and in float32 otherwise (small products gain nothing); under
+    CUDA autocast it runs as autocast has it (bfloat16). Either way the result is float32, as
+    the parameters, so the sparse and elementwise ops after it stay float32.
 
     Example:
         >>> w = torch.eye(2)
@@ -288,10 +288,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     """
     dtype = _product_dtype(x, weight)
     if dtype is None:
-        if x.device.type == "cpu" and autocast_bf16(x):
-            with torch.autocast("cpu", enabled=False):
-                return F.linear(x, weight, bias)
-        return F.linear(x, weight, bias)
+        if not autocast_bf16(x):
+            return F.linear(x, weight, bias)
+        if x.device.type != "cpu":
+            return F.linear(x, weight, bias).to(weight.dtype)
+        with torch.autocast("cpu", enabled=False):
+            return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
         holder: list = []
