@@ -51,6 +51,7 @@ class _DenseRelabeler:
         self.mark = torch.full((num_nodes,), _FREE, dtype=torch.int32)
         self.parts: list[Tensor] = []
         self.count = 0
+        self.idmap = torch.zeros(0, dtype=torch.int32)  # stream position -> local id, for first positions
 
     def start(self, seeds: Tensor) -> None:
         n = seeds.numel()
@@ -58,7 +59,7 @@ class _DenseRelabeler:
             raise ValueError(f"seeds: expected fewer than {_FREE} seeds per batch (got {n})")
         pos = torch.arange(n, dtype=torch.int32)
         self.mark.scatter_reduce_(0, seeds, pos, reduce="amin")
-        self.parts, self.count, self.idmap = [seeds], n, [torch.arange(n, dtype=torch.int32)]
+        self.parts, self.count, self.idmap = [seeds], n, torch.arange(n, dtype=torch.int32)
         self.stream = n
         if n and not bool(torch.equal(self.mark.index_select(0, seeds), pos)):
             self.finish()
@@ -72,10 +73,10 @@ class _DenseRelabeler:
         if self.stream + m >= _FREE:
             raise ValueError(f"a batch may meet at most {_FREE - 1} node ids; use smaller batches or fan-outs")
         if compiled.enabled(m):  # the same ids and state, one loop (sampling.compiled)
-            local, idmap, new_nodes = compiled.relabel_add(self.mark, nbrs, self.stream, self.count, self.idmap[0])
+            local, idmap, new_nodes = compiled.relabel_add(self.mark, nbrs, self.stream, self.count, self.idmap)
         else:
             local, idmap, new_nodes = self._add_vectorised(nbrs)
-        self.idmap = [idmap]
+        self.idmap = idmap
         if new_nodes.numel():
             self.parts.append(new_nodes)
         self.count += new_nodes.numel()
@@ -95,7 +96,7 @@ class _DenseRelabeler:
         # several batches in flight (the distributed sampler) their arrays compete for cache.
         rank = torch.cumsum(is_first, 0, dtype=torch.int32)
         num_new = int(rank[-1])
-        idmap = torch.cat([self.idmap[0], rank.add_(self.count - 1)])
+        idmap = torch.cat([self.idmap, rank.add_(self.count - 1)])
         local = idmap.index_select(0, first_pos).to(torch.int64)
         # New nodes to their rank's slot (1..num_new), repeats to slot 0.
         slot = is_first.to(torch.int64).mul_(idmap[-m:] - (self.count - 1))
@@ -107,7 +108,7 @@ class _DenseRelabeler:
     def finish(self) -> None:
         for part in self.parts:
             self.mark.index_fill_(0, part, _FREE)
-        self.parts, self.count, self.idmap = [], 0, []
+        self.parts, self.count, self.idmap = [], 0, self.idmap[:0]
 
 
 class _SortRelabeler:
