@@ -258,8 +258,9 @@ def speed_run(dataset: str, workers: int, sync: str, args: argparse.Namespace, t
     run = tmp / f"speed-{workers}-{sync}-{abs(hash(str(repo)))}"
     shutil.rmtree(run, ignore_errors=True)
     hist = run_cli(["--dataset", dataset, "--num-workers", str(workers), "--sync", sync,
-                    "--batch-size", str(1024 * workers), "--max-steps", str(args.steps), *SPEED_ARGS], run, pin=pin,
-                   repo=repo)
+                    "--batch-size", str(1024 * workers), "--max-steps", str(args.steps), *SPEED_ARGS,
+                    # Only when asked: a --baseline checkout older than the flag must still run.
+                    *(["--precision", args.precision] if args.precision != "fp32" else [])], run, pin=pin, repo=repo)
     warm = hist[-1]
     return {"workers": workers, "sync": sync, "seeds_per_s": warm["seeds_per_s"],
             "epoch_time_s": warm["epoch_time_s"], "hidden_fraction": warm.get("hidden_fraction"),
@@ -609,6 +610,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--png", default=str(REPO / "bench" / "results" / "scaling.png"), help="--scaling: the plot")
     p.add_argument("--rounds", type=int, default=3,
                    help="--speed/--peers: alternating rounds of every system, medians reported (default 3)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="--speed: the runs' --precision (default fp32; run both to compare)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "train.json"))
     args = p.parse_args(argv)
     if args.datasets is None:
