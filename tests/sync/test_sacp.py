@@ -111,6 +111,9 @@ def _body(rank: int, world_size: int) -> None:
     for dense, factored in zip(grads[False], grads[True]):
         torch.testing.assert_close(factored, dense, rtol=1e-4, atol=1e-6)
     assert sent[True] < sent[False]
+    # Every rank applies the same gradient, bit for bit (its own share comes from its factors too).
+    everyone = comm.all_gather_object(grads[True])
+    assert all(torch.equal(a, b) for mine in everyone[1:] for a, b in zip(everyone[0], mine))
 
 
 def test_sufficient_factors_equal_dense_over_ranks_of_different_k():
