@@ -177,11 +177,6 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", cfg.cache_rows)
     if cfg.sacp_override:
         parse_sacp_overrides(cfg.sacp_override)
-    if cfg.precision != "fp32" and (cfg.sacp == "on" or cfg.sacp_override):
-        raise _fail("sacp" if cfg.sacp == "on" else "sacp-override", f"needs --precision fp32 (got --precision "
-                    f"{cfg.precision}): sufficient factors rebuild the peers' gradients in float32 beside this rank's "
-                    "own bfloat16 one, so the replicas would drift apart", cfg.sacp if cfg.sacp == "on"
-                    else cfg.sacp_override, "leave --sacp auto: under bf16 every layer is sent dense")
     if cfg.compress == "int8" and cfg.sync == "ddp":
         raise _fail("compress", "int8 needs --sync dwbp or blocking (torch DDP has fp16 and bf16 hooks only)",
                     cfg.compress)

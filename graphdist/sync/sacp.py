@@ -117,6 +117,7 @@ class LinearCapture:
         self._inputs: dict[int, list[torch.Tensor]] = defaultdict(list)
         self._grads: dict[int, list[torch.Tensor]] = {}  # filled by _keep_grad, into lists made at forward
         self._touched: dict[int, torch.Tensor] = {}
+        self._low_precision: set[int] = set()  # Linears whose product ran under autocast (--precision bf16)
         self._handles = [m.register_forward_hook(self._on_forward) for m in self.linears]
         self._handles += [m.register_forward_hook(self._on_lookup) for m in self.embeddings]
 
@@ -140,6 +141,8 @@ class LinearCapture:
         key = id(module)
         x = inputs[0].detach().reshape(-1, inputs[0].shape[-1])
         self._rows[key] += int(x.shape[0])
+        if torch.is_autocast_enabled(x.device.type):
+            self._low_precision.add(key)
         if key in self._pruned:
             return
         m, n = module.weight.shape
@@ -163,7 +166,12 @@ class LinearCapture:
         if grads is not None:
             grads.append(g.detach().reshape(-1, g.shape[-1]))
 
+    def low_precision(self, module: nn.Module) -> bool:
+        """Whether the Linear ran under autocast this step: autograd's gradient of it is then a 16-bit product's."""
+        return id(module) in self._low_precision
+
     def reset(self) -> None:
+        self._low_precision.clear()
         self._rows.clear()
         self._pruned.clear()
         self._inputs.clear()
@@ -384,7 +392,7 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     if u.shape[0] != rows[me] or v.shape[0] != rows[me]:
         raise RuntimeError(f"SACP: layer {bucket.name} saw {u.shape[0]} rows by backward but {rows[me]} when "
                            f"forward returned (a second forward in one step?); use --sacp off")
-    _check_local(bucket, lin, u, v)
+    _check_local(bucket, lin, u, v, state.weights.capture.low_precision(lin))
     scale = state.weights.scale()
     flat = bucket.buffer()
     if scale == 0.0:  # no seeds here: the local "mean" gradient may be nan; contribute nothing
@@ -479,15 +487,20 @@ def _dense(state: SacpState, bucket: Any, scheme: str):  # noqa: ANN202
     return state.dense_hook(state.dense_state, bucket)
 
 
-def _check_local(bucket: Any, lin: nn.Module, u: torch.Tensor, v: torch.Tensor) -> None:
-    """One row of ``U^T V`` against autograd's local gradient: the factors must be the whole gradient."""
+def _check_local(bucket: Any, lin: nn.Module, u: torch.Tensor, v: torch.Tensor, low_precision: bool = False) -> None:
+    """One row of ``U^T V`` against autograd's local gradient: the factors must be the whole gradient.
+
+    Within float32's sums' rounding, or bfloat16's (2**-8 per operand and result: 2**-5 of the
+    largest value allowed) where the product ran under autocast; a tied weight's extra gradient is
+    of the gradient's own size."""
     m, n = lin.weight.shape
     if m == 0 or u.shape[0] == 0:
         return
     row = (bucket.index() * 7919) % m  # a different row per layer; any row would do
     rebuilt = u[:, row].float() @ v.float()
     local = bucket.buffer()[row * n : (row + 1) * n].float()
-    tolerance = 1e-3 * (float(local.abs().max()) + float(rebuilt.abs().max())) + 1e-6
+    relative = 2.0 ** -5 if low_precision else 1e-3
+    tolerance = relative * (float(local.abs().max()) + float(rebuilt.abs().max())) + 1e-6
     if float((rebuilt - local).abs().max()) > tolerance:
         raise RuntimeError(f"SACP: layer {bucket.name}'s weight gradient is not only its Linear's (u v^T rows): "
                            f"a tied or reused weight? Train with --sacp off")

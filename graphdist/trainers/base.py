@@ -231,10 +231,7 @@ def sync_options(cfg: "TrainConfig") -> dict[str, Any]:
     """
     from graphdist.sync.modes import parse_sacp_overrides
 
-    # Under bf16 every layer goes dense: a sufficient-factor layer adds the peers' factors, multiplied in
-    # float32, to this rank's own gradient, computed in bfloat16; ranks would then apply gradients that
-    # differ by bf16's rounding (~0.4%) and the replicas would drift apart (config.py refuses --sacp on).
-    sacp = cfg.precision == "fp32" and (cfg.sacp == "on" or (cfg.sacp == "auto" and cfg.sync != "ddp"))
+    sacp = cfg.sacp == "on" or (cfg.sacp == "auto" and cfg.sync != "ddp")
     return {"compress": cfg.compress, "sacp": sacp, "sacp_overrides": parse_sacp_overrides(cfg.sacp_override or "")}
 
 

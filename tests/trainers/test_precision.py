@@ -11,18 +11,12 @@ import torch
 from graphdist.config import TrainConfig
 from graphdist.models import dense
 from graphdist.testing import launch
-from graphdist.trainers.base import sync_options
 from graphdist.trainers.precision import autocast, check_precision
 
 
 def test_the_flag_is_validated_and_an_emulating_cpu_refuses_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="--precision must be one of fp32, bf16"):
         TrainConfig(precision="fp16")
-    with pytest.raises(ValueError, match="--sacp needs --precision fp32"):
-        TrainConfig(precision="bf16", sacp="on")
-    # auto: every layer dense under bf16 (sufficient factors would mix float32 and bf16 gradients).
-    assert sync_options(TrainConfig(precision="bf16"))["sacp"] is False
-    assert sync_options(TrainConfig(precision="fp32"))["sacp"] is True
     monkeypatch.setattr(dense, "native_bf16", lambda: False)
     with pytest.raises(ValueError, match="no bfloat16 instructions.*use --precision fp32"):
         check_precision("bf16", torch.device("cpu"))
@@ -59,12 +53,14 @@ def _body(rank: int, world_size: int, part_dir: str) -> None:
         assert bf16 == again, (strategy_name, bf16, again)  # deterministic: resume stays bit-identical
         assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.02), (strategy_name, bf16, fp32)
         comm.barrier()
-    # Batches of 8 seeds a rank: the classifier's rows are few enough that SACP (--sacp auto) would send
-    # sufficient factors under fp32. Under bf16 the ranks must still apply the same gradients.
+    # Batches of 8 seeds a rank: the first layer's rows are few enough for sufficient factors (SACP,
+    # --sacp auto). Its check of the factors against autograd's bf16 gradient must pass, and the
+    # ranks must apply the same gradients.
     cfg = TrainConfig(strategy="minibatch", model="sage", hidden=64, layers=2, fanouts=(3, 3), batch_size=16,
                       lr=0.01, num_workers=2, prefetch=False, seed=1, timeout=20, precision="bf16", max_steps=4)
     strategy = build_strategy(rank, world_size, cfg, part_dir)
     strategy.train_epoch(1)
+    assert "sfb" in strategy.sync.hook_state.choices.values(), strategy.sync.hook_state.choices
     params = comm.all_gather_object([p.detach().clone() for p in strategy.model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(params[0], params[1]))
     strategy.close()
