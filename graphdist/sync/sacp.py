@@ -403,18 +403,34 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     state.scheme_bytes[(bucket.name, "sfb")] += payload.numel() * payload.element_size() * (size - 1)
 
     def run() -> torch.Tensor:
-        got = comm.all_to_all_v([payload] * size, group=state._group, tag=state.tag, recv_rows=rows, duplex=True)
-        # Every rank's factors, this rank's own included, in rank order: ranks on the same kind of
-        # device multiply the same numbers the same way, so their replicas apply the same gradient.
-        # (Adding the peers' factors to autograd's own gradient left the replicas apart by float32
-        # rounding: 2e-7 after four steps.) A CPU and a GPU rank still round differently.
-        factors = torch.cat(got).to(flat.device, flat.dtype)
-        torch.mm(factors[:, :m].t(), factors[:, m:], out=flat[: m * n].view(m, n))
-        if flat.numel() > m * n:
-            torch.sum(factors[:, :m], 0, out=flat[m * n :])
+        pending = comm.all_to_all_v_async([payload] * size, group=state._group, tag=state.tag, recv_rows=rows,
+                                          duplex=True)
+        # Every rank's term, this rank's own included, multiplied from the factors as sent and added
+        # in rank order: ranks on the same kind of device then apply the same gradient, bit for bit.
+        # (Adding the peers' terms to autograd's own gradient left the replicas apart by float32
+        # rounding: 2e-7 after four steps.) A CPU and a GPU rank still round differently. The own
+        # term is multiplied while the factors travel.
+        own = _term(payload, m, flat)
+        got = pending.wait()
+        total = None
+        for r, factors in enumerate(got):
+            term = own if r == me else _term(factors, m, flat)
+            total = term if total is None else total.add_(term)
+        flat.copy_(total)
         return flat
 
     return comm.Handle("sufficient-factor exchange", state._thread.submit(run), state._group, result=flat).future()
+
+
+def _term(factors: torch.Tensor, m: int, flat: torch.Tensor) -> torch.Tensor:
+    """One rank's share of a factored layer's flat gradient: ``U^T V`` (weight), then ``U``'s column sums (bias)."""
+    u_v = factors.to(flat.device, flat.dtype)
+    term = torch.empty_like(flat)
+    n = u_v.shape[1] - m
+    torch.mm(u_v[:, :m].t(), u_v[:, m:], out=term[: m * n].view(m, n))
+    if term.numel() > m * n:
+        torch.sum(u_v[:, :m], 0, out=term[m * n :])
+    return term
 
 
 def _scheme(state: SacpState, name: str, module: nn.Module, choose: Callable[[list[int]], str]) -> str:
