@@ -270,7 +270,11 @@ def test_check_cuda(tmp_path):
         res = _bench("check_cuda.py", "--as-cpu", "--nodes", 2000, "--epochs", 1, "--out", out, timeout=240)
         _ok(res)
         doc = _read(out, "gpus", "torch", "cases")
-        assert doc["as_cpu"] and doc["complete"] and len(doc["cases"]) == 9, doc
+        from graphdist.models.dense import native_bf16
+
+        # 9 device layouts and strategies, bf16 on one GPU, and bf16 mixed where this CPU has bf16.
+        assert doc["as_cpu"] and doc["complete"] and len(doc["cases"]) == 10 + native_bf16(), doc
+        assert sum(c["extra"] == ["--precision", "bf16"] for c in doc["cases"]) == 1 + native_bf16(), doc
         assert all(c["ok"] for c in doc["cases"]), doc["cases"]
         assert {c["devices"] for c in doc["cases"]} == {"cpu", "cpu,cpu"}
         return
