@@ -73,3 +73,19 @@ def test_sampled_strategies_train_in_bf16_deterministically_close_to_fp32(tmp_pa
 
     part_dir = partition(_graph(), 2, method="random", out=tmp_path / "parts", seed=0)
     launch(_body, 2, str(part_dir), timeout=120)
+
+
+def test_bf16_resume_is_bit_identical(tmp_path: Path) -> None:
+    if not dense.native_bf16():
+        pytest.skip("this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
+    from graphdist.api import train
+    from partition.api import partition
+
+    part_dir = partition(_graph(), 2, method="metis", out=tmp_path / "parts", seed=0)
+    common = dict(strategy="minibatch", hidden=64, fanouts=(5, 5), batch_size=256, max_steps=3,
+                  precision="bf16", num_workers=2, timeout=30, eval_every=2)
+    whole = train(None, part_dir, epochs=4, run_dir=str(tmp_path / "whole"), **common)
+    train(None, part_dir, epochs=2, run_dir=str(tmp_path / "half"), **common)
+    resumed = train(None, part_dir, epochs=4, resume=str(tmp_path / "half"), **common)
+    assert [r["loss"] for r in resumed.history] == [r["loss"] for r in whole.history], (resumed.history, whole.history)
+    assert resumed.history[-1]["test_acc"] == whole.history[-1]["test_acc"]
