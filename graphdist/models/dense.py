@@ -1,4 +1,4 @@
-"""Dense products: :class:`Linear` and :func:`linear`, float32 on CPU through oneDNN's AVX-512 kernels.
+"""Dense products: :class:`Linear` and :func:`linear`, on CPU through oneDNN (float32, or bfloat16 under autocast).
 
 Why not ``torch.nn.functional.linear``: on CPU it calls MKL's ``sgemm``, which runs its AVX2 code
 on AMD processors. On the EPYC this project ran on until 2026-12-04 (AVX-512, one thread; its CPU
@@ -26,6 +26,12 @@ and the padding cost copies: a GCN aggregation epoch ran 2.5% faster on MKL. Int
 measured; MKL runs its own AVX-512 code there, so no gain is expected. So the fast path is taken
 on AMD CPUs of family 26 and later only; ``GRAPHDIST_ONEDNN=1`` takes it on any AVX-512 CPU (to
 measure one) and ``GRAPHDIST_ONEDNN=0`` never.
+
+Under autocast to bfloat16 (``--precision bf16``, ``graphdist.trainers.precision``) the CPU
+products of at least :data:`MIN_MACS` run in bfloat16 on oneDNN, padded whatever their rows
+(the cast copies the rows anyway; unpadded, oneDNN built a kernel for each batch's row count
+and the step ran slower than float32), where the CPU multiplies bfloat16 in hardware
+(:func:`native_bf16`). Their results and gradients come back as float32.
 
 The fast path is taken for those float32 CPU products of at least :data:`MIN_MACS`
 multiply-adds when the CPU is one of those, torch's CPU capability is AVX-512 and oneDNN is
@@ -317,4 +323,5 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-__all__ = ["Linear", "MIN_MACS", "PAD_BELOW", "PAD_MIN_OUT", "ROW_MULTIPLE", "linear", "uses_onednn"]
+__all__ = ["Linear", "MIN_MACS", "PAD_BELOW", "PAD_MIN_OUT", "ROW_MULTIPLE", "autocast_bf16", "linear", "native_bf16",
+           "uses_onednn"]
