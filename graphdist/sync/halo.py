@@ -21,7 +21,9 @@ seed over all global ids, so its owner and every reader agree without a message;
 and readers drop the edges from the others (``kept_halo``). p = 1 is the exact exchange.
 
 Every rank must run the same layers in the same order (all exchanges are collectives on the
-halo group). Bytes are counted under the tag ``halo``: per layer, boundary rows x width x 4.
+halo group). Bytes are counted under the tag ``halo``: per layer, boundary rows x width x 4, or
+x 2 with a 16-bit ``wire_dtype`` (``--compress fp16|bf16``: the layers' embeddings and their
+gradients travel rounded to 16 bits and are added back in float32; ``fetch``'s rows stay exact).
 
 Example (one worker: nothing to exchange, the halo is empty):
     >>> import tempfile, torch
@@ -71,12 +73,15 @@ class HaloExchange:
         smoothing: g in [0, 1) for stale buffers (0: use what was received as is).
         boundary_sample: p in (0, 1]: the share of boundary nodes kept each epoch (``set_epoch``).
         seed: seeds the boundary-node draws.
+        wire_dtype: what a layer's exchanges travel as (``torch.float16`` or ``torch.bfloat16``: half
+            the bytes); None: the embeddings' own dtype.
 
     Set-up is collective: every rank builds its exchange at the same point.
     """
 
     def __init__(self, partition: Any, owners: Any = None, group: Any = None, staleness: int = 0,
-                 smoothing: float = 0.0, boundary_sample: float = 1.0, seed: int = 0) -> None:
+                 smoothing: float = 0.0, boundary_sample: float = 1.0, seed: int = 0,
+                 wire_dtype: Optional[torch.dtype] = None) -> None:
         if staleness not in (0, 1):
             raise ValueError(f"--staleness must be 0 (exact) or 1 (wait-free) (got {staleness})")
         if not 0.0 <= smoothing < 1.0:
@@ -87,6 +92,7 @@ class HaloExchange:
             raise ValueError("--boundary-sample < 1 needs --staleness 0 (stale buffers assume every boundary row)")
         self.staleness, self.smoothing = int(staleness), float(smoothing)
         self.boundary_sample, self.seed = float(boundary_sample), int(seed)
+        self.wire_dtype = wire_dtype
         self.num_inner = int(partition.num_inner)
         self.num_halo = int(partition.num_halo)
         self.group = group if group is not None else comm.new_group()
@@ -136,25 +142,30 @@ class HaloExchange:
 
     # ------------------------------------------------------------ collectives
 
-    def _start_forward(self, inner: Tensor) -> Any:
+    def _wire(self, rows: Tensor) -> Tensor:
+        return rows if self.wire_dtype is None else rows.to(self.wire_dtype)
+
+    def _start_forward(self, inner: Tensor, exact: bool = False) -> Any:
         payload = [inner.index_select(0, idx) for idx in self.send_index]
+        if not exact:
+            payload = [self._wire(rows) for rows in payload]
         return comm.all_to_all_v_async(payload, group=self.group, tag=TAG, recv_rows=self.recv_rows, duplex=True)
 
     def _halo_from(self, received: list[Tensor], like: Tensor) -> Tensor:
         halo = torch.zeros((self.num_halo, like.shape[1]), dtype=like.dtype)
         if self.recv_index.numel():
-            halo.index_copy_(0, self.recv_index, torch.cat(received))
+            halo.index_copy_(0, self.recv_index, torch.cat(received).to(like.dtype))
         return halo
 
     def _start_backward(self, grad_halo: Tensor) -> Any:
-        rows = grad_halo.index_select(0, self.recv_index)
+        rows = self._wire(grad_halo.index_select(0, self.recv_index))
         return comm.all_to_all_v_async(list(torch.split(rows, self.recv_rows)), group=self.group, tag=TAG,
                                        recv_rows=self.send_rows, duplex=True)
 
     def _grad_from(self, received: list[Tensor], like: Tensor) -> Tensor:
         grad = torch.zeros((self.num_inner, like.shape[1]), dtype=like.dtype)
         if self._send_all.numel():
-            grad.index_add_(0, self._send_all, torch.cat(received))
+            grad.index_add_(0, self._send_all, torch.cat(received).to(like.dtype))
         return grad
 
     def _smooth(self, old: Optional[Tensor], new: Tensor) -> Tensor:
@@ -168,7 +179,7 @@ class HaloExchange:
         """``[num_halo, d]`` halo rows of a table that does not change (features, degrees): exact, no autograd."""
         if self.world_size == 1:
             return inner.new_zeros((self.num_halo, inner.shape[1]))
-        return self._halo_from(self._start_forward(inner).wait(), inner)
+        return self._halo_from(self._start_forward(inner, exact=True).wait(), inner)
 
     def exchange(self, layer: int, inner: Tensor) -> Tensor:
         """``[num_inner + num_halo, d]``: ``inner`` and its halo rows, for layer ``layer``'s input.

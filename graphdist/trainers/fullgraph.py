@@ -174,8 +174,11 @@ class FullGraphStrategy(Strategy):
 
         # Halo exchanges get their own group: with staleness they are in flight while gradient
         # sync and evaluation use the default one.
+        # --compress fp16|bf16 halves the halo's bytes too (int8 quantises gradient buckets only).
+        wire = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.compress)
         self.halo = HaloExchange(part, self.owners, group=comm.new_group(cfg.timeout), staleness=cfg.staleness,
-                                 smoothing=cfg.smoothing, boundary_sample=cfg.boundary_sample, seed=cfg.seed)
+                                 smoothing=cfg.smoothing, boundary_sample=cfg.boundary_sample, seed=cfg.seed,
+                                 wire_dtype=wire)
         self._build_inputs()
         self.model = model.to(self.device)
         broadcast_parameters(self.model)

@@ -255,3 +255,31 @@ def test_boundary_sampling_sends_only_the_kept_rows_and_learns(tmp_path):
         expected[epoch] = [2 * r * 8 * 4 for r in rows]
         assert 0 < sum(rows) < 2 * len(pairs)
     launch(_bns_body, 2, str(part_dir), expected, timeout=120)
+
+
+def _compressed_body(rank: int, world_size: int, part_dir: str, ref: dict[str, object], boundary: list[int],
+                     halo: list[int]) -> None:
+    from dataclasses import replace
+
+    from graphdist import comm
+    from graphdist.trainers.run import build_strategy
+
+    strategy = build_strategy(rank, world_size, replace(_cfg("gcn", world_size), compress="bf16"), part_dir)
+    comm.reset_byte_counts()
+    stats = strategy.train_epoch(1)
+    # Half the exact exchange's bytes: the hidden rows and their gradients travel as bfloat16.
+    assert comm.byte_counts().get("halo", 0) == 2 * (boundary[rank] + halo[rank]) * 8 * 2
+    loss = comm.all_reduce(torch.tensor([stats.loss_sum / strategy.num_train_total]), tag="test").item()
+    assert loss == pytest.approx(ref["loss"], rel=1e-2) and loss != pytest.approx(ref["loss"], rel=1e-7)
+    for (name, p), g in zip(strategy.model.named_parameters(), ref["grads"]):
+        torch.testing.assert_close(p.grad, g, rtol=0.0, atol=2e-2 * float(g.abs().max()), msg=lambda m: f"{name}: {m}")
+    strategy.close()
+
+
+def test_compressed_halo_sends_half_the_bytes_and_stays_close_to_exact(tmp_path):
+    from partition.api import partition
+
+    graph = _graph()
+    part_dir = Path(partition(graph, 2, method="metis", out=tmp_path / "parts", seed=0))
+    boundary, halo = _boundary_rows(graph, part_dir, 2)
+    launch(_compressed_body, 2, str(part_dir), _reference(graph, _cfg("gcn", 2)), boundary, halo, timeout=60)
