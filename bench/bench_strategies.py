@@ -81,6 +81,11 @@ STRATEGIES: dict[str, tuple[list[str], str, str]] = {
     "minibatch": (["--strategy", "minibatch"], "minibatch", "metis"),
     "fullgraph s=0": (["--strategy", "fullgraph", "--staleness", "0"], "fullgraph", "metis"),
     "fullgraph s=1": (["--strategy", "fullgraph", "--staleness", "1"], "fullgraph", "metis"),
+    # --compress bf16: halo embeddings, their gradients and the gradient allreduce in 16 bits.
+    "fullgraph s=0 +bf16": (["--strategy", "fullgraph", "--staleness", "0", "--compress", "bf16"], "fullgraph",
+                            "metis"),
+    "fullgraph s=1 +bf16": (["--strategy", "fullgraph", "--staleness", "1", "--compress", "bf16"], "fullgraph",
+                            "metis"),
     "aggregation metis": (["--strategy", "aggregation"], "minibatch", "metis"),
     "aggregation random": (["--strategy", "aggregation"], "minibatch", "random"),
     "aggregation super": (["--strategy", "aggregation"], "minibatch", "super"),
