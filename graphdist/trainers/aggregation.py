@@ -39,7 +39,6 @@ from graphdist.trainers.minibatch import (
     sampler_seed,
     use_prefetch,
 )
-from graphdist.trainers.precision import check_precision
 from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
@@ -107,7 +106,6 @@ class AggregationStrategy(Strategy):
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
-        check_precision(ctx.cfg.precision, self.device)
         self.partition = part = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))

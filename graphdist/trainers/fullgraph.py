@@ -33,7 +33,7 @@ from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, 
 from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import broadcast_parameters, build_model, class_labels, resolve_device
-from graphdist.trainers.precision import autocast, check_precision
+from graphdist.trainers.precision import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,6 @@ class FullGraphStrategy(Strategy):
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
-        check_precision(ctx.cfg.precision, self.device)
         self.partition = part = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         _check_layerwise(model)

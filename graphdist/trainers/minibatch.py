@@ -26,7 +26,6 @@ from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, 
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
-from graphdist.trainers.precision import check_precision
 from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
@@ -247,7 +246,6 @@ class MinibatchStrategy(Strategy):
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
-        check_precision(ctx.cfg.precision, self.device)
         self.partition = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(self.partition.x.shape[1]), self.task.out_dim(self.partition.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))

@@ -203,10 +203,15 @@ def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
 def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str,
                    model: Optional[torch.nn.Module] = None, run_dir: Optional[str] = None) -> Strategy:
     """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it)."""
+    from graphdist.trainers.minibatch import resolve_device
+    from graphdist.trainers.precision import check_precision
+
     topology = comm.discover_topology()
     plan = plan_job(partition_dir, cfg, world_size)
     if comm.is_main_process():
         logger.info("topology: %s; plan:\n%s", topology.describe(), plan.describe())
+    # Every strategy's steps run under --precision: refused here, once, where this rank's device cannot run it.
+    check_precision(cfg.precision, resolve_device(plan.of(rank).device))
     ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partition_dir=partition_dir, plan=plan,
                         topology=topology, model=model, run_dir=run_dir)
     return strategy_class(cfg.strategy)(ctx)
