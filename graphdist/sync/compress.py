@@ -296,6 +296,23 @@ def _probe_costs(fns: dict[str, Any], probe: torch.Tensor, repeats: int) -> dict
     return {name: float(v) for name, v in zip(names, medians.tolist())}
 
 
+def wire_bytes(name: str, block: int = DEFAULT_BLOCK) -> float:
+    """Bytes a gradient value costs on the wire under ``--compress name``: 4 (``none``), 2 (``fp16``,
+    ``bf16``), ``1 + 4 / block`` (``int8``: the value and its share of its block's float32 scale).
+
+    What SACP's rule weighs its factors against, and what ``placement.simulator`` moves.
+
+    Example:
+        >>> wire_bytes("none"), wire_bytes("bf16"), wire_bytes("int8", block=512)
+        (4.0, 2.0, 1.0078125)
+    """
+    if name not in COMPRESSIONS:
+        raise ValueError(f"Expected --compress one of {', '.join(COMPRESSIONS)} (got {name!r}; auto is resolved first)")
+    if name == "int8":
+        return 1.0 + 4.0 / block
+    return float(CAST_DTYPES[name].itemsize) if name in CAST_DTYPES else 4.0
+
+
 def compressed_hook(name: str, algorithm: Any = None, group: Any = None, tag: str = "grad",
                     seed_weighted: bool = True, block: int = DEFAULT_BLOCK) -> tuple[CommHook, Any]:
     """``(hook, state)`` for ``--compress name`` (``none``: the plain seed-weighted allreduce).
@@ -321,4 +338,4 @@ def compressed_hook(name: str, algorithm: Any = None, group: Any = None, tag: st
 
 __all__ = ["AUTO_CANDIDATES", "COMPRESSIONS", "CAST_DTYPES", "CompressionChoice", "INT8_MARGIN", "Int8State",
            "cast_compress_wrapper", "choose_compression", "compressed_hook", "pick_compression",
-           "dequantize_blocks", "int8_allreduce", "quantize_blocks"]
+           "dequantize_blocks", "int8_allreduce", "quantize_blocks", "wire_bytes"]

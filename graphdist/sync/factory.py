@@ -73,7 +73,7 @@ def make_sync(
         if "hook" in kwargs:
             raise ValueError("Expected either compress=/sacp= or hook= (a hook of your own can wrap "
                              "graphdist.sync.compress.cast_compress_wrapper itself)")
-        from graphdist.sync.compress import CAST_DTYPES, compressed_hook
+        from graphdist.sync.compress import CAST_DTYPES, DEFAULT_BLOCK, compressed_hook, wire_bytes
 
         hook, state = compressed_hook(compress, algorithm, group, seed_weighted=seed_weighted)
         if sacp:
@@ -82,7 +82,8 @@ def make_sync(
             from graphdist.sync.sacp import make_sacp
 
             hook, state = make_sacp(model, hook, state, seed_weighted, sacp_overrides,
-                                    factor_dtype=CAST_DTYPES.get(compress, torch.float32))
+                                    factor_dtype=CAST_DTYPES.get(compress, torch.float32),
+                                    dense_bytes=wire_bytes(compress, getattr(state, "block", DEFAULT_BLOCK)))
         kwargs["hook"], kwargs["hook_state"] = hook, state
     return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, seed_weighted=seed_weighted, **kwargs)
 

@@ -70,6 +70,8 @@ class SacpState:
         overrides: layer name -> ``dense`` or ``sfb``, for debugging (``--sacp-override``).
         factor_dtype: dtype the factors travel in (fp32; fp16/bf16 under ``--compress``; int8 compression
             applies to dense layers only).
+        dense_bytes: bytes a value of ``dense_hook``'s payload costs on the wire
+            (``graphdist.sync.compress.wire_bytes``): what the rule weighs the factors against.
         dense_hook, dense_state: what a dense layer sends (the plain or compressed allreduce); its
             state shares this state's ``weights``.
         weights: this step's seed counts and rows (:class:`RowCounts`).
@@ -83,6 +85,7 @@ class SacpState:
     # tuned often
     overrides: dict[str, str] = field(default_factory=dict)
     factor_dtype: torch.dtype = torch.float32
+    dense_bytes: float = 4.0
     # tuned seldom
     dense_hook: CommHook = seed_weighted_allreduce
     dense_state: Any = None
@@ -120,7 +123,7 @@ class SacpState:
 
 def make_sacp(model: nn.Module, dense_hook: CommHook, dense_state: Any, seed_weighted: bool = True,
               overrides: Optional[dict[str, str]] = None, factor_dtype: torch.dtype = torch.float32,
-              tag: str = "grad") -> tuple[CommHook, SacpState]:
+              tag: str = "grad", dense_bytes: float = 4.0) -> tuple[CommHook, SacpState]:
     """``(sacp_allreduce, state)`` over ``model``'s Linears, dense layers sent by ``dense_hook``.
 
     Collective when a process group exists. Example:
@@ -132,12 +135,14 @@ def make_sacp(model: nn.Module, dense_hook: CommHook, dense_state: Any, seed_wei
 
     named = dict(model.named_modules())
     forced = [named[name] for name, scheme in (overrides or {}).items() if scheme == "sfb" and name in named]
-    capture = LinearCapture(model, prune_for=group_size(), keep=forced)
+    capture = LinearCapture(model, prune_for=group_size(), keep=forced, factor_bytes=factor_dtype.itemsize,
+                            dense_bytes=dense_bytes)
     weights = RowCounts(capture, None, tag, normalize=seed_weighted)
     if dense_state is None:
         dense_state = AllreduceState(None, None, tag, weights)
     dense_state.weights = weights
-    state = SacpState(dict(overrides or {}), factor_dtype, dense_hook, dense_state, tag, weights)
+    state = SacpState(dict(overrides or {}), factor_dtype=factor_dtype, dense_bytes=dense_bytes, dense_hook=dense_hook,
+                      dense_state=dense_state, tag=tag, weights=weights)
     state._model_hook = model.register_forward_hook(lambda *_: weights.issue())
     return sacp_allreduce, state
 
@@ -163,7 +168,7 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     if lin is None:
         return _dense(state, bucket, "dense")
     m, n = lin.weight.shape
-    scheme = _scheme(state, bucket.name, lin, lambda k: sacp_choice(k, m, n, group_size()))
+    scheme = _scheme(state, bucket.name, lin, lambda k: sacp_choice(k, m, n, group_size(), state.factor_dtype.itemsize, state.dense_bytes))
     state.choices[bucket.name] = scheme
     if scheme == "dense" or state._thread is None:
         return _dense(state, bucket, scheme if state._thread is not None else "dense")
@@ -239,7 +244,8 @@ def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN2
     """Each rank sends its touched rows (int64 index and fp32 values, as bytes) to every peer; each
     rank adds every rank's rows into a zero gradient."""
     num_rows, dim = table.weight.shape
-    scheme = _scheme(state, bucket.name, table, lambda k: sparse_rows_choice(k, num_rows, dim, group_size()))
+    scheme = _scheme(state, bucket.name, table,
+                     lambda k: sparse_rows_choice(k, num_rows, dim, group_size(), state.dense_bytes))
     scheme = "dense" if scheme == "sfb" else scheme
     state.choices[bucket.name] = scheme
     if scheme == "dense" or state._thread is None:

@@ -29,16 +29,19 @@ def is_linear(module: nn.Module) -> bool:
     return cls.__name__ == "Linear" and cls.__module__.startswith("torch_geometric")
 
 
-def sparse_rows_choice(k_rows: list[int], num_rows: int, dim: int, world_size: Optional[int] = None) -> str:
-    """``"sparse"`` iff sending the touched rows (and their int64 index, 2 floats' worth) to every peer,
-    ``max_r K_r (D + 2)`` per peer, beats the ring's ``2 V D / P``; else ``"dense"``.
+def sparse_rows_choice(k_rows: list[int], num_rows: int, dim: int, world_size: Optional[int] = None,
+                       dense_bytes: float = 4.0) -> str:
+    """``"sparse"`` iff sending the touched rows (float32 values and an int64 index) to every peer,
+    ``max_r K_r (4 D + 8)`` bytes per peer, beats the ring's ``2 V D / P`` values of ``dense_bytes``
+    each (``graphdist.sync.compress.wire_bytes``); else ``"dense"``.
 
     Example:
         >>> sparse_rows_choice([40, 10], num_rows=100_000, dim=64)
         'sparse'
     """
     size = len(k_rows) if world_size is None else world_size
-    return "sparse" if max(k_rows, default=0) * (dim + 2) <= 2 * num_rows * dim / max(1, size) else "dense"
+    sparse = max(k_rows, default=0) * (4.0 * dim + 8.0)
+    return "sparse" if sparse <= 2 * num_rows * dim * dense_bytes / max(1, size) else "dense"
 
 
 def is_dense_embedding(module: nn.Module) -> bool:
@@ -46,11 +49,22 @@ def is_dense_embedding(module: nn.Module) -> bool:
     return isinstance(module, nn.Embedding) and not module.sparse
 
 
-def sacp_choice(k_rows: list[int], out_features: int, in_features: int, world_size: Optional[int] = None) -> str:
-    """``"sfb"`` iff ``max_r K_r (M + N) <= 2 M N / P`` (Poseidon's rule), else ``"dense"``."""
+def sacp_choice(k_rows: list[int], out_features: int, in_features: int, world_size: Optional[int] = None,
+                factor_bytes: float = 4.0, dense_bytes: float = 4.0) -> str:
+    """``"sfb"`` iff ``max_r K_r (M + N) b_f <= 2 M N b_d / P`` (Poseidon's rule, in bytes), else ``"dense"``.
+
+    ``b_f``: bytes a factor value travels in; ``b_d``: bytes a value of the dense allreduce costs
+    (``graphdist.sync.compress.wire_bytes``). Under ``--compress int8`` the dense payload shrinks
+    to a quarter while the factors travel in float32, so factors must be 4x fewer to pay.
+
+    Example:
+        >>> sacp_choice([200], 512, 512, world_size=2), sacp_choice([200], 512, 512, 2, dense_bytes=1.0)
+        ('sfb', 'dense')
+    """
     size = len(k_rows) if world_size is None else world_size
     m, n = out_features, in_features
-    return "sfb" if max(k_rows, default=0) * (m + n) <= 2 * m * n / max(1, size) else "dense"
+    factors = max(k_rows, default=0) * (m + n) * factor_bytes
+    return "sfb" if factors <= 2 * m * n * dense_bytes / max(1, size) else "dense"
 
 
 class LinearCapture:
@@ -63,6 +77,7 @@ class LinearCapture:
             factors out for that many ranks keeps only its row count this step (it will go
             dense); None keeps every Linear's factors.
         keep: Linears that keep their factors whatever their rows (forced by an override).
+        factor_bytes, dense_bytes: what the pruning rule weighs (:func:`sacp_choice`).
 
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Linear(3, 2))
@@ -72,11 +87,13 @@ class LinearCapture:
         (5, torch.Size([5, 2]), torch.Size([5, 3]))
     """
 
-    def __init__(self, model: nn.Module, prune_for: Optional[int] = None, keep: Sequence[nn.Module] = ()) -> None:
+    def __init__(self, model: nn.Module, prune_for: Optional[int] = None, keep: Sequence[nn.Module] = (),
+                 factor_bytes: float = 4.0, dense_bytes: float = 4.0) -> None:
         self.linears = [m for m in model.modules() if is_linear(m)]
         self.embeddings = [m for m in model.modules() if is_dense_embedding(m)]
         self.modules = self.linears + self.embeddings  # the order of RowCounts' columns
         self.prune_for = prune_for
+        self.wire = (factor_bytes, dense_bytes)
         self._keep = {id(m) for m in keep}  # Linears forced to factors (--sacp-override): always kept
         self._pruned: set[int] = set()
         self._rows: dict[int, int] = defaultdict(int)
@@ -113,7 +130,7 @@ class LinearCapture:
             return
         m, n = module.weight.shape
         if (self.prune_for is not None and key not in self._keep
-                and sacp_choice([self._rows[key]], m, n, self.prune_for) == "dense"):
+                and sacp_choice([self._rows[key]], m, n, self.prune_for, *self.wire) == "dense"):
             # This rank's K alone already rules factors out (the rule takes the max over ranks), so
             # the layer goes dense: holding its inputs and output gradients (a K x M tensor kept
             # alive until the next step) would only cost memory and fresh allocations.

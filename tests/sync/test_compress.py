@@ -94,6 +94,19 @@ def _cast_body(rank: int, world_size: int) -> None:
             assert float((g - e).abs().max()) <= rtol * scale + 1e-6, (compress, float((g - e).abs().max()), scale)
         assert sent < fp32_bytes * (0.55 if compress != "int8" else 0.4), (compress, sent, fp32_bytes)
 
+    # SACP weighs its factors against the dense payload as it travels: 48 rows of a 256 x 256
+    # Linear over 2 ranks pay as float32 factors against a float32 (K <= 128) or fp16 ring (fp16
+    # factors), not against int8's quarter-size ring (K <= 32).
+    for compress, scheme in (("none", "sfb"), ("fp16", "sfb"), ("int8", "dense")):
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(256, 256)
+        sync = make_sync("dwbp", lin, compress=compress, sacp=True)
+        sync.begin_step(48)
+        sync.model(torch.randn(48, 256, generator=torch.Generator().manual_seed(rank))).pow(2).mean().backward()
+        sync.finish()
+        assert list(sync.hook_state.choices.values()) == [scheme], (compress, sync.hook_state.choices)
+        sync.close()
+
 
 def test_compressed_syncs_match_the_exact_gradient_with_fewer_bytes():
     launch(_cast_body, 2, timeout=90)

@@ -67,6 +67,10 @@ def test_poseidon_rule_at_its_boundary():
     threshold = 2 * m * n / 2 / (m + n)  # K (M+N) <= 2MN/P, P = 2: K <= 512
     assert sacp_choice([int(threshold), 3], m, n) == "sfb"
     assert sacp_choice([int(threshold) + 1, 3], m, n) == "dense"
+    # In bytes: fp16 factors against an int8 ring (1 + 4/512 bytes a value) need K <= 512 * 1.0078 / 2.
+    int8 = 1 + 4 / 512
+    assert sacp_choice([258, 3], m, n, factor_bytes=2, dense_bytes=int8) == "sfb"
+    assert sacp_choice([259, 3], m, n, factor_bytes=2, dense_bytes=int8) == "dense"
 
 
 class _Wide(nn.Module):
