@@ -46,6 +46,11 @@ under SACP, as sufficient factors when Poseidon's rule picks them. Backward is t
 compute, split over layers by their matmul work ``K * in * out``. These two, and the link
 latency, are the model's stated assumptions; everything else is measured.
 
+Bytes follow the run's ``--compress`` (:class:`Wire`): a dense gradient value costs 4 bytes, 2
+under fp16/bf16, ``1 + 4/block`` under int8; SACP's factors travel in float32 or the 16-bit
+cast, and its rule weighs them against the dense payload in those bytes, as the sync does; a
+halo value costs 4 bytes, 2 under fp16/bf16. Aggregation's parameter averages are exact (float32).
+
 Example:
     >>> w = WorkerCosts(sample=LinearCost(0.001, 1e-5), gather=LinearCost(0.0, 1e-5),
     ...                 compute=LinearCost(0.002, 4e-5), sent_bytes=LinearCost(0.0, 100.0))
@@ -63,8 +68,8 @@ from typing import Optional, Sequence
 from placement.layout import Layout
 from placement.shares import LinearCost
 
-__all__ = ["EpochPrediction", "FullGraphCosts", "Layout", "ModelShape", "Pipelined", "WorkerCosts", "simulate",
-           "simulate_fullgraph"]
+__all__ = ["EpochPrediction", "FullGraphCosts", "Layout", "ModelShape", "Pipelined", "Wire", "WorkerCosts",
+           "simulate", "simulate_fullgraph"]
 
 BACKWARD_FRACTION = 2.0 / 3.0  # backward's share of forward + backward (about twice the forward FLOPs)
 
@@ -130,6 +135,17 @@ class ModelShape:
     param_bytes: int = 0
 
 
+@dataclass(frozen=True)
+class Wire:
+    """Bytes a value costs on the wire under the run's ``--compress``: a dense gradient's (``grad``),
+    SACP's factors' (``factor``), a full-graph halo row's (``halo``). Float32 by default;
+    ``graphdist.sync.compress.wire_bytes`` gives ``grad`` for a compression."""
+
+    grad: float = 4.0
+    factor: float = 4.0
+    halo: float = 4.0
+
+
 @dataclass
 class EpochPrediction:
     """Predicted step and epoch time, per worker its critical path, and what bounds the step."""
@@ -150,7 +166,8 @@ class EpochPrediction:
 def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, steps: int,
              model: ModelShape = ModelShape(), sync: str = "dwbp", sacp: bool = True, prefetch: bool = True,
              slowdown: Optional[Sequence[float]] = None, profiled_layout: Optional[Layout] = None,
-             strategy: str = "minibatch", avg_every: int = 10, avg_overlap: bool = False) -> EpochPrediction:
+             strategy: str = "minibatch", avg_every: int = 10, avg_overlap: bool = False,
+             wire: Wire = Wire()) -> EpochPrediction:
     """The predicted minibatch epoch of ``workers`` with ``shares`` on ``layout`` (see the module doc).
 
     Args:
@@ -173,6 +190,7 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         avg_every: aggregation's steps between averages.
         avg_overlap: aggregation's ``--avg-overlap``: each average travels during the next step,
             and only what outlasts that step is exposed.
+        wire: bytes a gradient value and a factor value cost (``--compress``); float32 by default.
     """
     if strategy == "fullgraph":
         raise ValueError("simulate: fullgraph's costs are per full-graph step: use simulate_fullgraph with "
@@ -191,8 +209,8 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         exposed = 0.0 if avg_overlap else average / max(1, avg_every)
         net = [0.0] * n
     else:
-        slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp, stretch)
-                          - _sync_exposed(workers, shares, base, model, sync, sacp, stretch))
+        slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp, stretch, wire)
+                          - _sync_exposed(workers, shares, base, model, sync, sacp, stretch, wire))
         # The least wait: a rank that waited longer was waiting for a later one, and each rank's
         # measured step already holds its own wait (the largest counted it twice: +0.9 ms a step).
         exposed = min(grad_s) + slower_link
@@ -237,8 +255,8 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
 
 
 def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model: ModelShape = ModelShape(),
-                       staleness: int = 0, sync: str = "dwbp", profiled_layout: Optional[Layout] = None
-                       ) -> EpochPrediction:
+                       staleness: int = 0, sync: str = "dwbp", profiled_layout: Optional[Layout] = None,
+                       wire: Wire = Wire()) -> EpochPrediction:
     """The predicted full-graph epoch (one step) of ``workers`` on ``layout`` (see the module doc).
 
     Args:
@@ -249,6 +267,7 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
         sync: the gradient sync (``dwbp``, ``blocking``, ``ddp``).
         profiled_layout: where the profile was measured (default one host): the waits it measured
             are kept, the simulated difference between the two layouts added.
+        wire: bytes a halo value and a gradient value cost (``--compress``); float32 by default.
 
     Example:
         >>> w = FullGraphCosts(compute_s=0.5, send_rows=(0, 20_000), widths=(128, 128), inner=50_000)
@@ -265,14 +284,14 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
     if staleness not in (0, 1):
         raise ValueError(f"simulate_fullgraph: staleness must be 0 or 1 (got {staleness})")
     base = profiled_layout if profiled_layout is not None else Layout.one_host(n)
-    halo = _halo_s(workers, layout, layout.duplex_stream if staleness else layout.duplex)
-    slower_halo = max(0.0, halo - _halo_s(workers, base, base.duplex))
+    halo = _halo_s(workers, layout, layout.duplex_stream if staleness else layout.duplex, wire.halo)
+    slower_halo = max(0.0, halo - _halo_s(workers, base, base.duplex, wire.halo))
     per_step = [WorkerCosts(sample=LinearCost(0.0, 0.0), gather=LinearCost(0.0, 0.0),
                             compute=LinearCost(w.compute_s, 0.0),
                             rows=tuple(LinearCost(float(w.inner), 0.0) for _ in model.linears)) for w in workers]
     ones = [1] * n
-    slower_sync = max(0.0, _sync_exposed(per_step, ones, layout, model, sync, False)
-                      - _sync_exposed(per_step, ones, base, model, sync, False))
+    slower_sync = max(0.0, _sync_exposed(per_step, ones, layout, model, sync, False, (), wire)
+                      - _sync_exposed(per_step, ones, base, model, sync, False, (), wire))
     exposed = max(w.sync_wait_s for w in workers) + slower_sync
     if staleness == 0:
         # Every exchange blocks its layer: the profiled wait (transfer, and the peers' imbalance)
@@ -299,10 +318,10 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
                            bottleneck=bottleneck, parts={"halo_s": halo, "compute_s": workers[slowest].compute_s})
 
 
-def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) -> float:
+def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float, value_bytes: float = 4.0) -> float:
     """A step's halo exchanges on ``layout``: per exchanged layer, forward then backward, each as long
     as its busiest host link (uplink or downlink, at ``duplex`` of its rate when it carries both) or
-    its busiest worker's local copies, plus latency."""
+    its busiest worker's local copies, plus latency; ``value_bytes`` a value."""
     n, hosts = len(workers), layout.num_hosts
     total = 0.0
     for width in workers[0].widths if workers else ():
@@ -313,7 +332,7 @@ def _halo_s(workers: Sequence[FullGraphCosts], layout: Layout, duplex: float) ->
                     if j == i or not rows:
                         continue
                     src, dst = (i, j) if forward else (j, i)
-                    bits = 8.0 * 4 * rows * width
+                    bits = 8.0 * value_bytes * rows * width
                     if layout.host_of[src] != layout.host_of[dst]:
                         up[layout.host_of[src]] += bits
                         down[layout.host_of[dst]] += bits
@@ -357,7 +376,7 @@ def _network_s(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: La
 
 
 def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, model: ModelShape,
-                  sync: str, sacp: bool, stretch: Sequence[float] = ()) -> float:
+                  sync: str, sacp: bool, stretch: Sequence[float] = (), wire: Wire = Wire()) -> float:
     """Seconds the gradient exchange runs past the end of backward on ``layout`` (transfer only).
 
     ``stretch``: per worker the factor on its own work (default 1): the slowest worker's compute
@@ -368,7 +387,7 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
         return 0.0
     factors = list(stretch) or [1.0] * n
     compute = max(w.compute.time(b) * f for w, b, f in zip(workers, shares, factors))
-    sent = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp")
+    sent = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp", wire)
             for i in reversed(range(len(model.linears)))]  # in the order they go out: the last layer first
     # The token bucket refills while the link idles: through compute, less what the link carries
     # meanwhile (the step's sampling and feature traffic; under DWBP every layer's gradients but
@@ -377,7 +396,8 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
     # link's rate), with long ones it always does (at 100 Mbit/s the full bucket's 4 ms were seen).
     busy = max(_network_s(workers, shares, layout)) + (sum(sent[:-1]) if sync == "dwbp" else 0.0)
     layers = _burst(sent, layout, refill_s=max(0.0, compute - busy))[::-1]
-    other = max(0, model.param_bytes - sum(4 * (out * inp + out) for _, out, inp in model.linears))
+    # (param_bytes counts float32: the other parameters' values, at the wire's bytes each)
+    other = max(0, model.param_bytes - sum(4 * (out * inp + out) for _, out, inp in model.linears)) * wire.grad / 4
     ring_bps = layout.ring_bps()
     other_s = _ring_s(other, n, ring_bps, layout.latency_s) if other else 0.0
     if sync != "dwbp":
@@ -417,21 +437,22 @@ def _layer_work(workers: Sequence[WorkerCosts], shares: Sequence[int], model: Mo
 
 
 def _layer_seconds(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, model: ModelShape,
-                   layer: int, sacp: bool) -> float:
-    """One layer's exchange on ``layout``: dense ring allreduce, or SACP's factors when Poseidon's rule picks them."""
+                   layer: int, sacp: bool, wire: Wire = Wire()) -> float:
+    """One layer's exchange on ``layout``: dense ring allreduce, or SACP's factors when Poseidon's rule
+    (in bytes, as ``graphdist.sync.sacp_capture.sacp_choice`` weighs them) picks them."""
     n = len(workers)
     _, out, inp = model.linears[layer]
-    dense = 4 * (out * inp + out)
+    dense = wire.grad * (out * inp + out)
     rows = [w.rows[layer].time(b) if layer < len(w.rows) else float(b) for w, b in zip(workers, shares)]
-    if sacp and max(rows) * (out + inp) <= 2 * out * inp / n:
+    if sacp and max(rows) * (out + inp) * wire.factor <= 2 * out * inp * wire.grad / n:
         # Every worker sends its K (out + in) factors to every peer; a host's uplink carries its
         # workers' copies to the peers on other hosts.
         bits = [0.0] * layout.num_hosts
         for i, k in enumerate(rows):
             peers = sum(layout.host_of[j] != layout.host_of[i] for j in range(n))
-            bits[layout.host_of[i]] += 8.0 * 4 * k * (out + inp) * peers
+            bits[layout.host_of[i]] += 8.0 * wire.factor * k * (out + inp) * peers
         remote = max(bits[h] / layout.link_bps[h] for h in range(layout.num_hosts)) if layout.num_hosts > 1 else 0.0
-        local = 8.0 * 4 * max(rows) * (out + inp) * (n - 1) / layout.local_bps
+        local = 8.0 * wire.factor * max(rows) * (out + inp) * (n - 1) / layout.local_bps
         return max(remote, local) + layout.latency_s  # the bias gradient is the sum of the factors' rows
     return _ring_s(dense, n, layout.ring_bps(), layout.latency_s)
 

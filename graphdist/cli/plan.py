@@ -91,7 +91,8 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
             "cut_edges_between_workers": cut_between_workers(assignment, edges),
             "num_edges": int(meta["num_edges"]), "measured": costs is not None,
             "predicted_epoch_s": step * plan.steps_per_epoch if costs is not None else None,
-            "simulated": _simulated(profile, spec, plan) if a.profile else None}
+            "simulated": _simulated(profile, spec, plan) if a.profile else None,
+            "compress": profile.get("key", {}).get("compress", "none") if a.profile else None}
 
 
 def describe_from_args(a: argparse.Namespace) -> dict[str, Any]:
@@ -143,6 +144,7 @@ def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[s
     from placement.profiled import costs_from_profile, fullgraph_costs_from_profile
     from placement.simulator import Layout, simulate, simulate_fullgraph
 
+    wire = _wire(profile.get("key", {}).get("compress", "none"))
     hosts = {h.name: i for i, h in enumerate(spec.hosts)}
     layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),
                     link_bps=tuple(h.link_bps for h in spec.hosts), local_bps=spec.local_link_bps,
@@ -151,7 +153,7 @@ def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[s
     if profile.get("fullgraph"):
         full, shape = fullgraph_costs_from_profile(profile)
         for s in (0, 1):
-            pred = simulate_fullgraph(full, layout, model=shape, staleness=s)
+            pred = simulate_fullgraph(full, layout, model=shape, staleness=s, wire=wire)
             out[f"fullgraph s={s}"] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
                                        "line": pred.line()}
         return out
@@ -163,10 +165,21 @@ def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[s
     for name, strategy, overlap in (("minibatch", "minibatch", False), ("aggregation", "aggregation", False),
                                     ("aggregation --avg-overlap", "aggregation", True)):
         pred = simulate(workers, shares, layout, plan.steps_per_epoch, model=shape, strategy=strategy,
-                        avg_overlap=overlap)
+                        avg_overlap=overlap, wire=wire)
         out[name] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
                          "line": pred.line()}
     return out
+
+
+def _wire(compress: str) -> Any:
+    """The simulator's bytes a value under the profiled run's ``--compress`` (``auto``: fp16's, the
+    cheaper-to-run of its two choices; int8 would move about half as many gradient bytes)."""
+    from graphdist.sync.compress import CAST_DTYPES, wire_bytes
+    from placement.simulator import Wire
+
+    compress = "fp16" if compress == "auto" else compress
+    cast = float(CAST_DTYPES[compress].itemsize) if compress in CAST_DTYPES else 4.0
+    return Wire(grad=wire_bytes(compress), factor=cast, halo=cast)
 
 
 def _read_profile(path: str) -> dict[str, Any]:
@@ -186,8 +199,9 @@ def print_plan(res: dict[str, Any]) -> None:
         print(f"  {line}")
     print(f"edges cut between workers: {res['cut_edges_between_workers']:,} of {res['num_edges']:,}")
     if res["simulated"]:
-        print("simulated epoch on this cluster's links (placement/simulator.py; cores not bounded; a "
-              "--strategy fullgraph profile predicts fullgraph, any other minibatch and aggregation):")
+        print(f"simulated epoch on this cluster's links (placement/simulator.py; cores not bounded; bytes as "
+              f"--compress {res.get('compress') or 'none'}, as profiled; a --strategy fullgraph profile predicts "
+              f"fullgraph, any other minibatch and aggregation):")
         for strategy, pred in res["simulated"].items():
             print(f"  {strategy:<14} {pred['line']}")
         best = min(res["simulated"], key=lambda k: res["simulated"][k]["epoch_s"])

@@ -91,12 +91,20 @@ class Profile:
                    parts=d.get("parts"), measures=d.get("measures"), fullgraph=d.get("fullgraph"))
 
 
+# Key fields added after profiles were first written, with the value those profiles were measured
+# under when the field was at its default: an older profile.json still matches a run at the defaults.
+KEY_DEFAULTS = {"sync": "dwbp", "compress": "none", "sacp": "auto", "precision": "fp32"}
+
+
 def profile_key(cfg: Any, world_size: int, plan_shares: list[int]) -> dict[str, Any]:
-    """The config fields a step's cost depends on (a JSON-able dict)."""
+    """The config fields a step's cost depends on (a JSON-able dict): the model and batch, the
+    workers, and what the probes' steps compute in (``--precision``) and sync with (``--sync``,
+    ``--compress``, ``--sacp``), so a profile measured under other ones is measured again."""
     return {"model": cfg.model, "hidden": cfg.hidden, "layers": cfg.layers, "fanouts": list(cfg.fanouts),
             "heads": cfg.heads, "batch_size": cfg.batch_size, "workers": world_size, "devices": list(cfg.devices),
             "threads": cfg.threads, "replicate": cfg.replicate, "prefetch": cfg.prefetch, "shares": plan_shares,
-            "partitions": cfg.partitions}
+            "partitions": cfg.partitions, "sync": cfg.sync, "compress": cfg.compress, "sacp": cfg.sacp,
+            "precision": cfg.precision}
 
 
 def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
@@ -138,7 +146,7 @@ def profile_fullgraph(strategy: Any, run_dir: Optional[Path]) -> Profile:
     """
     cfg, world = strategy.ctx.cfg, strategy.ctx.world_size
     plan_shares = [r.batch_share for r in strategy.ctx.plan.ranks]
-    key = {**profile_key(cfg, world, plan_shares), "strategy": "fullgraph", "sync": cfg.sync}
+    key = {**profile_key(cfg, world, plan_shares), "strategy": "fullgraph"}
     cached = _read_cached(run_dir, key)
     if comm.all_gather_object(cached is not None) == [True] * world:
         return cached  # type: ignore[return-value]
@@ -222,7 +230,7 @@ def _read_cached(run_dir: Optional[Path], key: dict[str, Any]) -> Optional[Profi
     except (OSError, ValueError, KeyError, TypeError):
         logger.warning("%s: unreadable; profiling again", path)
         return None
-    return profile if profile.key == key else None
+    return profile if {**KEY_DEFAULTS, **profile.key} == key else None
 
 
 def _write(run_dir: Path, profile: Profile) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from placement.shares import LinearCost
 from placement.profiled import costs_from_profile, fullgraph_costs_from_profile
-from placement.simulator import (FullGraphCosts, Layout, ModelShape, Pipelined, WorkerCosts, simulate,
+from placement.simulator import (FullGraphCosts, Layout, ModelShape, Pipelined, Wire, WorkerCosts, simulate,
                                  simulate_fullgraph)
 
 
@@ -159,6 +159,25 @@ def test_sacp_sends_factors_when_poseidons_rule_picks_them():
     assert sfb.sync_s < dense.sync_s / 5
 
 
+def test_compression_moves_fewer_bytes_and_sacp_weighs_its_factors_against_them():
+    lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
+    int8 = Wire(grad=1 + 4 / 512)
+    many = _worker(compute_ms=30.0, rows_per_seed=1000.0)  # dense either way
+    fp32 = simulate([many, many], [100, 100], lay, steps=1, model=SHAPE, sync="blocking")
+    half = simulate([many, many], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", wire=Wire(2.0, 2.0))
+    assert half.sync_s == pytest.approx(fp32.sync_s / 2, rel=0.02)
+    # K = 60 rows: float32 factors (60 x 768 x 4 bytes) beat the float32 ring (256 x 512 x 4) but
+    # not int8's (256 x 512 x 1.008): the layer goes dense, as the sync's rule decides.
+    mid = _worker(rows_per_seed=0.6)
+    exact = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=True)
+    quarter = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=True, wire=int8)
+    dense = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=False)
+    dense_int8 = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=False, wire=int8)
+    assert exact.sync_s < dense.sync_s / 2 and quarter.sync_s == pytest.approx(dense_int8.sync_s)
+    from graphdist.sync.sacp_capture import sacp_choice
+    assert sacp_choice([60, 60], 256, 512) == "sfb" and sacp_choice([60, 60], 256, 512, 2, 4.0, 1 + 4 / 512) == "dense"
+
+
 def test_aggregation_has_no_per_step_traffic_and_averages_every_k_steps():
     w = _worker(sent_per_seed=10_000.0)
     lay = Layout.hosts_of([1, 1], link_bps=10e6, latency_s=0.0)
@@ -243,6 +262,8 @@ def test_fullgraph_exchange_is_boundary_rows_times_width_each_way_per_layer():
     # Blocking: the profiled wait (kept) plus what the slower link adds to it.
     assert s0.step_s == pytest.approx(0.5 + 0.01 + 4 * one_layer_each_way - local)
     assert s0.steps == 1 and s0.epoch_s == s0.step_s and s0.bottleneck == "network"
+    bf16 = simulate_fullgraph(_fullgraph(halo_wait_s=0.01), lay, staleness=0, wire=Wire(halo=2.0))
+    assert bf16.parts["halo_s"] == pytest.approx(s0.parts["halo_s"] / 2)  # --compress bf16: 2 bytes a value
 
 
 def test_stale_fullgraph_overlaps_the_exchange_with_compute():
@@ -319,6 +340,14 @@ def test_plan_predicts_fullgraph_from_a_fullgraph_profile_with_the_spec_duplex(t
     exchange = 4 * 8.0 * 4 * 100_000 * 64 / 100e6
     assert epochs[1.0]["fullgraph s=1"] == pytest.approx(exchange, rel=0.01)
     assert epochs[0.5]["fullgraph s=0"] - epochs[1.0]["fullgraph s=0"] == pytest.approx(exchange, rel=0.01)
+    # Profiled under --compress bf16: the halo travels in 2 bytes a value, half the stale step's exchange.
+    doc = json.loads(profile.read_text())
+    profile.write_text(json.dumps({**doc, "key": {"compress": "bf16"}}))
+    assert main(["--partitions", str(out), "--cluster", str(spec), "--profile", str(profile),
+                 "--json", str(tmp_path / "bf16.json")]) == 0
+    assert "bytes as --compress bf16, as profiled" in capsys.readouterr().out
+    bf16 = json.loads((tmp_path / "bf16.json").read_text())["simulated"]["fullgraph s=1"]["epoch_s"]
+    assert bf16 == pytest.approx(exchange / 2, rel=0.01)
     bad = tmp_path / "bad.yaml"
     bad.write_text("duplex: 1.5\nhosts:\n  - {name: h0, workers: [{device: cpu}]}\n")
     assert main(["--partitions", str(out), "--cluster", str(bad)]) == 2
