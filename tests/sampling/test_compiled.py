@@ -134,6 +134,14 @@ def test_off_switch_threshold_and_warm_up(monkeypatch):
     monkeypatch.setattr(_numba, "_calls", 0)
     monkeypatch.setenv("GRAPHDIST_NUMBA", "eager")  # the throughput benches: from the first call
     assert compiled.enabled(compiled.MIN_DRAWS) == (_numba.numba_module() is not None)
+    # A training job that will make enough calls switches at once; a short one, or with numba off, does not.
+    monkeypatch.setenv("GRAPHDIST_NUMBA", "1")
+    monkeypatch.setattr(_numba, "_calls", 0)
+    assert not _numba.expect_calls(2) and not compiled.enabled(compiled.MIN_DRAWS)
+    monkeypatch.setenv("GRAPHDIST_NUMBA", "0")
+    assert not _numba.expect_calls(10**6)
+    monkeypatch.setenv("GRAPHDIST_NUMBA", "1")
+    assert _numba.expect_calls(3) and compiled.enabled(compiled.MIN_DRAWS) == (_numba.numba_module() is not None)
 
 
 _CACHE_PLACE = """

@@ -319,3 +319,19 @@ def test_api_refusals_name_the_api_keyword(tmp_path, parts):
         train(None, parts["a"], num_workers=1, batch_size=0, run_dir=str(tmp_path / "r"))
     with pytest.raises(FileNotFoundError, match=r"^partitions= .*nope: no such directory"):
         train(None, tmp_path / "nope", num_workers=1, run_dir=str(tmp_path / "r"))
+
+
+def test_training_runs_on_a_frozen_heap_and_announces_its_compiled_calls(tmp_path, parts, monkeypatch):
+    """The heap alive at the first epoch is out of the collector's sight while training (and back
+    after, for a caller's own process); the job says how many compiled-loop calls it will make."""
+    import gc
+
+    from graphdist.trainers import run as run_module
+
+    seen = []
+    monkeypatch.setattr(run_module, "expect_calls", lambda calls: seen.append((calls, gc.get_freeze_count())))
+    _train(tmp_path, parts["a"], epochs=3)  # in this process: one worker
+    steps = _metrics(tmp_path / "run")[0]["steps"]
+    [(calls, frozen)] = seen
+    assert calls == 3 * steps * 2 and frozen > 1000  # 3 epochs x steps x 2 hops; torch's modules and more
+    assert gc.get_freeze_count() == 0
