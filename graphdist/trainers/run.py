@@ -19,7 +19,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -341,8 +341,10 @@ def _traffic() -> dict[str, dict[str, int]]:
 # ----------------------------------------------------------------------- loop
 
 
-def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dict[str, Any]]:
-    """Resume if asked, then epochs ``start+1 .. cfg.epochs``: train, record, evaluate, checkpoint."""
+def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
+               between_epochs: Callable[[], None] = lambda: None) -> list[dict[str, Any]]:
+    """Resume if asked, then epochs ``start+1 .. cfg.epochs``: train, record, evaluate, checkpoint;
+    ``between_epochs()`` after each (``frozen_heap``'s settle)."""
 
     main = comm.is_main_process()
     start_epoch = resume(strategy, Path(cfg.resume)) if cfg.resume else 0
@@ -385,6 +387,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
             save(strategy, run_path, epoch)
         if main:
             logger.info(epoch_line(record))
+        between_epochs()
     if main:
         try:
             runlog.plot_run(run_path, history, title=f"{cfg.dataset} | {cfg.model} | {cfg.strategy} | "
@@ -397,7 +400,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path) -> list[dic
 
 
 @contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
+def frozen_heap() -> Iterator[Callable[[], None]]:
     """Everything alive when training starts moves out of the garbage collector's sight, back at the end.
 
     A worker holds ~290,000 objects the collector tracks by then (torch's, PyG's and numba's
@@ -405,21 +408,28 @@ def frozen_heap() -> Iterator[None]:
     aggregation worker's heap). One lands now and then as steps promote objects, on each rank at
     its own time, and its peers wait for it at the next collective: a GraphSAGE epoch of 1.7 s took
     2.2-2.3 s when one did. ``gc.freeze()`` keeps those objects out of every collection (0.002 ms
-    after it); what training allocates is still collected as before. Left alone where the collector
-    is off or something froze the heap already (a caller that manages its own).
+    after it); what training allocates is still collected as before. It yields ``settle()``, which
+    the loop calls between epochs, where every rank stops anyway: it collects what the epoch left
+    and freezes what survived (numba's modules, loaded by the first epoch's batches: a full
+    collection of those alone took 23-30 ms). Left alone where the collector is off or something
+    froze the heap already (a caller that manages its own): ``settle`` then does nothing.
 
     Example:
-        >>> with frozen_heap():
+        >>> with frozen_heap() as settle:
+        ...     settle()
         ...     gc.get_freeze_count() > 0
         True
     """
+    def settle() -> None:
+        gc.collect()  # garbage that is frozen is never freed
+        gc.freeze()
+
     if not gc.isenabled() or gc.get_freeze_count():
-        yield
+        yield lambda: None
         return
-    gc.collect()  # garbage that is frozen is never freed
-    gc.freeze()
+    settle()
     try:
-        yield
+        yield settle
     finally:
         gc.unfreeze()
 
@@ -447,8 +457,8 @@ def worker_main(
         seed_everything(worker_seed(cfg.seed, rank))
         strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model, run_dir=run_dir)
         try:
-            with frozen_heap():
-                return run_epochs(strategy, cfg, Path(run_dir))
+            with frozen_heap() as settle:
+                return run_epochs(strategy, cfg, Path(run_dir), between_epochs=settle)
         finally:
             strategy.close()
     finally:
