@@ -406,9 +406,10 @@ def frozen_heap() -> Iterator[Callable[[], None]]:
     A worker holds ~290,000 objects the collector tracks by then (torch's, PyG's and numba's
     modules, the model, the partition), so each full collection took ~200 ms (measured on the
     aggregation worker's heap). One lands now and then as steps promote objects, on each rank at
-    its own time, and its peers wait for it at the next collective: a GraphSAGE epoch of 1.7 s took
-    2.2-2.3 s when one did. ``gc.freeze()`` keeps those objects out of every collection (0.002 ms
-    after it); what training allocates is still collected as before. It yields ``settle()``, which
+    its own time, and its peers wait for it at the next collective: in a GraphSAGE minibatch run
+    one took 170 ms on each of the two workers, in the same epoch. ``gc.freeze()`` keeps those
+    objects out of every collection (0.002 ms after it); what training allocates is still
+    collected as before. It yields ``settle()``, which
     the loop calls between epochs, where every rank stops anyway: it collects what the epoch left
     and freezes what survived (numba's modules, loaded by the first epoch's batches: a full
     collection of those alone took 23-30 ms). Left alone where the collector is off or something
