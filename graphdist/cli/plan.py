@@ -178,8 +178,12 @@ def _wire(compress: str) -> Any:
     from placement.simulator import Wire
 
     compress = "fp16" if compress == "auto" else compress
+    try:
+        grad = wire_bytes(compress)
+    except ValueError as exc:
+        raise ValueError(f"--profile: the profiled run's compress is not one graphdist knows ({exc})") from None
     cast = float(CAST_DTYPES[compress].itemsize) if compress in CAST_DTYPES else 4.0
-    return Wire(grad=wire_bytes(compress), factor=cast, halo=cast)
+    return Wire(grad=grad, factor=cast, halo=cast)
 
 
 def _read_profile(path: str) -> dict[str, Any]:
