@@ -129,6 +129,11 @@ class Strategy(abc.ABC):
         self.optimizer: "torch.optim.Optimizer"
         self.task = make_task(ctx.cfg.task, read_meta(ctx.partition_dir), ctx.cfg)  # the loss and the metrics
 
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps an epoch makes on every rank; 0 where a strategy cannot say ahead."""
+        return 0
+
     @abc.abstractmethod
     def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
         """Trains one epoch; ``on_progress(step, line)`` gets a progress line every log interval."""

@@ -360,8 +360,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
     best = runlog.best_epoch(history).get(key)
     tensorboard = open_tensorboard(run_path, history) if cfg.tensorboard and main else None
     # Steps x hops: about the sampler's and normalisation's calls that may run compiled loops.
-    steps = getattr(strategy, "steps_per_epoch", 0)  # a strategy of a user's may not say
-    expect_calls((cfg.epochs - start_epoch) * steps * max(1, len(cfg.fanouts)))
+    expect_calls((cfg.epochs - start_epoch) * strategy.steps_per_epoch * max(1, len(cfg.fanouts)))
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         comm.reset_byte_counts()
         stats = strategy.train_epoch(epoch, on_progress=(lambda step, line: logger.info(line)) if main else None)
