@@ -140,9 +140,9 @@ class LayerwiseSync(GradientSync):
         self._step = 0
         self._buffers: dict[int, torch.Tensor] = {}  # id(layer) -> the flat tensor its gradients view
         self._s = _StepScratch()
-        if not self.config.distributed:
+        if not comm.is_initialized():  # a group of one rank is a job of one worker, not a mistake
             warnings.warn(
-                "LayerwiseSync without a process group of 2+ ranks: nothing to synchronise; "
+                "LayerwiseSync without a process group: nothing to synchronise; "
                 "gradients stay as computed (timings are still recorded)",
                 stacklevel=2,
             )

@@ -188,6 +188,12 @@ def test_without_process_group_gradients_stay_local_and_steps_are_timed():
     # Backward is timed from the first gradient hook to the last: 3 ready layers, in order.
     grads = [t for kind, _, t in sync.timeline if kind == "grad"]
     assert len(grads) == 6 and stats.backward_s == pytest.approx(grads[-1] - grads[0])
+    # A group of one rank is a job of one worker (graphdist-train --num-workers 1): no warning.
+    from graphdist.testing import one_rank_group
+
+    with one_rank_group(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LayerwiseSync(_Net()).close()
     assert [k for k, _, _ in sync.timeline if k == "ready"] == ["ready"] * 3  # unused never ready
     with pytest.raises(RuntimeError, match="finish\\(\\) without begin_step"):
         sync.finish()
