@@ -168,7 +168,8 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     if lin is None:
         return _dense(state, bucket, "dense")
     m, n = lin.weight.shape
-    scheme = _scheme(state, bucket.name, lin, lambda k: sacp_choice(k, m, n, group_size(), state.factor_dtype.itemsize, state.dense_bytes))
+    scheme = _scheme(state, bucket.name, lin,
+                     lambda k: sacp_choice(k, m, n, group_size(), state.factor_dtype.itemsize, state.dense_bytes))
     state.choices[bucket.name] = scheme
     if scheme == "dense" or state._thread is None:
         return _dense(state, bucket, scheme if state._thread is not None else "dense")
