@@ -16,7 +16,8 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
   and wait-free (``--staleness 1``: the halo exchange runs on its own group while the GPU
   computes), and ``--strategy aggregation`` (the model average crosses devices);
 - ``--precision bf16`` (mixed precision: CUDA autocast on the GPU rank) on ``cuda:0`` alone, and
-  on ``cpu,cuda:0`` where the CPU has bfloat16 instructions (elsewhere its rank refuses bf16).
+  on ``cpu,cuda:0`` where the CPU has bfloat16 instructions (elsewhere its rank refuses bf16);
+  ``--precision fp16`` (autocast to float16, the loss scaled) on ``cuda:0``.
 
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
               ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "0"), None),
               ("cpu,cuda:0", 2, ("--strategy", "fullgraph", "--staleness", "1"), None),
               ("cpu,cuda:0", 2, ("--strategy", "aggregation"), None),
-              ("cuda:0", 1, ("--precision", "bf16"), None)]
+              ("cuda:0", 1, ("--precision", "bf16"), None),
+              # fp16 with loss scaling on the GPU (a CPU rank refuses fp16; rehearsed as CPU, emulated)
+              ("cuda:0", 1, ("--precision", "fp16"), {"GRAPHDIST_TEST_EMULATED_FP16": "1"} if args.as_cpu else None)]
     from graphdist.models.dense import native_bf16
 
     cases += [("cpu,cuda:0", 2, ("--precision", "bf16"), None)] if native_bf16() else []

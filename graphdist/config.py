@@ -22,7 +22,7 @@ from partition.methods import METHODS as PARTITION_METHODS
 # The choices of each option are declared once, where the implementations register (none of
 # these imports torch); only --feature-norm's live here, as they are a config matter.
 FEATURE_NORMS = ("none", "row")
-PRECISIONS = ("fp32", "bf16")  # graphdist.trainers.precision says what each computes in
+PRECISIONS = ("fp32", "bf16", "fp16")  # graphdist.trainers.precision says what each computes in
 REPLICATE = ("none", "structure", "graph")
 PLACEMENTS = ("auto", "profiled", "equal")
 DEFAULT_NUM_WORKERS = 2
@@ -70,7 +70,8 @@ class TrainConfig:
     lr: float = 0.005
     weight_decay: float = 0.0
     # "bf16": the training forward's dense products in bfloat16 on float32 parameters (mixed precision,
-    # no loss scaling): products 1.2-2.3x faster on CPUs with AVX512_BF16/AMX. Off by default: exact float32.
+    # no loss scaling): products 1.2-2.3x faster on CPUs with AVX512_BF16/AMX. "fp16": float16 with
+    # dynamic loss scaling, for GPUs without bfloat16 (V100, T4). Off by default: exact float32.
     precision: str = "fp32"
     # --- Sync
     strategy: str = "minibatch"

@@ -122,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(opt, "--weight-decay", type=float, help=f"Adam weight decay (default {d('weight_decay')})")
     _add(opt, "--precision", choices=list(PRECISIONS),
          help="bf16: the training steps' dense products in bfloat16 on float32 parameters (1.2-2.3x faster "
-              "products on CPUs with AVX512_BF16/AMX, and on GPUs); gradients, optimizer and evaluation stay "
-              "float32 (default fp32)")
+              "products on CPUs with AVX512_BF16/AMX, and on GPUs); fp16: float16 with dynamic loss scaling, "
+              "for GPUs without bfloat16 (V100, T4); gradients, optimizer and evaluation stay float32 "
+              "(default fp32)")
     sync = p.add_argument_group("Sync")
     _add(sync, "--strategy", choices=list(STRATEGIES),
          help=f"training strategy (default {d('strategy')})")

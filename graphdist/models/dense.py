@@ -130,6 +130,8 @@ def _product_dtype(x: torch.Tensor, weight: torch.Tensor) -> Optional[torch.dtyp
         return None
     if autocast_bf16(x):
         return torch.bfloat16 if x.dtype in (torch.float32, torch.bfloat16) and native_bf16() else None
+    if autocast_reduced(x):  # float16 on a CPU: float32 products, with autocast off (see linear)
+        return None
     if (x.dtype == torch.float32 and x.shape[0] < PAD_BELOW and weight.shape[0] >= PAD_MIN_OUT
             and _onednn_pays()):
         return torch.float32
@@ -140,6 +142,12 @@ def autocast_bf16(x: torch.Tensor) -> bool:
     """Whether ``x``'s device runs under autocast to bfloat16 (``--precision bf16``'s training forward)."""
     device = x.device.type
     return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+
+
+def autocast_reduced(x: torch.Tensor) -> bool:
+    """Whether ``x``'s device runs under autocast to bfloat16 or float16 (``--precision bf16|fp16``)."""
+    device = x.device.type
+    return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) in (torch.bfloat16, torch.float16)
 
 
 @functools.lru_cache(maxsize=1)
@@ -284,8 +292,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
 
     Under CPU autocast to bfloat16 (``--precision bf16``) the product runs in bfloat16 where
     :func:`uses_onednn` says so and in float32 otherwise (small products gain nothing); under
-    CUDA autocast it runs as autocast has it (bfloat16). Either way the result is float32, as
-    the parameters, so the sparse and elementwise ops after it stay float32.
+    CUDA autocast it runs as autocast has it (bfloat16, or float16 for ``--precision fp16``),
+    and under CPU autocast to float16 in float32 (a CPU has no float16 path here). Either way the
+    result is float32, as the parameters, so the sparse and elementwise ops after it stay float32.
 
     Example:
         >>> w = torch.eye(2)
@@ -294,7 +303,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     """
     dtype = _product_dtype(x, weight)
     if dtype is None:
-        if not autocast_bf16(x):
+        if not autocast_reduced(x):
             return F.linear(x, weight, bias)
         if x.device.type != "cpu":
             return F.linear(x, weight, bias).to(weight.dtype)
@@ -323,5 +332,5 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-__all__ = ["Linear", "MIN_MACS", "PAD_BELOW", "PAD_MIN_OUT", "ROW_MULTIPLE", "autocast_bf16", "linear", "native_bf16",
-           "uses_onednn"]
+__all__ = ["Linear", "MIN_MACS", "PAD_BELOW", "PAD_MIN_OUT", "ROW_MULTIPLE", "autocast_bf16", "autocast_reduced",
+           "linear", "native_bf16", "uses_onednn"]

@@ -39,6 +39,7 @@ from graphdist.trainers.minibatch import (
     sampler_seed,
     use_prefetch,
 )
+from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,10 @@ class AggregationStrategy(Strategy):
         # it the same synced gradients, so it stays identical everywhere, and so do the parameters;
         # the local optimizers' moments differ from rank to rank.
         self.correction_optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
+        # fp16: the local steps' scale follows this rank's own gradients; the correction steps sum
+        # every rank's scaled gradients, so they need one scale on every rank: a scaler of their own.
+        self.scalers = {"train": loss_scaler(cfg.precision, self.device),
+                        "correction": loss_scaler(cfg.precision, self.device)}
         self.local_sync = NoSync(self.model)
         self.algorithm = gradient_allreduce(ctx, self.model)
         self.averager = make_averager(cfg, self.algorithm)
@@ -178,7 +183,7 @@ class AggregationStrategy(Strategy):
         try:
             self._correction_stats = train_steps(self.batches.loader, sync, self.correction_optimizer, self.device,
                                                  self.with_degrees, stats=self._correction_stats, task=self.task,
-                                                 precision=self.ctx.cfg.precision)
+                                                 precision=self.ctx.cfg.precision, scaler=self.scalers["correction"])
         finally:
             sync.close()
 
@@ -189,7 +194,8 @@ class AggregationStrategy(Strategy):
         self._correction_stats = EpochStats()
         averages_before = self.averager.averages
         stats = train_steps(self.loader, self.local_sync, self.optimizer, self.device, self.with_degrees,
-                            after_step=self._after_step, task=self.task, precision=self.ctx.cfg.precision)
+                            after_step=self._after_step, task=self.task, precision=self.ctx.cfg.precision,
+                            scaler=self.scalers["train"])
         self.averager.step += 1  # the epoch's last step: it always averages (below), never twice
         self._average()
         self._correct()

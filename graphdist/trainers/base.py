@@ -127,6 +127,9 @@ class Strategy(abc.ABC):
         self.ctx = ctx
         self.model: "torch.nn.Module"
         self.optimizer: "torch.optim.Optimizer"
+        # --precision fp16's loss scalers by name (``precision.loss_scaler``; disabled ones otherwise),
+        # each rank's in its checkpoint state.
+        self.scalers: dict[str, Any] = {}
         self.task = make_task(ctx.cfg.task, read_meta(ctx.partition_dir), ctx.cfg)  # the loss and the metrics
 
     @property

@@ -33,7 +33,7 @@ from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, 
 from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import broadcast_parameters, build_model, class_labels, resolve_device
-from graphdist.trainers.precision import autocast
+from graphdist.trainers.precision import autocast, loss_scaler
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +183,7 @@ class FullGraphStrategy(Strategy):
         broadcast_parameters(self.model)
         self.net = FullGraphNet(self.model, self.halo, self.x0, self.block, self.device)
         self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
+        self.scalers = {"train": loss_scaler(cfg.precision, self.device)}
         if cfg.placement == "profiled" and ctx.world_size > 1:
             from graphdist.trainers.profile import profile_fullgraph
 
@@ -255,11 +256,13 @@ class FullGraphStrategy(Strategy):
         with autocast(self.ctx.cfg.precision, self.device):
             out = self.sync.model()
             loss = self.loss(out)
-        loss.backward()
+        scaler = self.scalers["train"]
+        scaler.scale(loss).backward()
         t_wait = time.perf_counter()
         self.sync.finish()
         t_synced = time.perf_counter()
-        self.optimizer.step()
+        scaler.step(self.optimizer)  # the plain step unless --precision fp16
+        scaler.update()
         self.halo.step += 1
         stats.time_s = time.perf_counter() - start
         stats.steps = 1

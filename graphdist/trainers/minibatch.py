@@ -26,6 +26,7 @@ from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, 
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
+from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.steps import train_steps
 
 logger = logging.getLogger(__name__)
@@ -254,6 +255,7 @@ class MinibatchStrategy(Strategy):
         self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
+        self.scalers = {"train": loss_scaler(cfg.precision, self.device)}
         # The profiler probes a copy of the model: after the model exists, before the sync and the
         # test slowdown attach their hooks (a copy would carry them: trainers/probes.probe_copy).
         start = self._start_shares()
@@ -377,7 +379,7 @@ class MinibatchStrategy(Strategy):
                             after_step=after_step, progress=progress if on_progress is not None else None,
                             log_interval=interval, stats=self._stats, task=self.task,
                             before_finish=self.stretch.tick if self.stretch is not None else None,
-                            precision=self.ctx.cfg.precision)
+                            precision=self.ctx.cfg.precision, scaler=self.scalers["train"])
         stats.time_s = time.perf_counter() - start
         stats.sample_wait_s = self.loader.stats.wait_s
         stats.sync = self.sync.summary.as_list()

@@ -9,9 +9,7 @@ strategy state to the checkpoint so that a resume is bit-identical.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import logging
 import math
 import os
@@ -19,7 +17,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -29,6 +27,7 @@ from graphdist._numba import expect_calls
 from graphdist.data.memory import peak_rss_bytes
 from graphdist.config import TrainConfig
 from graphdist.config import replace as replace_cfg
+from graphdist.trainers.heap import frozen_heap
 from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
 from graphdist.trainers.tensorboard import open_log as open_tensorboard
 
@@ -226,7 +225,8 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: 
 def _rank_state(strategy: Strategy) -> dict[str, Any]:
     from graphdist.checkpoint import rng_state
 
-    return {"rng": rng_state(), **strategy.state_dict()}
+    return {"rng": rng_state(), "scalers": {k: s.state_dict() for k, s in strategy.scalers.items()},
+            **strategy.state_dict()}
 
 
 def save(strategy: Strategy, run_dir: Path, epoch: int) -> None:
@@ -274,7 +274,10 @@ def resume(strategy: Strategy, resume_dir: Path) -> int:
     strategy.optimizer.load_state_dict(ckpt["optimizer"])
     saved = ckpt["extra"]["ranks"][strategy.ctx.rank]
     set_rng_state(saved["rng"])
-    strategy.load_state_dict({k: v for k, v in saved.items() if k != "rng"})
+    for name, scaler_state in saved.get("scalers", {}).items():  # (older checkpoints have none)
+        if name in strategy.scalers:
+            strategy.scalers[name].load_state_dict(scaler_state)
+    strategy.load_state_dict({k: v for k, v in saved.items() if k not in ("rng", "scalers")})
     return int(ckpt["epoch"])
 
 
@@ -396,42 +399,6 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
     if tensorboard is not None:
         tensorboard.close()
     return history
-
-
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[Callable[[], None]]:
-    """Everything alive when training starts moves out of the garbage collector's sight, back at the end.
-
-    A worker holds ~290,000 objects the collector tracks by then (torch's, PyG's and numba's
-    modules, the model, the partition), so each full collection took ~200 ms (measured on the
-    aggregation worker's heap). One lands now and then as steps promote objects, on each rank at
-    its own time, and its peers wait for it at the next collective: in a GraphSAGE minibatch run
-    one took 170 ms on each of the two workers, in the same epoch. ``gc.freeze()`` keeps those
-    objects out of every collection (0.002 ms after it); what training allocates is still
-    collected as before. It yields ``settle()``, which
-    the loop calls between epochs, where every rank stops anyway: it collects what the epoch left
-    and freezes what survived (numba's modules, loaded by the first epoch's batches: a full
-    collection of those alone took 23-30 ms). Left alone where the collector is off or something
-    froze the heap already (a caller that manages its own): ``settle`` then does nothing.
-
-    Example:
-        >>> with frozen_heap() as settle:
-        ...     settle()
-        ...     gc.get_freeze_count() > 0
-        True
-    """
-    def settle() -> None:
-        gc.collect()  # garbage that is frozen is never freed
-        gc.freeze()
-
-    if not gc.isenabled() or gc.get_freeze_count():
-        yield lambda: None
-        return
-    settle()
-    try:
-        yield settle
-    finally:
-        gc.unfreeze()
 
 
 def worker_main(

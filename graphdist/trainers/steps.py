@@ -27,6 +27,7 @@ def train_steps(
     task: Optional[Any] = None,
     before_finish: Optional[Callable[[], None]] = None,
     precision: str = "fp32",
+    scaler: Optional[Any] = None,
 ) -> EpochStats:
     """Mini-batch steps over ``batches``: forward through ``sync.model``, the task's loss, backward, sync, step.
 
@@ -44,6 +45,8 @@ def train_steps(
             test-only slowdown stretches forward and backward there, so a slow rank is slow in
             every phase between two collectives, as a slower machine is).
         precision: ``--precision``: the forward and the loss run under its autocast (``trainers/precision.py``).
+        scaler: ``fp16``'s loss scaler (``precision.loss_scaler``): backward from the scaled loss, the
+            optimizer stepped through it; None steps plainly.
     """
     from graphdist.trainers.precision import autocast
     from graphdist.trainers.tasks import SingleLabel
@@ -63,7 +66,7 @@ def train_steps(
         # runs backward, so every layer's collective is issued as on the other ranks.
         with autocast(precision, device):
             loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
-        loss.backward()
+        (loss if scaler is None else scaler.scale(loss)).backward()
         if before_finish is not None:
             before_finish()
         t_wait = time.perf_counter()
@@ -72,7 +75,11 @@ def train_steps(
         if synced.total_seeds:
             # A step no rank had seeds for (a worker training alone past its last seed) has zero
             # gradients: stepping Adam on them would still move the weights by its momentum.
-            optimizer.step()
+            if scaler is None:
+                optimizer.step()
+            else:  # unscales, and skips the step where a gradient is not finite (every synced rank alike)
+                scaler.step(optimizer)
+                scaler.update()
         held = after_step(step, n) if after_step is not None else None
         t1 = time.perf_counter()
         stats.steps += 1

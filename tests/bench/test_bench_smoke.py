@@ -273,7 +273,7 @@ def test_check_cuda(tmp_path):
         from graphdist.models.dense import native_bf16
 
         # 9 device layouts and strategies, bf16 on one GPU, and bf16 mixed where this CPU has bf16.
-        assert doc["as_cpu"] and doc["complete"] and len(doc["cases"]) == 10 + native_bf16(), doc
+        assert doc["as_cpu"] and doc["complete"] and len(doc["cases"]) == 11 + native_bf16(), doc
         assert sum(c["extra"] == ["--precision", "bf16"] for c in doc["cases"]) == 1 + native_bf16(), doc
         assert all(c["ok"] for c in doc["cases"]), doc["cases"]
         assert {c["devices"] for c in doc["cases"]} == {"cpu", "cpu,cpu"}
