@@ -182,7 +182,7 @@ def _wire(compress: str) -> Any:
         grad = wire_bytes(compress)
     except ValueError as exc:
         raise ValueError(f"--profile: the profiled run's compress is not one graphdist knows ({exc})") from None
-    cast = float(CAST_DTYPES[compress].itemsize) if compress in CAST_DTYPES else 4.0
+    cast = grad if compress in CAST_DTYPES else 4.0  # factors and halo rows travel cast, never int8
     return Wire(grad=grad, factor=cast, halo=cast)
 
 

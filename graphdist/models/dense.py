@@ -128,9 +128,10 @@ def _product_dtype(x: torch.Tensor, weight: torch.Tensor) -> Optional[torch.dtyp
     if not (x.dim() == 2 and x.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.enabled
             and x.shape[0] * weight.shape[0] * weight.shape[1] >= MIN_MACS):
         return None
-    if autocast_bf16(x):
+    reduced = autocast_dtype(x)
+    if reduced == torch.bfloat16:
         return torch.bfloat16 if x.dtype in (torch.float32, torch.bfloat16) and native_bf16() else None
-    if autocast_reduced(x):  # float16 on a CPU: float32 products, with autocast off (see linear)
+    if reduced is not None:  # float16 on a CPU: float32 products, with autocast off (see linear)
         return None
     if (x.dtype == torch.float32 and x.shape[0] < PAD_BELOW and weight.shape[0] >= PAD_MIN_OUT
             and _onednn_pays()):
@@ -138,16 +139,20 @@ def _product_dtype(x: torch.Tensor, weight: torch.Tensor) -> Optional[torch.dtyp
     return None
 
 
-def autocast_bf16(x: torch.Tensor) -> bool:
-    """Whether ``x``'s device runs under autocast to bfloat16 (``--precision bf16``'s training forward)."""
-    device = x.device.type
-    return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+def autocast_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
+    """The reduced dtype ``x``'s device autocasts to (bfloat16 or float16: ``--precision bf16|fp16``'s
+    training forward), or None where it does not.
 
-
-def autocast_reduced(x: torch.Tensor) -> bool:
-    """Whether ``x``'s device runs under autocast to bfloat16 or float16 (``--precision bf16|fp16``)."""
+    Example:
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     autocast_dtype(torch.zeros(1))
+        torch.bfloat16
+    """
     device = x.device.type
-    return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) in (torch.bfloat16, torch.float16)
+    if not torch.is_autocast_enabled(device):
+        return None
+    dtype = torch.get_autocast_dtype(device)
+    return dtype if dtype in (torch.bfloat16, torch.float16) else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -303,7 +308,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     """
     dtype = _product_dtype(x, weight)
     if dtype is None:
-        if not autocast_reduced(x):
+        if autocast_dtype(x) is None:
             return F.linear(x, weight, bias)
         if x.device.type != "cpu":
             return F.linear(x, weight, bias).to(weight.dtype)
@@ -332,5 +337,5 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-__all__ = ["Linear", "MIN_MACS", "PAD_BELOW", "PAD_MIN_OUT", "ROW_MULTIPLE", "autocast_bf16", "autocast_reduced",
-           "linear", "native_bf16", "uses_onednn"]
+__all__ = ["Linear", "MIN_MACS", "PAD_BELOW", "PAD_MIN_OUT", "ROW_MULTIPLE", "autocast_dtype", "linear",
+           "native_bf16", "uses_onednn"]

@@ -169,12 +169,13 @@ class FullGraphStrategy(Strategy):
         self.memory = check_memory(cfg, part.meta, part.parts, int(os.environ.get("LOCAL_WORLD_SIZE",
                                                                                     cfg.num_workers)))
         self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
+        from graphdist.sync.compress import CAST_DTYPES
         from graphdist.sync.halo import HaloExchange
 
         # Halo exchanges get their own group: with staleness they are in flight while gradient
         # sync and evaluation use the default one.
         # --compress fp16|bf16 halves the halo's bytes too (int8 quantises gradient buckets only).
-        wire = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.compress)
+        wire = CAST_DTYPES.get(cfg.compress)
         self.halo = HaloExchange(part, self.owners, group=comm.new_group(cfg.timeout), staleness=cfg.staleness,
                                  smoothing=cfg.smoothing, boundary_sample=cfg.boundary_sample, seed=cfg.seed,
                                  wire_dtype=wire)
