@@ -98,3 +98,67 @@ def relabel(mark: Any, nbrs: Any, stream: int, count: int, idmap: Any) -> Any:
         new_ids[t] = count + fresh - 1
         local[t] = idmap[first] if first < stream else new_ids[first - stream]
     return local, new_ids, new_nodes[:fresh]
+
+
+@jit
+def merge_rows(n: int, own_idx: Any, own: Any, own_counts: Any, remote_idx: Any, table: Any) -> Any:
+    # DistNeighborSource's assembly and unpad as one loop: node own_idx[i] gets own row i
+    # (compact, grouped by row), node remote_idx[j] the real entries of padded row j, in order.
+    k = table.shape[1]
+    counts = np.zeros(n, np.int64)
+    for i in range(own_idx.shape[0]):
+        counts[own_idx[i]] = own_counts[i]
+    for j in range(remote_idx.shape[0]):
+        c = 0
+        for t in range(k):
+            if table[j, t] >= 0:
+                c += 1
+        counts[remote_idx[j]] = c
+    starts = np.empty(n, np.int64)
+    total = 0
+    for p in range(n):
+        starts[p] = total
+        total += counts[p]
+    values = np.empty(total, np.int64)
+    e = 0
+    for i in range(own_idx.shape[0]):
+        s = starts[own_idx[i]]
+        for t in range(own_counts[i]):
+            values[s + t] = own[e + t]
+        e += own_counts[i]
+    for j in range(remote_idx.shape[0]):
+        s = starts[remote_idx[j]]
+        for t in range(k):
+            v = table[j, t]
+            if v >= 0:
+                values[s] = v
+                s += 1
+    return values, counts
+
+
+@jit
+def split_range(nodes: Any, lo: int, hi: int) -> Any:
+    # DistNeighborSource's own/remote split for a part of one id range [lo, hi): positions of the
+    # own nodes and their local ids, positions of the others and their ids, each in order.
+    n = nodes.shape[0]
+    num_own = 0
+    for i in range(n):
+        if lo <= nodes[i] < hi:
+            num_own += 1
+    own_idx = np.empty(num_own, np.int64)
+    own = np.empty(num_own, np.int64)
+    remote_idx = np.empty(n - num_own, np.int64)
+    remote = np.empty(n - num_own, np.int64)
+    a = 0
+    b = 0
+    for i in range(n):
+        v = nodes[i]
+        if lo <= v < hi:
+            own_idx[a] = i
+            own[a] = v - lo
+            a += 1
+        else:
+            remote_idx[b] = i
+            remote[b] = v
+            b += 1
+    return own_idx, own, remote_idx, remote

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from graphdist._numba import compiled_enabled, numba_module
 
-__all__ = ["MIN_DRAWS", "enabled", "floyd_sample", "relabel_add"]
+__all__ = ["MIN_DRAWS", "enabled", "floyd_sample", "merge_rows", "relabel_add", "split_range"]
 
 # Hops with fewer draws (nodes x fan-out) stay on the torch kernels: there the loops save
 # microseconds, and a small job would pay numba's import and cache load (~0.5 s a process).
@@ -85,3 +85,35 @@ def relabel_add(mark: Tensor, nbrs: Tensor, stream: int, count: int, idmap: Tens
     """
     local, new_ids, new_nodes = _kernels().relabel(mark.numpy(), nbrs.numpy(), int(stream), int(count), idmap.numpy())
     return torch.from_numpy(local), torch.cat([idmap, torch.from_numpy(new_ids)]), torch.from_numpy(new_nodes)
+
+
+def merge_rows(num_nodes: int, own_idx: Tensor, own: tuple[Tensor, Tensor], remote_idx: Tensor,
+               table: Tensor) -> tuple[Tensor, Tensor]:
+    """``(neighbors, counts)`` of ``num_nodes`` nodes in order, from two sets of rows: node ``own_idx[i]``
+    has own row ``i`` (``own``: neighbours grouped by row, and counts), node ``remote_idx[j]`` the
+    real entries of the ``-1``-padded ``table[j]``.
+
+    ``sampling.distributed``'s assembly in one pass: the same result as writing both into one padded
+    table and ``sampling.kernels.unpad``, without the table.
+
+    Example:
+        >>> own = (torch.tensor([5, 6, 7]), torch.tensor([2, 1]))  # node 0: 5, 6; node 2: 7
+        >>> table = torch.tensor([[-1, 9]], dtype=torch.int32)   # node 1: 9
+        >>> [t.tolist() for t in merge_rows(3, torch.tensor([0, 2]), own, torch.tensor([1]), table)]
+        [[5, 6, 9, 7], [2, 1, 1]]
+    """
+    values, counts = _kernels().merge_rows(int(num_nodes), own_idx.numpy(), own[0].numpy(), own[1].numpy(),
+                                           remote_idx.numpy(), table.numpy())
+    return torch.from_numpy(values), torch.from_numpy(counts)
+
+
+def split_range(nodes: Tensor, lo: int, hi: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(own_idx, own local ids, remote_idx, remote ids)`` of ``nodes`` (int64) for a part owning ids
+    ``lo <= v < hi``, in one pass: the positions of the nodes inside the range and ``v - lo``, then
+    the positions and ids of the rest, each in order.
+
+    Example:
+        >>> [t.tolist() for t in split_range(torch.tensor([7, 2, 5, 9]), 4, 8)]
+        [[0, 2], [3, 1], [1, 3], [2, 9]]
+    """
+    return tuple(torch.from_numpy(a) for a in _kernels().split_range(nodes.numpy(), int(lo), int(hi)))  # type: ignore[return-value]

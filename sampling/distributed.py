@@ -44,6 +44,7 @@ from graphdist import comm
 from graphdist.data.graph import ranges
 from graphdist.data.npy import release, stays_mapped
 from partition.format import Partition
+from sampling import compiled
 from sampling.base import NeighborSource, run_steps
 from sampling.dist_features import CacheStats, DistFeatureSource, PendingRows, fetch_rows, fetch_rows_async
 from sampling.kernels import sample_csr, sample_csr_padded, unpad
@@ -126,9 +127,7 @@ class DistNeighborSource(NeighborSource):
     ) -> Generator[None, None, tuple[Tensor, Tensor]]:
         """``sample_neighbors``, pausing three times (every rank alike) while the exchanges travel."""
         nodes = nodes.to(torch.int64)
-        is_own = self.partition.is_inner(nodes)
-        own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
-        own = self.partition.inner_local(nodes.index_select(0, own_idx), all_inner=True)
+        own_idx, own, remote_idx, remote = self._split(nodes, fanout)
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
         if self.num_ranks == 1:  # one worker: nothing to exchange, already in order
@@ -136,7 +135,6 @@ class DistNeighborSource(NeighborSource):
         # Own nodes never enter the exchange; they are sampled with the caller's generator
         # (so one worker's seeded sampling is reproducible) while other ranks' requests use
         # the serving generator. Only the remote minority is sorted by owner.
-        remote = nodes.index_select(0, remote_idx)
         if self._sole_peer is not None:  # one other owner (two workers): no lookup, no reorder
             requests = [torch.empty(0, dtype=self.id_dtype)] * self.num_ranks
             requests[self._sole_peer] = remote.to(self.id_dtype)
@@ -158,7 +156,11 @@ class DistNeighborSource(NeighborSource):
         # `fanout` slots padded with -1: rows move and reorder whole (no per-edge offsets), the
         # reply needs no size exchange, and one compaction at the end gives the edges.
         padded = fanout >= 0 and remote_idx.numel() > 0
-        mine = (self._sample_padded(own, fanout, replace, generator) if padded
+        # A large hop's own rows stay compact: the compiled loop merges them with the padded
+        # answers in one pass (``compiled.merge_rows``), where torch writes both into one table
+        # and compacts it (same draws, same result).
+        merged = padded and compiled.enabled(nodes.numel() * fanout)
+        mine = (self._sample_padded(own, fanout, replace, generator) if padded and not merged
                 else self._sample(own, fanout, replace, generator))  # all own here: compact, in order
         yield  # 2: the requests travel
         asked = pending.wait()
@@ -174,6 +176,10 @@ class DistNeighborSource(NeighborSource):
         answers = answering.wait()
         if not remote_idx.numel():
             return mine  # type: ignore[return-value]
+        if merged:
+            joined = comm.joined_rows(answers)  # the receive buffer itself: no copy
+            rows = (joined if joined is not None else torch.cat(answers)).view(-1, fanout)
+            return compiled.merge_rows(nodes.numel(), own_idx, mine, remote_idx, rows)  # type: ignore[arg-type]
         if padded:
             table = torch.empty((nodes.numel(), fanout), dtype=self.id_dtype)
             table.index_copy_(0, own_idx, mine)  # type: ignore[arg-type]
@@ -182,6 +188,17 @@ class DistNeighborSource(NeighborSource):
             return unpad(table)
         parts = [mine] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
         return _reassemble(parts, torch.cat([own_idx, remote_idx]))  # type: ignore[list-item]
+
+    def _split(self, nodes: Tensor, fanout: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(own_idx, own local ids, remote_idx, remote global ids)``: which of ``nodes`` this part
+        serves itself, and which go to other ranks, each in the callers' order."""
+        ranges = self.partition.inner_ranges
+        if len(ranges) == 1 and compiled.enabled(nodes.numel() * max(fanout, 1)):
+            return compiled.split_range(nodes, *ranges[0])  # one pass where torch makes six
+        is_own = self.partition.is_inner(nodes)
+        own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
+        own = self.partition.inner_local(nodes.index_select(0, own_idx), all_inner=True)
+        return own_idx, own, remote_idx, nodes.index_select(0, remote_idx)
 
     def _serve_padded(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
         """``[len(ids), fanout]`` sampled neighbours (``-1``-padded) for another rank's request."""

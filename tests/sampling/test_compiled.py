@@ -112,6 +112,35 @@ def test_merged_frontiers_identical(numba_on, monkeypatch):
     assert _same_batches(ref, got)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_merged_rows_equal_the_padded_table_compacted(numba_on, dtype):
+    """The distributed source's one-pass merge of own (compact) and remote (padded) rows against its
+    torch path: both written into one padded table, then ``unpad``."""
+    gen = torch.Generator().manual_seed(3)
+    n, k = 500, 6
+    table = torch.randint(0, 1000, (n, k), generator=gen, dtype=dtype)
+    real = torch.randint(0, k + 1, (n,), generator=gen)  # real entries per row, some none, some all
+    table[torch.arange(k).unsqueeze(0) < (k - real).unsqueeze(1)] = -1  # the padding comes first
+    order = torch.randperm(n, generator=gen)
+    own_idx, remote_idx = order[:200], order[200:]
+    own = kernels.unpad(table.index_select(0, own_idx))
+    expected = kernels.unpad(table)
+    got = compiled.merge_rows(n, own_idx, own, remote_idx, table.index_select(0, remote_idx))
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]) and got[0].dtype == torch.int64
+    none = torch.zeros(0, dtype=torch.int64)  # two own rows without neighbours, no remote row
+    empty = compiled.merge_rows(2, torch.tensor([0, 1]), (none, torch.zeros(2, dtype=torch.int64)), none,
+                                torch.zeros((0, k), dtype=dtype))
+    assert empty[0].numel() == 0 and empty[1].tolist() == [0, 0]
+
+
+def test_split_range_keeps_order(numba_on):
+    nodes = torch.randint(0, 100, (1000,), generator=torch.Generator().manual_seed(0))
+    inside = (nodes >= 30) & (nodes < 60)
+    own_idx, own, remote_idx, remote = compiled.split_range(nodes, 30, 60)
+    assert torch.equal(own_idx, inside.nonzero().view(-1)) and torch.equal(own, nodes[inside] - 30)
+    assert torch.equal(remote_idx, (~inside).nonzero().view(-1)) and torch.equal(remote, nodes[~inside])
+
+
 def test_relabeller_is_reset_between_batches(numba_on):
     """After a compiled batch the mark array is clean: the next batch numbers its nodes from scratch."""
     g = random_graph(200, seed=1)

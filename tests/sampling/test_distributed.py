@@ -57,6 +57,28 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph,
         b = NeighborSampler(copied, [fanout, 2], seed=rank).sample(batches[0])
         assert torch.equal(a.input_nodes, b.input_nodes)
         assert all(torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) for x, y in zip(a.blocks, b.blocks))
+    # Every hop on the compiled loops (own rows merged with the answers in one pass) samples what the
+    # torch kernels sample: every rank switches alike, so the exchanges still pair up.
+    import os
+
+    from graphdist import _numba
+    from sampling import compiled
+
+    def hops(mode: str) -> list:
+        os.environ["GRAPHDIST_NUMBA"] = mode
+        sampler = NeighborSampler(DistNeighborSource(part, seed=7), [4, 3], seed=rank)
+        return [sampler.sample(s) for s in batches] + list(sampler.sample_stream(batches))
+
+    saved_draws, saved_warmup, saved_mode = compiled.MIN_DRAWS, _numba.WARMUP_CALLS, os.environ.get("GRAPHDIST_NUMBA")
+    compiled.MIN_DRAWS, _numba.WARMUP_CALLS = 0, 0
+    try:
+        ref, got = hops("0"), hops("1")
+    finally:
+        compiled.MIN_DRAWS, _numba.WARMUP_CALLS = saved_draws, saved_warmup
+        os.environ.pop("GRAPHDIST_NUMBA") if saved_mode is None else os.environ.update(GRAPHDIST_NUMBA=saved_mode)
+    for a, b in zip(ref, got, strict=True):
+        assert torch.equal(a.input_nodes, b.input_nodes)
+        assert all(torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) for x, y in zip(a.blocks, b.blocks))
     # Sampled ids travel as int32: one more slot of fan-out costs 4 bytes for each row another
     # rank asks of this one (every other rank asks for all of this rank's nodes here).
     from graphdist import comm
