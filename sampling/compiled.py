@@ -1,4 +1,5 @@
-"""Compiled (numba) versions of the two per-edge loops of sampling: Floyd's draws and relabelling.
+"""Compiled (numba) versions of sampling's per-edge loops: Floyd's draws, relabelling, and the
+distributed source's split of a hop into own and remote nodes and its merge of the two sets of rows.
 
 The torch kernels in ``sampling.kernels`` and ``sampling.relabel`` are vectorised: a hop costs a
 few hundred torch calls whatever its size, and on one thread their dispatch and their passes
