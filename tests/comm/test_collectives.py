@@ -84,12 +84,42 @@ def _async_allreduce_body(rank: int, world_size: int) -> None:
     assert comm.broadcast_object("hello" if rank == 0 else None) == "hello"
 
 
+def _exchange_body(rank: int, world_size: int) -> None:
+    """Two gloo ranks reduce small tensors by one exchange: the same values as gloo's ring, bit for bit."""
+    from graphdist import comm
+    from graphdist.comm import collectives
+
+    gen = torch.Generator().manual_seed(rank)
+    cases = [(torch.randn(n, generator=gen).to(dtype), op) for n in (3, 100, 4096) for dtype in (torch.float32,
+             torch.float64, torch.bfloat16) for op in ("sum", "max", "min")]
+    cases.append((torch.randint(-5, 5, (7,), generator=gen), "sum"))
+    saved = collectives.EXCHANGE_MAX_BYTES
+    for tensor, op in cases:
+        assert collectives._by_exchange(tensor, None)
+        by_exchange = comm.all_reduce(tensor.clone(), op=op)
+        collectives.EXCHANGE_MAX_BYTES = 0  # gloo's own allreduce
+        try:
+            by_ring = comm.all_reduce(tensor.clone(), op=op)
+        finally:
+            collectives.EXCHANGE_MAX_BYTES = saved
+        assert by_exchange.dtype == tensor.dtype and torch.equal(by_exchange, by_ring), (tensor.dtype, op)
+    # Through a hook's future, on a view of a larger buffer (as a bucket's flat gradient is).
+    buffer = torch.full((10,), float(rank + 1))
+    assert collectives.start_all_reduce(buffer[2:6]).future().wait().tolist() == [3.0] * 4
+    assert buffer.tolist() == [float(rank + 1)] * 2 + [3.0] * 4 + [float(rank + 1)] * 4
+    assert not collectives._by_exchange(torch.ones(2), None) and not collectives._by_exchange(torch.ones(1 << 17), None)
+
+
+def test_two_ranks_reduce_small_tensors_by_one_exchange():
+    launch(_exchange_body, 2, timeout=60)
+
+
 def _dead_peer_body(rank: int, world_size: int) -> None:
     from graphdist import comm
 
     if rank == 1:
         os._exit(3)  # dies without a word, as a killed worker does
-    comm.all_reduce(torch.ones(1))
+    comm.all_reduce(torch.ones(64))  # two ranks: by exchange (all_to_all)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
