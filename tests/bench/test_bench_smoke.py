@@ -28,8 +28,8 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py", "bench_faults.py",
           "bench_generator.py",
           "bench_link.py", "bench_models.py", "bench_partition.py", "bench_partition_faults.py", "bench_parts.py",
-          "bench_placement.py", "bench_sampler.py", "bench_scale.py", "bench_simulator.py", "bench_strategies.py",
-          "bench_train.py", "check_cuda.py")
+          "bench_placement.py", "bench_sampler.py", "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py",
+          "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -219,6 +219,16 @@ def test_bench_train_accuracy(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_small_allreduce(tmp_path):
+    out = tmp_path / "small_allreduce.json"
+    res = _bench("bench_small_allreduce.py", "--sizes", "8,512", "--repeats", 2, "--rounds", 2, "--out", out)
+    _ok(res)
+    assert "speed-up" in res.stdout
+    doc = _read(out, "exchange_max_bytes", "rows")
+    assert [r["bytes"] for r in doc["rows"]] == [8, 512]
+    assert all(len(r["rounds"]["ring"]) == 2 and r["exchange_us"] > 0 for r in doc["rows"])
+
+
 def test_bench_comm(tmp_path):
     from graphdist.testing.netns import unavailable_reason
 
