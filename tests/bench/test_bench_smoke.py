@@ -26,9 +26,9 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py",
-          "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py", "bench_partition_faults.py", "bench_parts.py",
-          "bench_placement.py", "bench_sampler.py", "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py",
-          "bench_strategies.py", "bench_train.py", "check_cuda.py")
+          "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py",
+          "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_sampler.py", "bench_scale.py",
+          "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
