@@ -191,10 +191,10 @@ class DistNeighborSource(NeighborSource):
 
     def _split(self, nodes: Tensor, fanout: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(own_idx, own local ids, remote_idx, remote global ids)``: which of ``nodes`` this part
-        serves itself, and which go to other ranks, each in the callers' order."""
-        ranges = self.partition.inner_ranges
-        if len(ranges) == 1 and compiled.enabled(nodes.numel() * max(fanout, 1)):
-            return compiled.split_range(nodes, *ranges[0])  # one pass where torch makes six
+        serves itself, and which go to other ranks, each in the caller's order."""
+        inner = self.partition.inner_ranges
+        if len(inner) == 1 and compiled.enabled(nodes.numel() * max(fanout, 1)):
+            return compiled.split_range(nodes, *inner[0])  # one pass where torch makes six
         is_own = self.partition.is_inner(nodes)
         own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)
         own = self.partition.inner_local(nodes.index_select(0, own_idx), all_inner=True)
