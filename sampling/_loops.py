@@ -162,3 +162,20 @@ def split_range(nodes: Any, lo: int, hi: int) -> Any:
             remote[b] = v
             b += 1
     return own_idx, own, remote_idx, remote
+
+
+@jit
+def block_index(counts: Any, total: int) -> Any:
+    # A block's destination of every edge (edges grouped by destination) and its CSR row pointer.
+    n = counts.shape[0]
+    dst = np.empty(total, np.int64)
+    indptr = np.empty(n + 1, np.int64)
+    indptr[0] = 0
+    e = 0
+    for i in range(n):
+        c = counts[i]
+        for t in range(c):
+            dst[e + t] = i
+        e += c
+        indptr[i + 1] = e
+    return dst, indptr

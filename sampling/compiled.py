@@ -1,4 +1,4 @@
-"""Compiled (numba) versions of sampling's per-edge loops: Floyd's draws, relabelling, and the
+"""Compiled (numba) versions of sampling's per-edge loops: Floyd's draws, relabelling, block building, and the
 distributed source's split of a hop into own and remote nodes and its merge of the two sets of rows.
 
 The torch kernels in ``sampling.kernels`` and ``sampling.relabel`` are vectorised: a hop costs a
@@ -36,7 +36,7 @@ from torch import Tensor
 
 from graphdist._numba import compiled_enabled, numba_module
 
-__all__ = ["MIN_DRAWS", "enabled", "floyd_sample", "merge_rows", "relabel_add", "split_range"]
+__all__ = ["MIN_DRAWS", "block_index", "enabled", "floyd_sample", "merge_rows", "relabel_add", "split_range"]
 
 # Hops with fewer draws (nodes x fan-out) stay on the torch kernels: there the loops save
 # microseconds, and a small job would pay numba's import and cache load (~0.5 s a process).
@@ -118,3 +118,16 @@ def split_range(nodes: Tensor, lo: int, hi: int) -> tuple[Tensor, Tensor, Tensor
         [[0, 2], [3, 1], [1, 3], [2, 9]]
     """
     return tuple(torch.from_numpy(a) for a in _kernels().split_range(nodes.numpy(), int(lo), int(hi)))  # type: ignore[return-value]
+
+
+def block_index(counts: Tensor, total: int) -> tuple[Tensor, Tensor]:
+    """``(dst, indptr)`` of a block whose ``total`` edges come grouped by destination, ``counts[i]`` for
+    destination ``i``: each edge's destination and the CSR row pointer, in one pass (torch makes a
+    ``repeat_interleave`` and a cumulative sum).
+
+    Example:
+        >>> [t.tolist() for t in block_index(torch.tensor([2, 0, 1]), 3)]
+        [[0, 0, 2], [0, 2, 2, 3]]
+    """
+    dst, indptr = _kernels().block_index(counts.numpy(), int(total))
+    return torch.from_numpy(dst), torch.from_numpy(indptr)

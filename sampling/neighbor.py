@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from graphdist.data.graph import Graph, counts_to_indptr
+from sampling import compiled
 from sampling.base import Block, NeighborSource, SampledBatch, Sampler, run_steps
 from sampling.kernels import sample_csr
 from sampling.relabel import DENSE_MAX_NODES, _DenseRelabeler, _SortRelabeler
@@ -264,5 +265,9 @@ def _interleave(group: list[Generator[None, None, T]]) -> list[T]:
 
 def _make_block(src: Tensor, counts: Tensor, num_dst: int, num_src: int) -> Block:
     """A block from per-destination counts: sources arrive grouped by destination already."""
-    dst = torch.repeat_interleave(torch.arange(num_dst, dtype=torch.int64), counts, output_size=src.numel())
-    return Block(src=src, dst=dst, num_src=num_src, num_dst=num_dst, indptr=counts_to_indptr(counts))
+    if compiled.enabled(src.numel()) and counts.dtype == torch.int64:
+        dst, indptr = compiled.block_index(counts, src.numel())
+    else:
+        dst = torch.repeat_interleave(torch.arange(num_dst, dtype=torch.int64), counts, output_size=src.numel())
+        indptr = counts_to_indptr(counts)
+    return Block(src=src, dst=dst, num_src=num_src, num_dst=num_dst, indptr=indptr)
