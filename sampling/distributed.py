@@ -127,7 +127,9 @@ class DistNeighborSource(NeighborSource):
     ) -> Generator[None, None, tuple[Tensor, Tensor]]:
         """``sample_neighbors``, pausing three times (every rank alike) while the exchanges travel."""
         nodes = nodes.to(torch.int64)
-        own_idx, own, remote_idx, remote = self._split(nodes, fanout)
+        # One decision per hop for its compiled loops (the split here, the merge below).
+        compiled_hop = compiled.enabled(nodes.numel() * max(fanout, 1))
+        own_idx, own, remote_idx, remote = self._split(nodes, compiled_hop)
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
         if self.num_ranks == 1:  # one worker: nothing to exchange, already in order
@@ -159,7 +161,7 @@ class DistNeighborSource(NeighborSource):
         # A large hop's own rows stay compact: the compiled loop merges them with the padded
         # answers in one pass (``compiled.merge_rows``), where torch writes both into one table
         # and compacts it (same draws, same result).
-        merged = padded and compiled.enabled(nodes.numel() * fanout)
+        merged = padded and compiled_hop
         mine = (self._sample_padded(own, fanout, replace, generator) if padded and not merged
                 else self._sample(own, fanout, replace, generator))  # all own here: compact, in order
         yield  # 2: the requests travel
@@ -189,11 +191,11 @@ class DistNeighborSource(NeighborSource):
         parts = [mine] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
         return _reassemble(parts, torch.cat([own_idx, remote_idx]))  # type: ignore[list-item]
 
-    def _split(self, nodes: Tensor, fanout: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _split(self, nodes: Tensor, compiled_hop: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(own_idx, own local ids, remote_idx, remote global ids)``: which of ``nodes`` this part
         serves itself, and which go to other ranks, each in the caller's order."""
         inner = self.partition.inner_ranges
-        if len(inner) == 1 and compiled.enabled(nodes.numel() * max(fanout, 1)):
+        if len(inner) == 1 and compiled_hop:
             return compiled.split_range(nodes, *inner[0])  # one pass where torch makes six
         is_own = self.partition.is_inner(nodes)
         own_idx, remote_idx = is_own.nonzero().view(-1), (~is_own).nonzero().view(-1)

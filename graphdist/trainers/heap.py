@@ -1,11 +1,4 @@
-"""The worker's Python heap while it trains: what the garbage collector scans.
-
-Example:
-    >>> with frozen_heap() as settle:
-    ...     settle()
-    ...     gc.get_freeze_count() > 0
-    True
-"""
+"""The worker's Python heap while it trains: what the garbage collector scans (:func:`frozen_heap`)."""
 
 from __future__ import annotations
 
@@ -24,11 +17,11 @@ def frozen_heap() -> Iterator[Callable[[], None]]:
     its own time, and its peers wait for it at the next collective: in a GraphSAGE minibatch run
     one took 170 ms on each of the two workers, in the same epoch. ``gc.freeze()`` keeps those
     objects out of every collection (0.002 ms after it); what training allocates is still
-    collected as before. It yields ``settle()``, which
-    the loop calls between epochs, where every rank stops anyway: it collects what the epoch left
-    and freezes what survived (numba's modules, loaded by the first epoch's batches: a full
-    collection of those alone took 23-30 ms). Left alone where the collector is off or something
-    froze the heap already (a caller that manages its own): ``settle`` then does nothing.
+    collected as before. It yields ``settle()``, which the loop calls between epochs, where every
+    rank stops anyway: it collects what the epoch left and freezes what survived (numba's modules,
+    loaded by the first epoch's batches: a full collection of those alone took 23-30 ms). Left
+    alone where the collector is off or something froze the heap already (a caller that manages
+    its own): ``settle`` then does nothing.
 
     Example:
         >>> with frozen_heap() as settle:

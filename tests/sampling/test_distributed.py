@@ -23,6 +23,12 @@ def _edge_sets(batch, orig: torch.Tensor) -> list[set]:
     return [set(zip(ids[b.src].tolist(), ids[b.dst].tolist())) for b in batch.blocks]
 
 
+def _same_samples(a, b) -> bool:
+    """Two batches with the same input nodes and the same edges in every block."""
+    return torch.equal(a.input_nodes, b.input_nodes) and all(
+        torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) for x, y in zip(a.blocks, b.blocks))
+
+
 def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph, stream: bool) -> None:
     from partition.api import load_partition
     from sampling.neighbor import NeighborSampler
@@ -55,11 +61,11 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph,
     for fanout in (3, -1):
         a = NeighborSampler(translated, [fanout, 2], seed=rank).sample(batches[0])
         b = NeighborSampler(copied, [fanout, 2], seed=rank).sample(batches[0])
-        assert torch.equal(a.input_nodes, b.input_nodes)
-        assert all(torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) for x, y in zip(a.blocks, b.blocks))
+        assert _same_samples(a, b)
     # Every hop on the compiled loops (own rows merged with the answers in one pass) samples what the
     # torch kernels sample: every rank switches alike, so the exchanges still pair up.
     import os
+    from unittest import mock
 
     from graphdist import _numba
     from sampling import compiled
@@ -69,16 +75,10 @@ def _same_as_local_body(rank: int, world_size: int, part_dir: str, graph: Graph,
         sampler = NeighborSampler(DistNeighborSource(part, seed=7), [4, 3], seed=rank)
         return [sampler.sample(s) for s in batches] + list(sampler.sample_stream(batches))
 
-    saved_draws, saved_warmup, saved_mode = compiled.MIN_DRAWS, _numba.WARMUP_CALLS, os.environ.get("GRAPHDIST_NUMBA")
-    compiled.MIN_DRAWS, _numba.WARMUP_CALLS = 0, 0
-    try:
+    with (mock.patch.object(compiled, "MIN_DRAWS", 0), mock.patch.object(_numba, "WARMUP_CALLS", 0),
+          mock.patch.dict(os.environ)):
         ref, got = hops("0"), hops("1")
-    finally:
-        compiled.MIN_DRAWS, _numba.WARMUP_CALLS = saved_draws, saved_warmup
-        os.environ.pop("GRAPHDIST_NUMBA") if saved_mode is None else os.environ.update(GRAPHDIST_NUMBA=saved_mode)
-    for a, b in zip(ref, got, strict=True):
-        assert torch.equal(a.input_nodes, b.input_nodes)
-        assert all(torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) for x, y in zip(a.blocks, b.blocks))
+    assert all(_same_samples(a, b) for a, b in zip(ref, got, strict=True))
     # Sampled ids travel as int32: one more slot of fan-out costs 4 bytes for each row another
     # rank asks of this one (every other rank asks for all of this rank's nodes here).
     from graphdist import comm
