@@ -282,7 +282,7 @@ class Trainer:
             runlog.write_config(run_dir, cfg.to_dict())
         runlog.write_status(run_dir, status="running", partitions_checksum=checksum, dataset=cfg.dataset,
                             error=None, **({} if cfg.resume else {"checkpoint_epoch": None}))
-        logger.info("config: %s", cfg.to_dict())
+        logger.debug("config: %s", cfg.to_dict())
 
     def _spawn(self, cfg: TrainConfig, run_dir: Path, part_dir: Path) -> list[dict[str, Any]]:
         from graphdist import runlog

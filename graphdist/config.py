@@ -125,7 +125,8 @@ class TrainConfig:
     bind_cores: Optional[bool] = None
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always); full-graph epochs are one step
-    log_interval: int = 20  # steps between progress lines
+    log_interval: int = 20  # steps between progress lines (and between reads of the loss: a read syncs a GPU)
+    verbose: bool = False  # the console's diagnostics: resolved config, topology and plan, sync wiring, cores
     tensorboard: bool = False  # off: tensorboard is an optional package; metrics.jsonl and the plots are always written
     run_dir: Optional[str] = None  # default runs/<timestamp>
     resume: Optional[str] = None

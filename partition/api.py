@@ -204,7 +204,7 @@ def partition(
         parts, info = _run_partitioner(graph, config, progress)
         _refuse_empty_parts(parts, graph, config)
         _write(tmp, graph, parts, config, info, command, progress, source, split)
-    logger.info("wrote %s (%s, %d parts)", target, config.method, config.num_parts)
+    logger.debug("wrote %s (%s, %d parts)", target, config.method, config.num_parts)
     return target
 
 

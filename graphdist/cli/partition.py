@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser, flags grouped by concern (dashed names, underscore aliases)."""
     parser = OneLineParser(
         prog=PROG,
-        description="Partition a graph into a checksummed partition directory (DESIGN.md section 3).",
+        description="Partition a graph into a checksummed partition directory (docs/design.md#the-partition-directory).",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -210,6 +210,8 @@ def _fail(message: str, status: int) -> int:
 
 
 def _run(args: CliArgs, argv: list[str]) -> int:
+    import time
+
     from tqdm import tqdm
 
     from partition.api import PartitionConfig, estimate_memory, partition, partition_stats, verify_files, read_meta
@@ -229,6 +231,7 @@ def _run(args: CliArgs, argv: list[str]) -> int:
     )
     print(f"{graph!r}", file=sys.stderr)
     print(estimate.describe(), file=sys.stderr)
+    started = time.perf_counter()
     out = partition(
         graph, config.num_parts, config.method, args.out, config.seed, config.halo_hops, config.balance,
         config.force, progress=args.progress, command=argv, task=config.task, edge_split=config.edge_split,
@@ -237,9 +240,11 @@ def _run(args: CliArgs, argv: list[str]) -> int:
     if args.verify:
         verify_files(out, read_meta(out))
     print(partition_stats(out).table())
+    from graphdist.console import shown_path
     from graphdist.data.memory import describe_peak
 
-    print(f"wrote {out} ({describe_peak()})")
+    print(f"wrote {out} in {time.perf_counter() - started:.1f} s ({describe_peak()})")
+    print(f"next: graphdist-train --partitions {shown_path(out)} --num-workers {config.num_parts}")
     return 0
 
 

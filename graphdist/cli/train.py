@@ -22,7 +22,6 @@ Precedence: CLI flag > GRAPHDIST_<FIELD> environment variable > --config YAML > 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
@@ -47,6 +46,7 @@ EPILOG = """examples:
 environment:
   GRAPHDIST_DATA    :-separated dataset directories (read only); GRAPHDIST_CACHE where derived files go
   GRAPHDIST_<NAME>  any option, e.g. GRAPHDIST_EPOCHS=20 (flags override it; it overrides --config)
+  GRAPHDIST_LOG     debug (what --verbose prints), info (default) or warning
 
 """ + EXIT_CODES
 
@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
          help=f"LLCG: S global mini-batch steps after each average (default {d('correction_steps')})")
     place = p.add_argument_group("Placement (--strategy minibatch)")
     _add(place, "--cluster", metavar="FILE",
-         help="cluster spec (YAML; see README 'Placement'): hosts, and per worker its device, threads, memory "
+         help="cluster spec (YAML; see docs/placement.md#cluster-specs---cluster-specyaml): hosts, and per worker its device, threads, memory "
               "and speed. Sets --num-workers (local), --devices, the threads of each worker and the memory "
               "the full-graph check uses; graphdist-plan prints the plan it gives")
     _add(place, "--placement", choices=("auto", "profiled", "equal"),
@@ -205,7 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     _switch(system, "--bind-cores", on="bind each worker on this machine to its own --threads cores (default: "
             "when 2+ workers' threads fill the machine's cores exactly)",
             off="let the scheduler move workers between cores")
-    _add(system, "--log-interval", type=int, help=f"steps between progress lines (default {d('log_interval')})")
+    _add(system, "--log-interval", type=int,
+         help=f"steps between progress lines, and between reads of the loss (default {d('log_interval')})")
+    system.add_argument("--verbose", "-v", action="store_const", const=True, default=None,
+                        help="also print the diagnostics: resolved config, topology and plan, sync wiring, bound "
+                             "cores, each part's cache (GRAPHDIST_LOG=debug does the same)")
     system.add_argument("--tensorboard", action="store_const", const=True, default=None,
                         help="also write each epoch's metrics and each step's loss as TensorBoard scalars to "
                              "<run-dir>/tensorboard (rank 0; needs pip install 'graphdist[tensorboard]')")
@@ -283,13 +287,23 @@ def dry_run(cfg) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``graphdist-train``; returns the exit code (see ``EXIT_CODES``)."""
-    from graphdist.runlog import StdoutHandler
+    from graphdist.console import logging_restored
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[StdoutHandler()])
+    with logging_restored():  # called in-process (tests, a notebook): the caller's logging as it was
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    import time
+
+    from graphdist.console import closing_table, setup_logging, shown_path
+
+    started_at = time.perf_counter()
     trainer = None
     origin: dict[str, str] = {}  # a refusal from resolving already names where its values came from
     try:
         cfg, origin = _resolve_with_origin(argv)
+        setup_logging(None, cfg.verbose)
         if cfg.dry_run:
             dry_run(cfg)
             return 0
@@ -321,12 +335,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
         return 1 if started else 2
-    best = result.best
-    if best:
-        acc = best.get("test_acc")
-        print(f"done: {len(result.history)} epochs, run directory {result.run_dir}"
-              + (f", test accuracy at best validation epoch {best['epoch']}: {100 * acc:.2f}%" if acc is not None else ""))
+    if result.history:  # under torchrun/SLURM rank 0's; the other ranks have said all they had to
+        print(closing_table(result.history, result.best, shown_path(result.run_dir),
+                            wall_s=time.perf_counter() - started_at, tensorboard=trainer.config.tensorboard))
     return 0
+
 
 
 def _expected_refusal(exc: BaseException) -> bool:

@@ -225,7 +225,7 @@ def synthetic(
         name=name or f"synthetic-{n}",
         validate_features=False,  # Gaussian draws are finite; a scan of 400 MB would cost ~0.3 s
     )
-    logger.info("generated %r", graph)
+    logger.debug("generated %r", graph)
     return graph
 
 

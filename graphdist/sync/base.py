@@ -43,6 +43,13 @@ class GradientSync(abc.ABC):
         self.last_step_stats: Optional[StepStats] = None
         self.summary = SyncSummary()
         self.timeline: list[tuple[str, str, float]] = []
+        # What an ``auto`` setting chose at construction, in a few words (``--compress auto``'s probe):
+        # the start banner says it.
+        self.choices: list[str] = []
+
+    def describe(self) -> str:
+        """The sync in a few words, for the start banner (``dwbp, SACP, allreduce ring``)."""
+        return ", ".join([self.mode or type(self).__name__, *self.choices])
 
     @property
     @abc.abstractmethod

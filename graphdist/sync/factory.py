@@ -55,8 +55,10 @@ def make_sync(
     """
     if mode not in SYNC_MODES:
         raise ValueError(f"Expected a sync mode in {tuple(SYNC_MODES)} (got {mode!r}); e.g. --sync dwbp")
+    choices = []
     if compress == "auto":
         compress = _resolve_auto(mode, model, algorithm, group)
+        choices.append(f"compress {compress} (auto)")
     if mode == "ddp":
         if sacp:
             warnings.warn("sacp is ignored under --sync ddp (DDP sends its own buckets); use --sync dwbp",
@@ -64,11 +66,22 @@ def make_sync(
         if kwargs.get("layers") is not None:
             warnings.warn("`layers` is ignored in ddp mode: DDP forms its own buckets", stacklevel=2)
         kwargs.pop("layers", None)
-        return DdpSync(model, group=group, find_unused_parameters=find_unused_parameters, algorithm=algorithm,
-                       seed_weighted=seed_weighted, compress=compress, **kwargs)
+        sync: GradientSync = DdpSync(model, group=group, find_unused_parameters=find_unused_parameters,
+                                     algorithm=algorithm, seed_weighted=seed_weighted, compress=compress, **kwargs)
+    else:
+        sync = _layerwise(mode, model, group, algorithm, find_unused_parameters, seed_weighted, compress, sacp,
+                          sacp_overrides, **kwargs)
+    sync.choices.extend(choices)
+    return sync
+
+
+def _layerwise(mode: str, model: nn.Module, group: Any, algorithm: Optional[Any], find_unused_parameters: bool,
+               seed_weighted: bool, compress: str, sacp: bool, sacp_overrides: Optional[dict[str, str]],
+               **kwargs: Any) -> GradientSync:
+    """``make_sync`` for the layer-wise modes (dwbp, blocking): the hook (compression, SACP) and the sync."""
     if find_unused_parameters:
         warnings.warn("find_unused_parameters only matters in ddp mode; dwbp/blocking flush unused layers anyway",
-                      stacklevel=2)
+                      stacklevel=3)  # make_sync's caller
     if compress != "none" or sacp:
         if "hook" in kwargs:
             raise ValueError("Expected either compress=/sacp= or hook= (a hook of your own can wrap "
@@ -88,8 +101,6 @@ def make_sync(
     return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, seed_weighted=seed_weighted, **kwargs)
 
 
-
-
 def _resolve_auto(mode: str, model: nn.Module, algorithm: Optional[Any], group: Any) -> str:
     """``--compress auto``'s choice (timed, collective); fp16 under ddp (torch's hooks have no int8)."""
     import logging
@@ -101,7 +112,7 @@ def _resolve_auto(mode: str, model: nn.Module, algorithm: Optional[Any], group: 
     if group is not None:
         raise ValueError("--compress auto times int8, which runs over all ranks on its own group (got a group)")
     choice = choose_compression(model, algorithm)
-    logging.getLogger("graphdist").info(choice.describe())
+    logging.getLogger("graphdist").debug(choice.describe())
     return choice.chosen
 
 

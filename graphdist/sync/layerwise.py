@@ -401,6 +401,18 @@ class LayerwiseSync(GradientSync):
             out.append(LayerTiming(layer.name, layer.numel, s.ready_at[i], s.launch_at[i], complete, service))
         return out
 
+    def describe(self) -> str:
+        """``dwbp, SACP, allreduce ring (auto: one host)``: the banner's words for this sync."""
+        words = [self.mode]
+        hook = getattr(self.hook, "__name__", "")
+        if "sacp" in hook:
+            words.append("SACP")
+        words.extend(self.choices)
+        algorithm = getattr(self.hook_state, "algorithm", None)
+        if algorithm is not None and self.config.distributed:
+            words.append(f"allreduce {describe_algorithm(algorithm)}")
+        return ", ".join(words)
+
     _logged: set[str] = set()  # modes already described in this process's log
 
     def _log_once(self) -> None:
@@ -408,13 +420,29 @@ class LayerwiseSync(GradientSync):
             LayerwiseSync._logged.add(self.mode)
             numel = sum(layer.numel for layer in self.layers)
             algorithm = getattr(self.hook_state, "algorithm", None)
-            logger.info(
+            logger.debug(
                 "LayerwiseSync mode=%s world=%d layers=%d params=%s (%s) hook=%s algorithm=%s group=%s",
                 self.mode, self.config.world_size, len(self.layers), f"{numel:,}",
                 ", ".join(layer.name for layer in self.layers[:6]) + ("..." if len(self.layers) > 6 else ""),
                 getattr(self.hook, "__name__", type(self.hook).__name__), algorithm,
                 "default" if self.config.group is None else "custom",
             )
+
+
+def describe_algorithm(algorithm: Any) -> str:
+    """An allreduce algorithm in a few words: ``ring``; ``--allreduce auto``'s choice and whether it was timed.
+
+    Example:
+        >>> from graphdist.comm.algorithms import Auto
+        >>> describe_algorithm(Auto(None))
+        'ring (auto; not timed: one host, or NCCL)'
+    """
+    chosen = getattr(algorithm, "chosen", None)
+    if chosen is None:
+        return str(getattr(algorithm, "name", type(algorithm).__name__))
+    if getattr(algorithm, "timings", None):
+        return f"{chosen} (auto: fastest of {', '.join(algorithm.timings)} on a probe)"
+    return f"{chosen} (auto; not timed: one host, or NCCL)"
 
 
 def _all_views(params: list[nn.Parameter], buf: torch.Tensor) -> bool:

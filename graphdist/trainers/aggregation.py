@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from graphdist import comm
-from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext, adam,
+from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import (
@@ -40,7 +40,7 @@ from graphdist.trainers.minibatch import (
     use_prefetch,
 )
 from graphdist.trainers.precision import loss_scaler
-from graphdist.trainers.steps import train_steps
+from graphdist.trainers.steps import reporter, train_steps
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class AggregationStrategy(Strategy):
             logger.warning("--avg-every %d >= the %d steps of an epoch: parameters are averaged once per epoch only",
                            cfg.avg_every, self.steps_per_epoch)
         if comm.is_main_process():
-            logger.info("%s: %s inner nodes, %s of %s in-edges kept (induced subgraph), %s train seeds, "
+            logger.debug("%s: %s inner nodes, %s of %s in-edges kept (induced subgraph), %s train seeds, "
                         "averaging %s, optimizer state %s, %d correction steps", part.name, f"{part.num_inner:,}",
                         f"{self.local_graph.num_edges:,}", f"{int(part.indptr[part.num_inner]):,}",
                         f"{int(train.numel()):,}", f"every {cfg.avg_seconds} s" if cfg.avg_seconds else
@@ -155,6 +155,19 @@ class AggregationStrategy(Strategy):
     @property
     def steps_per_epoch(self) -> int:
         return len(self.loader)
+
+    def describe(self) -> list[tuple[str, str]]:
+        from graphdist.sync.layerwise import describe_algorithm
+
+        cfg = self.ctx.cfg
+        every = f"every {cfg.avg_seconds:g} s" if cfg.avg_seconds else f"every {cfg.avg_every} steps"
+        words = [f"aggregation, {self.steps_per_epoch} local steps an epoch on the part's own edges",
+                 f"rank 0's label TVD {self.label_tvd:.2f}" if self.label_tvd == self.label_tvd else ""]  # nan: no labels
+        sync = [f"parameters averaged {every}" + (", overlapped" if cfg.avg_overlap else ""),
+                f"optimizer state {'averaged' if cfg.avg_optimizer else 'local'}",
+                f"{cfg.correction_steps} correction steps" if cfg.correction_steps else "",
+                f"allreduce {describe_algorithm(self.algorithm)}" if self.ctx.world_size > 1 else ""]
+        return [("strategy", ", ".join(w for w in words if w)), ("sync", ", ".join(w for w in sync if w))]
 
     # ---------------------------------------------------------------- training
 
@@ -187,15 +200,19 @@ class AggregationStrategy(Strategy):
         finally:
             sync.close()
 
-    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
+    def train_epoch(self, epoch: int, progress: Optional[Progress] = None) -> EpochStats:
         self.model.train()
         start = time.perf_counter()
         self.loader.stats.reset()
         self._correction_stats = EpochStats()
         averages_before = self.averager.averages
+        cfg = self.ctx.cfg
+        report = (reporter(progress, epoch, self.steps_per_epoch, self.ctx.world_size, cfg.log_interval)
+                  if progress is not None else None)
         stats = train_steps(self.loader, self.local_sync, self.optimizer, self.device, self.with_degrees,
-                            after_step=self._after_step, task=self.task, precision=self.ctx.cfg.precision,
-                            scaler=self.scalers["train"])
+                            after_step=self._after_step, task=self.task, precision=cfg.precision,
+                            scaler=self.scalers["train"], log_interval=cfg.log_interval,
+                            progress=report, advance=progress.advance if progress is not None else None)
         self.averager.step += 1  # the epoch's last step: it always averages (below), never twice
         self._average()
         self._correct()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py reads STRATEGIES)
     import torch
@@ -107,7 +107,14 @@ class Predictions:
     embeddings: "torch.Tensor"
 
 
-ProgressCallback = Callable[[int, str], None]
+class Progress(Protocol):
+    """Where an epoch reports its progress (``graphdist.console.EpochProgress``: a bar or log lines)."""
+
+    def advance(self, step: int) -> None:
+        """``step`` steps of the epoch are done (every step; reads nothing from the device)."""
+
+    def report(self, step: int, line: str, loss: Optional[float] = None, seeds_per_s: Optional[float] = None) -> None:
+        """Every ``--log-interval`` steps: the progress line, and the numbers a bar shows."""
 
 
 class Strategy(abc.ABC):
@@ -137,9 +144,19 @@ class Strategy(abc.ABC):
         """Optimizer steps an epoch makes on every rank; 0 where a strategy cannot say ahead."""
         return 0
 
+    def describe(self) -> list[tuple[str, str]]:
+        """The start banner's ``strategy`` and ``sync`` rows: what this run does, in a few words each."""
+        sync = getattr(self, "sync", None)
+        if self.ctx.world_size == 1:
+            return [("strategy", self.name), ("sync", "none: one worker")]
+        words = [sync.describe()] if sync is not None else []
+        if self.ctx.cfg.compress not in ("none", "auto"):  # auto's choice is in the sync's own words
+            words.append(f"compress {self.ctx.cfg.compress}")
+        return [("strategy", self.name), ("sync", ", ".join(words))]
+
     @abc.abstractmethod
-    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
-        """Trains one epoch; ``on_progress(step, line)`` gets a progress line every log interval."""
+    def train_epoch(self, epoch: int, progress: Optional[Progress] = None) -> EpochStats:
+        """Trains one epoch, telling ``progress`` (rank 0's; None elsewhere) how far it is."""
 
     @abc.abstractmethod
     def evaluate(self) -> dict[str, float]:
@@ -203,7 +220,7 @@ def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module") -> Any:
     algorithm = comm.allreduce_algorithm(name, ctx.topology, **kwargs)
     if comm.is_main_process():
         describe = getattr(algorithm, "describe", None)
-        logging.getLogger(__name__).info("allreduce: %s", describe() if describe else repr(algorithm))
+        logging.getLogger(__name__).debug("allreduce: %s", describe() if describe else repr(algorithm))
     return algorithm
 
 
@@ -266,5 +283,5 @@ def register_strategy(name: str, target: str) -> None:
     STRATEGIES[name] = target
 
 
-__all__ = ["EpochStats", "Predictions", "ProgressCallback", "STRATEGIES", "Strategy", "TASKS", "WorkerContext",
+__all__ = ["EpochStats", "Predictions", "Progress", "STRATEGIES", "Strategy", "TASKS", "WorkerContext",
            "gradient_allreduce", "register_strategy", "strategy_class", "sync_options"]

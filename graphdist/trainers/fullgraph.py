@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from graphdist import comm
-from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext, adam,
+from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
@@ -197,10 +197,18 @@ class FullGraphStrategy(Strategy):
                               algorithm=gradient_allreduce(ctx, self.net), **sync_options(cfg))
         self._last_start: Optional[float] = None
         if comm.is_main_process():
-            logger.info("%s: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
+            logger.debug("%s: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
                         "staleness %d", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
                         f"{self.halo.boundary_rows:,}", f"{int(self.train.numel()):,}", f"{self.num_train_total:,}",
                         cfg.staleness)
+
+    def describe(self) -> list[tuple[str, str]]:
+        cfg = self.ctx.cfg
+        halo = "exact halo exchange" if cfg.staleness == 0 else f"halo {cfg.staleness} step stale (wait-free)"
+        words = [f"fullgraph, {halo}", f"{self.halo.boundary_rows:,} boundary rows sent per layer"]
+        if cfg.boundary_sample < 1:
+            words.append(f"boundary sample {cfg.boundary_sample:g}")
+        return [("strategy", ", ".join(words)), *super().describe()[1:]]
 
     # ------------------------------------------------------------ set-up steps
 
@@ -240,7 +248,7 @@ class FullGraphStrategy(Strategy):
     def steps_per_epoch(self) -> int:
         return 1
 
-    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
+    def train_epoch(self, epoch: int, progress: Optional[Progress] = None) -> EpochStats:
         """One full-graph step: every layer on the whole part, halo exchanged between layers."""
         stats = EpochStats()
         self.model.train()

@@ -104,8 +104,8 @@ class LinkPrediction(Task):
     def loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         return F.binary_cross_entropy_with_logits(out, y.to(out.dtype), reduction=reduction)
 
-    def correct(self, out: torch.Tensor, y: torch.Tensor) -> float:
-        return float(((out > 0) == (y > 0.5)).sum())
+    def count_correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((out > 0) == (y > 0.5)).sum()
 
     def predict(self, out: torch.Tensor) -> torch.Tensor:
         return out > 0
@@ -120,13 +120,13 @@ class LinkPrediction(Task):
         return int(batch.meta["pair_labels"].numel())
 
     def batch_loss(self, model: torch.nn.Module, batch: Any, with_degrees: bool,
-                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, float]:
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Any]:
         x, blocks = model_inputs(batch.x, batch.blocks, with_degrees)
         pairs, labels = batch.meta["pairs"].to(device), batch.meta["pair_labels"].to(device)
         scores = model(x, blocks, pairs)
         if not labels.numel():
             return scores.sum() * 0.0, scores, 0.0
-        return self.loss(scores, labels), scores, self.correct(scores.detach(), labels)
+        return self.loss(scores, labels), scores, self.count_correct(scores.detach(), labels)
 
     # ------------------------------------------------------------ the loader
     def edges(self, ctx: Any) -> Any:

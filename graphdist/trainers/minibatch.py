@@ -22,12 +22,12 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
-from graphdist.trainers.base import (EpochStats, Predictions, ProgressCallback, Strategy, WorkerContext, adam,
+from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      gradient_allreduce, sync_options)
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.precision import loss_scaler
-from graphdist.trainers.steps import train_steps
+from graphdist.trainers.steps import reporter, train_steps
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ class MinibatchStrategy(Strategy):
     def _log_setup(self) -> None:
         if comm.is_main_process():
             part = self.partition
-            logger.info(
+            logger.debug(
                 "%s: %s inner, %s halo, %s train %s, batch share %d, %d steps/epoch, cache %s remote rows "
                 "(%.0f MiB), prefetch %s", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
                 f"{int(self.train_seeds.numel()):,}", self.task.items, self.loader.batch_size, len(self.loader),
@@ -341,16 +341,24 @@ class MinibatchStrategy(Strategy):
     def steps_per_epoch(self) -> int:
         return len(self.loader)
 
-    def train_epoch(self, epoch: int, on_progress: Optional[ProgressCallback] = None) -> EpochStats:
+    def describe(self) -> list[tuple[str, str]]:
+        cfg = self.ctx.cfg
+        fanouts = ",".join(str(f) for f in cfg.fanouts)
+        words = [f"minibatch, batch {cfg.batch_size} (fan-outs {fanouts}), {self.steps_per_epoch} steps an epoch",
+                 f"prefetch {'on' if self.loader.prefetch else 'off'}"]
+        if cfg.replicate != "none":
+            words.append(f"--replicate {cfg.replicate}")
+        if self.rebalancer.active:
+            words.append(f"rebalancing every {cfg.rebalance_every} steps")
+        return [("strategy", ", ".join(words)), *super().describe()[1:]]
+
+    def train_epoch(self, epoch: int, progress: Optional[Progress] = None) -> EpochStats:
         """One epoch of the plan's steps on this rank."""
         self.model.train()
         start = time.perf_counter()
         self.loader.stats.reset()
         self.features.stats = type(self.features.stats)()
         self.sync.reset_summary()
-
-        def progress(step: int, stats: EpochStats, seeds: int, seconds: float) -> None:
-            on_progress(step, self._progress(epoch, step, stats, seeds, seconds))
 
         if self.stretch is not None:
             self.stretch.set_epoch(epoch)
@@ -376,7 +384,10 @@ class MinibatchStrategy(Strategy):
 
         interval = self.ctx.cfg.log_interval
         stats = train_steps(self.loader, self.sync, self.optimizer, self.device, self.with_degrees,
-                            after_step=after_step, progress=progress if on_progress is not None else None,
+                            after_step=after_step,
+                            progress=(reporter(progress, epoch, self.steps_per_epoch, self.ctx.world_size, interval,
+                                               suffix=self._comm_words) if progress is not None else None),
+                            advance=progress.advance if progress is not None else None,
                             log_interval=interval, stats=self._stats, task=self.task,
                             before_finish=self.stretch.tick if self.stretch is not None else None,
                             precision=self.ctx.cfg.precision, scaler=self.scalers["train"])
@@ -396,16 +407,10 @@ class MinibatchStrategy(Strategy):
             by_scheme.clear()
         return stats
 
-    def _progress(self, epoch: int, step: int, stats: EpochStats, seeds: int, seconds: float) -> str:
-        ms = 1000.0 * seconds / max(1, min(self.ctx.cfg.log_interval, step))
+    def _comm_words(self, stats: EpochStats) -> str:
+        """The progress line's tail: the exposed share of communication, and DWBP's hidden share."""
         comm_share = stats.comm_exposed_s / max(1e-9, stats.comm_exposed_s + stats.compute_s)
-        hidden = self.sync.summary.hidden_fraction
-        loss = stats.loss_sum / max(1, stats.seeds)
-        return (
-            f"epoch {epoch} step {step}/{self.steps_per_epoch} | loss {loss:.4f} | {ms:.1f} ms/step | "
-            f"{seeds * self.ctx.world_size / max(seconds, 1e-9):,.0f} seeds/s | comm {100 * comm_share:.0f}% "
-            f"hidden {100 * hidden:.0f}%"
-        )
+        return f" | comm {100 * comm_share:.0f}% hidden {100 * self.sync.summary.hidden_fraction:.0f}%"
 
     # ------------------------------------------------------------- evaluation
 

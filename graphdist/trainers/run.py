@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from graphdist import comm, runlog
+from graphdist.console import EpochProgress, bars_and_logs, draws_bars, logging_restored, setup_logging
 from graphdist._numba import expect_calls
 from graphdist.data.memory import peak_rss_bytes
 from graphdist.config import TrainConfig
@@ -32,17 +33,6 @@ from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strateg
 from graphdist.trainers.tensorboard import open_log as open_tensorboard
 
 logger = logging.getLogger("graphdist")
-
-
-def setup_logging(rank: int, verbose: bool = False) -> None:
-    """``[rank k]`` prefixed logs; rank 0 at INFO, the others at WARNING unless ``verbose``."""
-    level = logging.INFO if rank == 0 or verbose else logging.WARNING
-    handler = runlog.StdoutHandler()
-    handler.setFormatter(logging.Formatter(f"[rank {rank}] %(message)s"))
-    root = logging.getLogger("graphdist")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
 
 
 def worker_seed(seed: int, rank: int) -> int:
@@ -85,7 +75,7 @@ def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainCo
     spec = cluster_spec(cfg.cluster)
     if world_size is None and len(spec.hosts) > 1:
         raise ValueError(f"--cluster {cfg.cluster} has {len(spec.hosts)} hosts; the local launcher runs one host's "
-                         f"workers: start each host with torchrun (see README 'Multi-node')")
+                         f"workers: start each host with torchrun (see docs/multi-node.md#2-torchrun)")
     if world_size is not None and world_size != spec.num_workers:
         raise ValueError(f"--cluster {cfg.cluster} lists {spec.num_workers} workers but the job has "
                          f"WORLD_SIZE={world_size}")
@@ -143,21 +133,22 @@ def bind_worker(rank: int, world_size: int, cfg: TrainConfig) -> Optional[list[i
     cores = worker_cores(usable_cores(), threads, local_rank, cfg.bind_cores)
     if cores is not None:
         bind_to_cores(cores)
-        logging.getLogger(__name__).info("rank %d bound to cores %s (--no-bind-cores to leave it to the scheduler)",
-                                         rank, cores)
+        logging.getLogger(__name__).debug("rank %d bound to cores %s (--no-bind-cores to leave it to the scheduler)",
+                                          rank, cores)
     return cores
 
 
-def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> None:
+def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> Optional[list[int]]:
     """What every worker process does first: logging, cores, allocator, threads, device, process group.
+    Returns the cores this worker is bound to (None: left to the scheduler).
 
     NCCL only when every worker has a GPU; otherwise gloo for all (CPU ranks cannot join NCCL).
     """
     from graphdist.launch import tune_allocator
 
-    setup_logging(rank)
+    setup_logging(rank, cfg.verbose)
     # First: threads started from here on (torch's pool, gloo's) inherit the binding.
-    bind_worker(rank, world_size, cfg)
+    cores = bind_worker(rank, world_size, cfg)
     tune_allocator()
     torch.set_num_threads(worker_threads(cfg, rank))
     all_cuda = all(d.startswith("cuda") for d in cfg.devices)
@@ -165,6 +156,7 @@ def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> 
         torch.cuda.set_device(torch.device(cfg.device_of(rank)))
     comm.init_process_group(rank, world_size, init_method, backend="nccl" if all_cuda else "gloo",
                             timeout_s=cfg.timeout)
+    return cores
 
 
 def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
@@ -211,7 +203,7 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: 
     topology = comm.discover_topology()
     plan = plan_job(partition_dir, cfg, world_size)
     if comm.is_main_process():
-        logger.info("topology: %s; plan:\n%s", topology.describe(), plan.describe())
+        logger.debug("topology: %s; plan:\n%s", topology.describe(), plan.describe())
     # Every strategy's steps run under --precision: refused here, once, where this rank's device cannot run it.
     check_precision(cfg.precision, resolve_device(plan.of(rank).device))
     ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partition_dir=partition_dir, plan=plan,
@@ -309,7 +301,7 @@ def reduce_epoch(stats: EpochStats) -> dict[str, Any]:
         "steps": stats.steps,
         "epoch_time_s": epoch_time,
         "seeds_per_s": seeds / max(1e-9, epoch_time),
-        # DWBP (DESIGN.md section 6) over all steps and ranks; None where not measured (ddp, 1 worker).
+        # DWBP (docs/design.md#dwbps-timing-model), all steps and ranks; None where unmeasured (ddp, 1 worker).
         "hidden_fraction": _finite(summary.hidden_fraction),
         "predicted_hidden_fraction": _finite(summary.predicted_hidden_fraction),
         "backward_s": summary.backward_s / ranks,  # per rank, summed over the epoch's steps
@@ -345,9 +337,11 @@ def _traffic() -> dict[str, dict[str, int]]:
 
 
 def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
-               between_epochs: Callable[[], None] = lambda: None) -> list[dict[str, Any]]:
+               between_epochs: Callable[[], None] = lambda: None,
+               cores: Optional[list[int]] = None) -> list[dict[str, Any]]:
     """Resume if asked, then epochs ``start+1 .. cfg.epochs``: train, record, evaluate, checkpoint;
-    ``between_epochs()`` after each (``frozen_heap``'s settle)."""
+    ``between_epochs()`` after each (``frozen_heap``'s settle). Rank 0 prints the banner (``cores``:
+    where it is bound), progress and one line per epoch."""
 
     main = comm.is_main_process()
     start_epoch = resume(strategy, Path(cfg.resume)) if cfg.resume else 0
@@ -358,15 +352,21 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
             # The changes this resume made (epochs, lr, ...) become the run's record.
             runlog.write_config(run_path, replace_cfg(cfg, resume=None, predict=None).to_dict())
             logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
+    if main:
+        from graphdist.trainers.banner import start_banner
+
+        logger.info(start_banner(strategy, run_path, cores, resumed=start_epoch))
     history = runlog.read_metrics(run_path) if main else []
     key = strategy.task.best_key
     best = runlog.best_epoch(history).get(key)
     tensorboard = open_tensorboard(run_path, history) if cfg.tensorboard and main else None
     # Steps x hops: about the sampler's and normalisation's calls that may run compiled loops.
     expect_calls((cfg.epochs - start_epoch) * strategy.steps_per_epoch * max(1, len(cfg.fanouts)))
+    bars = main and draws_bars()
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         comm.reset_byte_counts()
-        stats = strategy.train_epoch(epoch, on_progress=(lambda step, line: logger.info(line)) if main else None)
+        with bars_and_logs(bars), EpochProgress(epoch, strategy.steps_per_epoch, bars, logger.info) as progress:
+            stats = strategy.train_epoch(epoch, progress=progress if main else None)
         stats.per_rank["peak_rss_bytes"] = peak_rss_bytes()  # each worker's own (VmHWM)
         record = {"epoch": epoch, **reduce_epoch(stats), **_traffic()}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
@@ -416,22 +416,24 @@ def worker_main(
         CommError: a collective failed or timed out (names this rank and the operation).
     """
     comm.injection_point("startup", rank)
-    log = logging.getLogger("graphdist")
     # A worker run in the caller's process (one worker; a notebook) hands its logging back as it found it.
-    saved_logging = (log.handlers[:], log.level, log.propagate)
-    join_job(rank, world_size, cfg, init_method)
+    with logging_restored():
+        cores = join_job(rank, world_size, cfg, init_method)
+        return _train(rank, world_size, cfg, partition_dir, run_dir, model, cores)
+
+
+def _train(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str, run_dir: str,
+           model: Optional[torch.nn.Module], cores: Optional[list[int]]) -> list[dict[str, Any]]:
+    """``worker_main`` once the process joined the job: build the strategy, run the epochs, leave the group."""
     try:
         seed_everything(worker_seed(cfg.seed, rank))
         strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model, run_dir=run_dir)
         try:
             with frozen_heap() as settle:
-                return run_epochs(strategy, cfg, Path(run_dir), between_epochs=settle)
+                return run_epochs(strategy, cfg, Path(run_dir), between_epochs=settle, cores=cores)
         finally:
             strategy.close()
     finally:
-        log.handlers[:] = saved_logging[0]
-        log.setLevel(saved_logging[1])
-        log.propagate = saved_logging[2]
         comm.shutdown()
 
 

@@ -54,8 +54,13 @@ class Task(abc.ABC):
         """The training loss of outputs ``out`` against labels ``y`` (``mean`` over rows, or ``sum``)."""
 
     @abc.abstractmethod
+    def count_correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """How many rows were predicted right (the epoch's ``train_acc`` numerator), as a 0-d tensor
+        on ``out``'s device: the step loop reads it when it needs the number, not every step."""
+
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> float:
-        """How many rows were predicted right (the epoch's ``train_acc`` numerator)."""
+        """:meth:`count_correct` as a number."""
+        return float(self.count_correct(out, y))
 
     @abc.abstractmethod
     def predict(self, out: torch.Tensor) -> torch.Tensor:
@@ -113,7 +118,7 @@ class Task(abc.ABC):
         return self.metrics(pred, part)
 
     def batch_loss(self, model: torch.nn.Module, batch: Any, with_degrees: bool,
-                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, float]:
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Forward of one sampled batch: ``(loss, outputs, rows right)``.
 
         A batch without seeds still runs forward and a zero loss, so backward issues every
@@ -122,8 +127,8 @@ class Task(abc.ABC):
         x, blocks = model_inputs(batch.x, batch.blocks, with_degrees)
         out = model(x, blocks)
         if not batch.seed_nodes.numel():
-            return out.sum() * 0.0, out, 0.0
-        return self.loss(out, batch.y), out, self.correct(out.detach(), batch.y)
+            return out.sum() * 0.0, out, torch.zeros(())
+        return self.loss(out, batch.y), out, self.count_correct(out.detach(), batch.y)
 
 
 class SingleLabel(Task):
@@ -140,8 +145,8 @@ class SingleLabel(Task):
     def loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         return F.cross_entropy(out, y.to(torch.int64), reduction=reduction)
 
-    def correct(self, out: torch.Tensor, y: torch.Tensor) -> float:
-        return float((out.argmax(dim=-1) == y).sum())
+    def count_correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (out.argmax(dim=-1) == y).sum()
 
     def predict(self, out: torch.Tensor) -> torch.Tensor:
         return out.argmax(dim=-1)
@@ -182,8 +187,8 @@ class MultiLabel(Task):
         per_node = F.binary_cross_entropy_with_logits(out, y.to(out.dtype), reduction="none").mean(dim=-1)
         return per_node.sum() if reduction == "sum" else per_node.mean()
 
-    def correct(self, out: torch.Tensor, y: torch.Tensor) -> float:
-        return float(((out > 0) == y.to(torch.bool)).to(torch.float64).mean(dim=-1).sum())
+    def count_correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((out > 0) == y.to(torch.bool)).to(torch.float64).mean(dim=-1).sum()
 
     def predict(self, out: torch.Tensor) -> torch.Tensor:
         return out > 0

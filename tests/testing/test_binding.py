@@ -88,13 +88,14 @@ def test_two_local_workers_bind_to_different_cores_every_thread_included():
 
 
 def test_bound_workers_train(tmp_path):
-    """A real 2-worker run with --bind-cores: rank 0 logs its core and the run completes."""
+    """A real 2-worker run with --bind-cores: rank 0 logs its core (a diagnostic: --verbose) and the run completes."""
     import subprocess
     import sys
 
     require(hasattr(os, "sched_getaffinity") and len(usable_cores()) >= 2, "needs 2 usable cores")
     done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--dataset", "synthetic-500", "--num-workers", "2",
-                           "--epochs", "1", "--bind-cores", "--eval-every", "0", "--run-dir", str(tmp_path / "run")],
+                           "--epochs", "1", "--bind-cores", "--eval-every", "0", "--run-dir", str(tmp_path / "run"),
+                           "--verbose"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"rank 0 bound to cores [{usable_cores()[0]}]" in done.stderr + done.stdout
