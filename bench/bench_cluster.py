@@ -4,7 +4,7 @@ Needs root and iproute2 (network namespaces; see ``graphdist.testing.netns``). F
 and link rate it starts one worker in each host (gloo bound to the host's interface) and trains
 each sync mode for a few warm-up steps and ``--steps`` measured steps, then reports epoch time,
 seeds/s, bytes sent split by purpose (gradients vs remote neighbourhoods/features), the measured
-DWBP hidden fraction next to DESIGN.md §6's timing model (fed the same steps' measured per-layer
+DWBP hidden fraction next to the timing model of docs/design.md#dwbps-timing-model (fed the same steps' measured per-layer
 backward and collective times), and the veth ``tx_bytes`` against graphdist's byte counters.
 One worker per host on this 2-core machine, so the link, not CPU contention, is what changes.
 

@@ -14,7 +14,7 @@ runs in its own process, so its peak resident set (``VmHWM``) is its own:
 
 Then, over the sizes, each phase's time and memory against N on log-log axes (``--png``) with
 the fitted exponent of each, and a projection to ogbn-papers100M (111M nodes, 1.6B edges, 128
-features) from the largest size's measured bytes per node and per edge (README).
+features) from the largest size's measured bytes per node and per edge (docs/performance.md#graphs-larger-than-memory).
 
 Run book:
 

@@ -46,6 +46,9 @@ OPTIONAL = {"--tensorboard": "tensorboard"}
 FORBIDDEN = re.compile(r"--nnodes|--rdzv-endpoint|\bsudo\b|<[A-Za-z][\w.-]*>")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+README_MAX_LINES = 250
+# "session 38", "stop 41", "work period 3": internal numbering a reader cannot place in time
+WORK_PERIOD = re.compile(r"\b(session|stop|work period)s? \d+", re.IGNORECASE)
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -181,6 +184,26 @@ def test_every_page_is_indexed_and_every_link_resolves():
                 assert resolved.exists(), f"{where}: no file {resolved}"
                 if anchor and resolved.suffix == ".md":
                     assert anchor in anchors(resolved), f"{where}: no heading #{anchor} in {resolved.name}"
+
+
+def test_the_readme_is_a_front_page():
+    """At most 250 lines: what graphdist is, the two commands, a tour, one table of figures, links.
+    The reference and the measurement history live in docs/."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (f"README.md has {len(lines)} lines (at most {README_MAX_LINES}); "
+                                             f"move the details to a page of docs/ and link it")
+    assert lines[0].startswith("# graphdist")
+    head = "\n".join(lines[:40])
+    assert "make run" in head and "make test" in head, "the two set-up commands come first"
+
+
+def test_measurements_are_dated_not_numbered_by_work_period():
+    """A reader knows a date, not the team's internal numbering of its work periods."""
+    for page in [REPO / "README.md", *PAGES]:
+        for number, line in enumerate(page.read_text().splitlines(), start=1):
+            found = WORK_PERIOD.search(line)
+            assert found is None, (f"{page.relative_to(REPO)}:{number}: {found.group(0)!r}: date the measurement "
+                                   f"(2026-12-05) or name the commit instead")
 
 
 # ------------------------------------------------------------------ the runs

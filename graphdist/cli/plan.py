@@ -210,8 +210,8 @@ def print_plan(res: dict[str, Any]) -> None:
             print(f"  {strategy:<14} {pred['line']}")
         best = min(res["simulated"], key=lambda k: res["simulated"][k]["epoch_s"])
         flags = best.replace("fullgraph s=", "fullgraph --staleness ")
-        print(f"recommended: --strategy {flags} (aggregation and staleness trade accuracy for speed: see README "
-              f"'Training strategies')")
+        print(f"recommended: --strategy {flags} (aggregation and staleness trade accuracy for speed: see "
+              f"docs/strategies.md#how-to-choose)")
     elif res["predicted_epoch_s"] is not None:
         print(f"predicted minibatch epoch (compute-bound, from the profile): {res['predicted_epoch_s']:.2f} s")
 

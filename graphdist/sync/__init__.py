@@ -7,7 +7,7 @@
 - ``hooks``: ``hook(state, bucket) -> Future[Tensor]``; the seed-weighted allreduce.
 - ``ddp``: ``DdpSync``, torch DDP with the same hook.
 - ``stats``: per-step and per-epoch timings; ``hidden_fraction``, the one formula.
-- ``timing``: DESIGN.md §6's timing model.
+- ``timing``: DWBP's timing model (docs/design.md#dwbps-timing-model).
 - ``halo``: the halo embedding exchange of full-graph training (exact or stale).
 - ``averaging``: model averagers (``average_parameters()`` + a step counter) for aggregation.
 

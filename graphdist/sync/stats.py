@@ -73,7 +73,7 @@ class StepStats:
     backward_s: float  # first gradient hook to last (ddp: begin_step to finish)
     comm_s: float  # sum of the layers' collective service times, T_comm
     exposed_s: float  # time finish() blocked: communication not hidden behind backward
-    predicted_hidden_fraction: float  # DESIGN.md §6's model on this step's b_l and c_l
+    predicted_hidden_fraction: float  # the timing model (docs/design.md#dwbps-timing-model) on this step's b_l and c_l
     layers: list[LayerTiming] = field(default_factory=list)
     # Time backward blocked on the step's seed count (peers not yet at this step): waiting, not work.
     count_wait_s: float = 0.0

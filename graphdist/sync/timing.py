@@ -1,4 +1,4 @@
-"""DESIGN.md §6's timing model for wait-free backpropagation (pure; no processes, no clocks).
+"""The timing model of wait-free backpropagation, docs/design.md#dwbps-timing-model (pure; no processes, no clocks).
 
 One link, collectives served FIFO in backward order. With forward time ``F``, layer ``l``'s
 backward time ``b_l`` and its collective's time ``c_l`` (layers ``L..1``, i.e. backward

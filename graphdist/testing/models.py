@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 
 class PygGAT(torch.nn.Module):
-    """A user GNN written with PyG's ``GATConv`` on blocks, as the README shows.
+    """A user GNN written with PyG's ``GATConv`` on blocks, the way docs/models-and-tasks.md writes one.
 
     Example:
         >>> m = PygGAT(16, 8, 3)

@@ -1,7 +1,7 @@
 """User models built from PyG layers train unchanged through ``graphdist.train``: GIN (``GINConv``).
 
 The model is a module-level class of this file (spawned workers unpickle it by module path), written
-as a user would, from the README's recipe: ``conv(block.pair(x), block.edge_index, size=block.size)``.
+as a user would, from the recipe in docs/models-and-tasks.md: ``conv(block.pair(x), block.edge_index, size=block.size)``.
 It also defines ``num_layers`` and ``layer_forward``, so evaluation is exact layer-wise inference and
 ``--strategy fullgraph`` can run it. The GAT counterpart is in ``test_train_e2e.py``.
 """
