@@ -260,10 +260,14 @@ class Trainer:
             check_resume(cfg, checksum)
         self._check_strategy(cfg, part_dir, env)
         if env.kind != "local":
+            if not cfg.resume and not cfg.overwrite and runlog.recorded_run(run_dir):
+                runlog.claim_for_new_run(run_dir, overwrite=False)  # every rank refuses, before any joins
             return self._run_job_rank(cfg, env, run_dir, part_dir, checksum)
         existed = run_dir.exists()
         with runlog.locked(run_dir):
-            self._start_record(cfg, run_dir, checksum)
+            if not cfg.resume:  # refused, or moved aside with --overwrite: a run's record is never lost
+                runlog.claim_for_new_run(run_dir, cfg.overwrite)
+            self._start_record(cfg, run_dir, checksum, env.run_id)
             try:
                 history = self._spawn(cfg, run_dir, part_dir)
             except BaseException as exc:
@@ -272,16 +276,19 @@ class Trainer:
             runlog.write_status(run_dir, status="complete")
         return self._result(history, run_dir)
 
-    def _start_record(self, cfg: TrainConfig, run_dir: Path, checksum: str) -> None:
-        """A new run's config and status; a resumed run's config is rewritten by rank 0 once its
-        checkpoint has loaded (a refused or failed resume leaves the record as it was)."""
+    def _start_record(self, cfg: TrainConfig, run_dir: Path, checksum: str, job_id: Optional[str]) -> None:
+        """A new run's config and status (with its run id: the launcher's job id, else a new one); a resumed
+        run's config is rewritten by rank 0 once its checkpoint has loaded (a refused or failed resume
+        leaves the record as it was). Called once the directory holds no other run's record."""
+        import uuid
+
         from graphdist import runlog
 
+        new = {} if cfg.resume else {"checkpoint_epoch": None, "run_id": job_id or uuid.uuid4().hex}
         if not cfg.resume:
-            (run_dir / runlog.METRICS_NAME).unlink(missing_ok=True)
-            runlog.write_config(run_dir, cfg.to_dict())
+            runlog.write_config(run_dir, replace(cfg, overwrite=False).to_dict())
         runlog.write_status(run_dir, status="running", partitions_checksum=checksum, dataset=cfg.dataset,
-                            error=None, **({} if cfg.resume else {"checkpoint_epoch": None}))
+                            error=None, **new)
         logger.debug("config: %s", cfg.to_dict())
 
     def _spawn(self, cfg: TrainConfig, run_dir: Path, part_dir: Path) -> list[dict[str, Any]]:
@@ -331,7 +338,9 @@ class Trainer:
         with contextlib.ExitStack() as stack:
             if env.rank == 0:
                 stack.enter_context(runlog.locked(run_dir))
-                self._start_record(cfg, run_dir, checksum)
+                if not cfg.resume:
+                    runlog.claim_for_new_run(run_dir, cfg.overwrite)
+                self._start_record(cfg, run_dir, checksum, env.run_id)
             self.started = True
             history = worker_main(env.rank, env.world_size, cfg, str(part_dir), str(run_dir), env.init_method,
                                   model=self.model)
@@ -359,18 +368,31 @@ class Trainer:
 
     @staticmethod
     def _elastic_resume(cfg: TrainConfig, env: Any) -> TrainConfig:
-        """A job torchrun restarted (``--max-restarts``) continues from its run directory's checkpoint."""
+        """A job torchrun or SLURM formed again continues from its run directory's checkpoint.
+
+        torchrun forms a job again after a failure (``--max-restarts``: the restart count grows) and
+        when a node joins a ``--nnodes MIN:MAX`` job (the count stays): either way the checkpoint is
+        this job's when its ``run.json`` names this job's id (``--rdzv-id``, ``SLURM_JOB_ID``), or
+        when the job was restarted (its first formation claimed the directory).
+        """
         from graphdist import runlog
         from graphdist.checkpoint import CHECKPOINT_NAME
 
-        if cfg.resume or env.restart_count == 0:
+        if cfg.resume or env.kind == "local":
             return cfg
         run_dir = Path(cfg.run_dir or runlog.default_run_dir(env.run_id))
         if not (run_dir / CHECKPOINT_NAME).exists():
             return cfg  # it failed before its first checkpoint: start over
+        this_job = env.run_id is not None and runlog.read_status(run_dir).get("run_id") == env.run_id
+        if not (this_job or env.restart_count > 0):
+            return cfg  # another job's run: refused as any new run into it would be
         if env.rank == 0:
-            logger.info("restart %d of the job: resuming %s", env.restart_count, run_dir)
-        return replace(cfg, resume=str(run_dir))
+            if env.restart_count:
+                logger.info("restart %d of the job: resuming %s", env.restart_count, run_dir)
+            else:
+                logger.info("the job formed again with %d workers (torchrun's membership changed): resuming %s",
+                            env.world_size, run_dir)
+        return replace(cfg, resume=str(run_dir), overwrite=False)
 
     @staticmethod
     def _job_size(cfg: TrainConfig, env: Any) -> TrainConfig:

@@ -133,6 +133,9 @@ class TrainConfig:
     predict: Optional[str] = None
     checkpoint: str = "best"  # what --predict loads: best (the best-validation epoch's model) or last
     dry_run: bool = False
+    # A new run into a --run-dir that holds a run's record (checkpoint, metrics) moves that record aside to
+    # RUN.old-<time> instead of being refused; never saved in config.yaml (a resume must not move its own run)
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         validate(self)
@@ -179,6 +182,9 @@ def validate(cfg: TrainConfig) -> None:
         raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", cfg.cache_rows)
     if cfg.sacp_override:
         parse_sacp_overrides(cfg.sacp_override)
+    if cfg.overwrite and (cfg.resume or cfg.predict):
+        raise _fail("overwrite", "starts a new run: it cannot go with --resume or --predict", True,
+                    "drop --overwrite to continue the run, or drop --resume to start anew")
     if cfg.compress == "int8" and cfg.sync == "ddp":
         raise _fail("compress", "int8 needs --sync dwbp or blocking (torch DDP has fp16 and bf16 hooks only)",
                     cfg.compress)
@@ -440,7 +446,7 @@ def _merge(
         ({'lr': 0.1, 'epochs': 3}, {'lr': 'GRAPHDIST_LR'})
     """
     values: dict[str, Any] = {k: _coerce(k, v, source="the saved config") for k, v in (base or {}).items()
-                              if k in FIELD_NAMES and k not in ("resume", "predict", "dry_run")}
+                              if k in FIELD_NAMES and k not in ("resume", "predict", "dry_run", "overwrite")}
     origin = {k: "the resumed run's config.yaml" for k in values}
     if config_file:
         from_file = load_config_file(config_file)

@@ -125,6 +125,62 @@ def locked(run_dir: Path, flag: str = "--run-dir") -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
+class RunDirTaken(ValueError):
+    """A new run was asked for in a run directory that holds another run's record; nothing was changed."""
+
+
+def recorded_run(run_dir: Path) -> str:
+    """What of a run's record ``run_dir`` holds, in words (``checkpoint.pt of epoch 3, metrics.jsonl of 3
+    epochs``); empty when it holds none (no checkpoint, no metrics: nothing a new run would lose)."""
+    from graphdist.checkpoint import CHECKPOINT_NAME
+
+    run_dir = Path(run_dir)
+    held = []
+    if (run_dir / CHECKPOINT_NAME).exists():
+        epoch = read_status(run_dir).get("checkpoint_epoch")
+        held.append(f"{CHECKPOINT_NAME}" + (f" of epoch {epoch}" if epoch is not None else ""))
+    metrics = run_dir / METRICS_NAME
+    if metrics.exists() and metrics.stat().st_size:
+        lines = sum(1 for line in metrics.read_text().splitlines() if line.strip())
+        held.append(f"{METRICS_NAME} of {lines} epoch{'s' if lines != 1 else ''}")
+    return ", ".join(held)
+
+
+def claim_for_new_run(run_dir: Path, overwrite: bool) -> Optional[Path]:
+    """Makes ``run_dir`` ready for a new run without losing a record: with ``overwrite``, moves what an
+    earlier run left there (all but the lock) into ``<run_dir>.old-<time>`` and returns that path.
+
+    Raises:
+        RunDirTaken: ``run_dir`` holds a checkpoint or metrics and ``overwrite`` is False (the message
+            names what is there and the two ways on).
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp()) / "run"
+        >>> claim_for_new_run(run, overwrite=False) is None  # nothing there: nothing to move
+        True
+    """
+    run_dir = Path(run_dir)
+    held = recorded_run(run_dir)
+    if not held:
+        return None
+    if not overwrite:
+        raise RunDirTaken(f"--run-dir {run_dir} holds a run ({held}); continue it with graphdist-train --resume "
+                          f"{run_dir}, or start a new run there with --overwrite (which moves that run to "
+                          f"{run_dir}.old-<time>; nothing is deleted)")
+    aside = Path(f"{run_dir}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = Path(f"{run_dir}.old-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+    aside.mkdir(parents=True)
+    for entry in sorted(run_dir.iterdir()):
+        if entry.name != LOCK_NAME:  # the lock stays: this job holds it
+            entry.rename(aside / entry.name)
+    logger.warning("--overwrite: the run that was in %s (%s) is now in %s", run_dir, held, aside)
+    return aside
+
+
 def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Updates ``run.json`` with ``fields`` (atomically) and returns the whole record."""
     record = {**read_status(run_dir), **fields, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -218,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add(system, "--eval-every", type=int, help=f"evaluate every N epochs, and after the last (default {d('eval_every')}; 0 = never)")
     _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")
     _add(system, "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    system.add_argument("--overwrite", action="store_const", const=True, default=None,
+                        help="start a new run in a --run-dir that holds another run's checkpoint or metrics: that "
+                             "record moves aside to RUN_DIR.old-<time> (nothing is deleted); without it such a "
+                             "run is refused")
     _add(system, "--predict", metavar="RUN_DIR", help="write predictions and embeddings of RUN_DIR's model")
     _add(system, "--checkpoint", choices=("best", "last"),
          help="what --predict loads: best (default; the best-validation epoch's model, best.pt) or last")

@@ -66,10 +66,7 @@ def init_process_group(
         ) from exc
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if attempt is not None:
-        # torchrun keeps one agent store (same port, same keys) across --max-restarts: without a
-        # prefix per attempt, a restarted rank reads its peers' addresses from the dead attempt
-        # and gloo's connect is refused.
-        store = dist.PrefixStore(f"graphdist/attempt-{attempt}", store)
+        store = dist.PrefixStore(formation_prefix(store, int(attempt), world_size), store)
     store.set(f"{JOINED}{rank}", "1")
     _import_group_defaults()
     _free_groups_at_exit()
@@ -96,6 +93,27 @@ def init_process_group(
 
 
 JOINED = "graphdist-joined/"
+
+
+def formation_prefix(store: Any, attempt: int, world_size: int) -> str:
+    """The store prefix of this formation of a torchrun job: ``graphdist/attempt-R/world-W/formation-F``.
+
+    torchrun keeps one agent store (same address, same keys) for the whole job: across restarts
+    (``--max-restarts``: the restart count ``R`` grows) and across membership changes of a
+    ``--nnodes MIN:MAX`` job (``R`` stays). Without a prefix per formation a rank reads gloo's
+    addresses, the join marks and the heartbeats of a formation that is gone. The formations
+    that share ``R`` and ``W`` follow one another, each with every rank joining once, so the
+    ``F``-th one's ranks draw tickets ``F*W+1 .. (F+1)*W`` from one counter.
+
+    Example:
+        >>> import torch.distributed as dist
+        >>> store = dist.HashStore()
+        >>> [formation_prefix(store, 0, 2) for _ in range(3)]
+        ['graphdist/attempt-0/world-2/formation-0', 'graphdist/attempt-0/world-2/formation-0', \
+'graphdist/attempt-0/world-2/formation-1']
+    """
+    ticket = int(store.add(f"graphdist/tickets/attempt-{attempt}/world-{world_size}", 1))
+    return f"graphdist/attempt-{attempt}/world-{world_size}/formation-{(ticket - 1) // world_size}"
 
 
 def _import_group_defaults() -> None:

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import abc
-from typing import Optional
+from typing import Any, Optional
 
 from torch import nn
 
@@ -46,6 +46,13 @@ class GradientSync(abc.ABC):
         # What an ``auto`` setting chose at construction, in a few words (``--compress auto``'s probe):
         # the start banner says it.
         self.choices: list[str] = []
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state that shapes later steps (int8's error-feedback residuals), for checkpoints."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
 
     def describe(self) -> str:
         """The sync in a few words, for the start banner (``dwbp, SACP, allreduce ring``)."""

@@ -103,7 +103,10 @@ class Int8State:
         error_feedback: add each step's quantisation residual to the next step's gradient.
         tag: byte-counter tag.
         weights: this step's seed counts (set each step by the sync).
-        residuals: per bucket position, what quantisation dropped last time (error feedback).
+        residuals: per layer (the bucket's name), what quantisation dropped last time (error feedback).
+            Keyed by the layer, not its launch position: ``LayerwiseSync`` renumbers positions once it
+            has seen a backward, and two layers of one size would swap residuals. Saved in checkpoints
+            (:meth:`state_dict`), so a resumed run continues with them.
 
     The first construction in a process group is collective (``comm.channel("int8")``: a group and
     thread of its own, reused by later states).
@@ -117,7 +120,7 @@ class Int8State:
     seed_weighted: bool = True
     # internal
     weights: SeedWeights = field(default=None)  # type: ignore[assignment]
-    residuals: dict[int, torch.Tensor] = field(default_factory=dict)
+    residuals: dict[Any, torch.Tensor] = field(default_factory=dict)
     _group: Any = None
     _thread: Optional[Any] = None
 
@@ -131,6 +134,13 @@ class Int8State:
 
     def __repr__(self) -> str:
         return f"Int8State(block={self.block}, error_feedback={self.error_feedback})"
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's residuals (a checkpoint's: they make the next steps' gradients)."""
+        return {"residuals": {k: v.clone() for k, v in self.residuals.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.residuals = {k: v.clone() for k, v in state.get("residuals", {}).items()}
 
 
 def int8_allreduce(state: Int8State, bucket):  # noqa: ANN001, ANN201 - see CommHook
@@ -148,7 +158,7 @@ def int8_allreduce(state: Int8State, bucket):  # noqa: ANN001, ANN201 - see Comm
         fut: torch.futures.Future = torch.futures.Future()
         fut.set_result(buf)
         return fut
-    key = bucket.index()
+    key = bucket_key(bucket)
 
     def run() -> torch.Tensor:
         buf.copy_(_int8_sum(state, key, buf))
@@ -157,7 +167,14 @@ def int8_allreduce(state: Int8State, bucket):  # noqa: ANN001, ANN201 - see Comm
     return comm.Handle("int8 allreduce", state._thread.submit(run), state._group, result=buf).future()
 
 
-def _int8_sum(state: Int8State, key: int, buf: torch.Tensor) -> torch.Tensor:
+def bucket_key(bucket: Any) -> Any:
+    """What identifies a bucket's layer from step to step: its name (``sync.hooks.Bucket``), else its index
+    (torch's ``GradBucket``: DDP's buckets keep their order once built)."""
+    name = getattr(bucket, "name", None)
+    return name if name else bucket.index()
+
+
+def _int8_sum(state: Int8State, key: Any, buf: torch.Tensor) -> torch.Tensor:
     size, me, block = comm.get_world_size(), comm.get_rank(), state.block
     n = buf.numel()
     chunk = -(-n // (size * block)) * block  # every chunk whole blocks, P chunks cover n

@@ -57,7 +57,7 @@ def make_sync(
         raise ValueError(f"Expected a sync mode in {tuple(SYNC_MODES)} (got {mode!r}); e.g. --sync dwbp")
     choices = []
     if compress == "auto":
-        compress = _resolve_auto(mode, model, algorithm, group)
+        compress = resolve_compression(mode, model, algorithm, group)
         choices.append(f"compress {compress} (auto)")
     if mode == "ddp":
         if sacp:
@@ -101,8 +101,9 @@ def _layerwise(mode: str, model: nn.Module, group: Any, algorithm: Optional[Any]
     return LayerwiseSync(model, mode=mode, group=group, algorithm=algorithm, seed_weighted=seed_weighted, **kwargs)
 
 
-def _resolve_auto(mode: str, model: nn.Module, algorithm: Optional[Any], group: Any) -> str:
-    """``--compress auto``'s choice (timed, collective); fp16 under ddp (torch's hooks have no int8)."""
+def resolve_compression(mode: str, model: nn.Module, algorithm: Optional[Any] = None, group: Any = None) -> str:
+    """``--compress auto``'s choice (timed, collective: every rank, same point); fp16 under ddp (torch's
+    hooks have no int8)."""
     import logging
 
     from graphdist.sync.compress import choose_compression
@@ -116,4 +117,4 @@ def _resolve_auto(mode: str, model: nn.Module, algorithm: Optional[Any], group: 
     return choice.chosen
 
 
-__all__ = ["make_sync"]
+__all__ = ["make_sync", "resolve_compression"]

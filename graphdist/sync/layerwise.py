@@ -401,6 +401,14 @@ class LayerwiseSync(GradientSync):
             out.append(LayerTiming(layer.name, layer.numel, s.ready_at[i], s.launch_at[i], complete, service))
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        saved = getattr(self.hook_state, "state_dict", None)
+        return {"hook": saved()} if saved is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "hook" in state:
+            self.hook_state.load_state_dict(state["hook"])
+
     def describe(self) -> str:
         """``dwbp, SACP, allreduce ring (auto: one host)``: the banner's words for this sync."""
         words = [self.mode]

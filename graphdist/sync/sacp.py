@@ -109,6 +109,15 @@ class SacpState:
     def algorithm(self) -> Any:
         return getattr(self.dense_state, "algorithm", None)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The dense path's state (int8's residuals): the factors and the rule keep none across steps."""
+        inner = getattr(self.dense_state, "state_dict", None)
+        return {"dense": inner()} if inner is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "dense" in state:
+            self.dense_state.load_state_dict(state["dense"])
+
     def close(self) -> None:
         if self._model_hook is not None:
             self._model_hook.remove()

@@ -27,7 +27,7 @@ import torch
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
-                                     gradient_allreduce, sync_options)
+                                     gradient_allreduce, job_sync)
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import (
     DistributedBatches,
@@ -189,10 +189,9 @@ class AggregationStrategy(Strategy):
         steps = self.ctx.cfg.correction_steps
         if not steps:
             return
-        from graphdist.sync import make_sync
 
         # A sync for these steps only: local steps must not meet its gradient hooks.
-        sync = make_sync(self.ctx.cfg.sync, self.model, algorithm=self.algorithm, **sync_options(self.ctx.cfg))
+        sync = job_sync(self.ctx, self.model, self.algorithm)
         try:
             self._correction_stats = train_steps(self.batches.loader, sync, self.correction_optimizer, self.device,
                                                  self.with_degrees, stats=self._correction_stats, task=self.task,

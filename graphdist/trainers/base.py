@@ -52,6 +52,10 @@ class WorkerContext:
         topology: which ranks share a host (None: unknown).
         model: the user's model, or None to build ``cfg.model``.
         run_dir: the run directory (for caches such as the placement profile), or None.
+        decisions: what a timed or measured choice decided at the run's start (``--allreduce auto``,
+            ``--compress auto``, profiled start shares), by name. Saved in every checkpoint; a resumed
+            run starts with the saved ones and reuses them instead of measuring again, so it is the
+            run it continues whatever the load of the machine it resumes on.
     """
 
     rank: int
@@ -62,6 +66,7 @@ class WorkerContext:
     topology: Optional["Topology"] = None
     model: Optional["torch.nn.Module"] = None
     run_dir: Optional[str] = None
+    decisions: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -150,8 +155,11 @@ class Strategy(abc.ABC):
         if self.ctx.world_size == 1:
             return [("strategy", self.name), ("sync", "none: one worker")]
         words = [sync.describe()] if sync is not None else []
-        if self.ctx.cfg.compress not in ("none", "auto"):  # auto's choice is in the sync's own words
-            words.append(f"compress {self.ctx.cfg.compress}")
+        compress = self.ctx.cfg.compress
+        if compress == "auto":
+            words.append(f"compress {self.ctx.decisions.get('compress', '?')} (auto)")
+        elif compress != "none":
+            words.append(f"compress {compress}")
         return [("strategy", self.name), ("sync", ", ".join(words))]
 
     @abc.abstractmethod
@@ -214,10 +222,14 @@ def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module") -> Any:
                           f"use --sync dwbp to sum gradients with it", stacklevel=2)
         name = "ring"
     kwargs: dict[str, Any] = {}
-    if name == "auto":
+    if name == "auto" and "allreduce" in ctx.decisions:  # decided at the run's start: not timed again
+        name = ctx.decisions["allreduce"]
+    elif name == "auto":
         largest = max((p.numel() * p.element_size() for p in model.parameters()), default=4)
         kwargs["probe_bytes"] = int(min(max(largest, 1 << 16), 16 << 20))
     algorithm = comm.allreduce_algorithm(name, ctx.topology, **kwargs)
+    if name == "auto":
+        ctx.decisions["allreduce"] = algorithm.chosen
     if comm.is_main_process():
         describe = getattr(algorithm, "describe", None)
         logging.getLogger(__name__).debug("allreduce: %s", describe() if describe else repr(algorithm))
@@ -260,6 +272,26 @@ def sync_options(cfg: "TrainConfig") -> dict[str, Any]:
     return {"compress": cfg.compress, "sacp": sacp, "sacp_overrides": parse_sacp_overrides(cfg.sacp_override or "")}
 
 
+def job_sync(ctx: WorkerContext, model: "torch.nn.Module", algorithm: Any = None, **kwargs: Any) -> Any:
+    """The job's gradient sync around ``model`` (``make_sync`` with ``--sync`` and :func:`sync_options`),
+    over ``algorithm`` (default: :func:`gradient_allreduce`'s). Collective: every rank, same point.
+
+    ``--compress auto`` is resolved once, by timing, and kept in ``ctx.decisions``; later syncs of
+    the job (the profiler's, aggregation's correction steps) and a resumed run reuse that choice.
+    """
+    from graphdist.sync import make_sync
+
+    algorithm = algorithm if algorithm is not None else gradient_allreduce(ctx, model)
+    options = sync_options(ctx.cfg)
+    if options["compress"] == "auto":
+        if "compress" not in ctx.decisions:
+            from graphdist.sync.factory import resolve_compression
+
+            ctx.decisions["compress"] = resolve_compression(ctx.cfg.sync, model, algorithm)
+        options["compress"] = ctx.decisions["compress"]
+    return make_sync(ctx.cfg.sync, model, algorithm=algorithm, **options, **kwargs)
+
+
 def strategy_class(name: str) -> type[Strategy]:
     """The class registered as ``name`` (imported on first use).
 
@@ -284,4 +316,4 @@ def register_strategy(name: str, target: str) -> None:
 
 
 __all__ = ["EpochStats", "Predictions", "Progress", "STRATEGIES", "Strategy", "TASKS", "WorkerContext",
-           "gradient_allreduce", "register_strategy", "strategy_class", "sync_options"]
+           "gradient_allreduce", "job_sync", "register_strategy", "strategy_class", "sync_options"]

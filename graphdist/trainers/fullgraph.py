@@ -29,7 +29,7 @@ import torch
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
-                                     gradient_allreduce, sync_options)
+                                     job_sync)
 from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import broadcast_parameters, build_model, class_labels, resolve_device
@@ -191,10 +191,7 @@ class FullGraphStrategy(Strategy):
             # Nothing to choose (no batch shares): the profile is for graphdist-plan and the simulator.
             # Before the run's own sync exists: a model copy made after would carry its gradient hooks.
             profile_fullgraph(self, Path(ctx.run_dir) if ctx.run_dir else None)
-        from graphdist.sync import make_sync
-
-        self.sync = make_sync(cfg.sync, self.net, seed_weighted=False,
-                              algorithm=gradient_allreduce(ctx, self.net), **sync_options(cfg))
+        self.sync = job_sync(ctx, self.net, seed_weighted=False)
         self._last_start: Optional[float] = None
         if comm.is_main_process():
             logger.debug("%s: %s inner, %s halo (%s boundary rows sent per layer), %s train nodes of %s, "
@@ -322,10 +319,11 @@ class FullGraphStrategy(Strategy):
     # ------------------------------------------------------------- checkpoint
 
     def state_dict(self) -> dict[str, Any]:
-        return {"halo": self.halo.state_dict()}
+        return {"halo": self.halo.state_dict(), "sync": self.sync.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.halo.load_state_dict(state.get("halo", {}))
+        self.sync.load_state_dict(state.get("sync", {}))
 
     def close(self) -> None:
         self.halo.drain()  # nothing in flight when the groups go away

@@ -23,7 +23,7 @@ import torch
 
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
-                                     gradient_allreduce, sync_options)
+                                     job_sync)
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.precision import loss_scaler
@@ -280,9 +280,14 @@ class MinibatchStrategy(Strategy):
         cfg = self.ctx.cfg
         if not (use_profile(cfg.placement, heterogeneous(cfg)) and self.ctx.world_size > 1):
             return None
+        if "start_shares" in self.ctx.decisions:  # profiled at the run's start: a resume keeps them
+            return list(self.ctx.decisions["start_shares"])
         from graphdist.trainers.profile import profile_shares
 
-        return profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
+        shares = profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
+        if shares is not None:
+            self.ctx.decisions["start_shares"] = list(shares)
+        return shares
 
     def _build_rebalancer(self, start: Optional[list[int]]) -> Any:
         from graphdist.trainers.rebalance import Rebalancer
@@ -319,10 +324,7 @@ class MinibatchStrategy(Strategy):
         return lambda: self._stats.compute_s
 
     def _build_sync(self) -> Any:
-        from graphdist.sync import make_sync
-
-        return make_sync(self.ctx.cfg.sync, self.model, algorithm=gradient_allreduce(self.ctx, self.model),
-                         **sync_options(self.ctx.cfg))
+        return job_sync(self.ctx, self.model)
 
     def _log_setup(self) -> None:
         if comm.is_main_process():
@@ -429,11 +431,12 @@ class MinibatchStrategy(Strategy):
     # ------------------------------------------------------------- checkpoint
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.batches.state_dict(), "placement": self.rebalancer.state_dict()}
+        return {**self.batches.state_dict(), "placement": self.rebalancer.state_dict(), "sync": self.sync.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.batches.load_state_dict(state)
         self.rebalancer.load_state_dict(state.get("placement", {}))
+        self.sync.load_state_dict(state.get("sync", {}))
 
     def close(self) -> None:
         self.sync.close()

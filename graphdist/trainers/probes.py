@@ -270,11 +270,9 @@ def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]]
 
 def _probe_sync(strategy: Any, model: torch.nn.Module) -> Any:
     """The run's gradient sync around the probes' model copy (collective: built on every rank alike)."""
-    from graphdist.sync import make_sync
-    from graphdist.trainers.base import gradient_allreduce, sync_options
+    from graphdist.trainers.base import job_sync
 
-    cfg = strategy.ctx.cfg
-    return make_sync(cfg.sync, model, algorithm=gradient_allreduce(strategy.ctx, model), **sync_options(cfg))
+    return job_sync(strategy.ctx, model)
 
 
 def probe_copy(model: torch.nn.Module) -> torch.nn.Module:

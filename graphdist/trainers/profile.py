@@ -169,19 +169,16 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     ``PROBE_STEPS`` timed ones; medians. The halo plan is the
     run's (a copy without its stale buffers); the global RNGs are restored (dropout draws).
     """
-    from graphdist.sync import make_sync
-    from graphdist.trainers.base import adam, gradient_allreduce, sync_options
+    from graphdist.trainers.base import adam, job_sync
     from graphdist.trainers.fullgraph import FullGraphNet
     from graphdist.trainers.precision import autocast
 
-    cfg = strategy.ctx.cfg
     states = global_rng_state()
     model = probe_copy(strategy.model)
     halo = copy.copy(strategy.halo)
     halo.staleness, halo._stale, halo.widths = 0, {}, {}
     net = FullGraphNet(model, halo, strategy.x0, strategy.net.block, strategy.device)
-    sync = make_sync(cfg.sync, net, seed_weighted=False, algorithm=gradient_allreduce(strategy.ctx, net),
-                     **sync_options(cfg))
+    sync = job_sync(strategy.ctx, net, seed_weighted=False)
     optimizer = adam(model.parameters(), lr=1e-6)
     n = int(strategy.train.numel())
     timed: list[tuple[float, float, float]] = []

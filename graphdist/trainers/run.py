@@ -202,12 +202,16 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: 
 
     topology = comm.discover_topology()
     plan = plan_job(partition_dir, cfg, world_size)
+    decisions = saved_decisions(Path(cfg.resume)) if cfg.resume else {}
     if comm.is_main_process():
         logger.debug("topology: %s; plan:\n%s", topology.describe(), plan.describe())
+        if decisions:
+            logger.info("resume: keeping what the run's start measured and chose (not measured again): %s",
+                        ", ".join(f"{k} {v}" for k, v in sorted(decisions.items())))
     # Every strategy's steps run under --precision: refused here, once, where this rank's device cannot run it.
     check_precision(cfg.precision, resolve_device(plan.of(rank).device))
     ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partition_dir=partition_dir, plan=plan,
-                        topology=topology, model=model, run_dir=run_dir)
+                        topology=topology, model=model, run_dir=run_dir, decisions=decisions)
     return strategy_class(cfg.strategy)(ctx)
 
 
@@ -229,7 +233,8 @@ def save(strategy: Strategy, run_dir: Path, epoch: int) -> None:
     ranks = comm.all_gather_object(_rank_state(strategy))
     if comm.is_main_process():
         save_checkpoint(run_dir, strategy.model, strategy.optimizer, epoch,
-                        extra={"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name})
+                        extra={"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
+                               "decisions": strategy.ctx.decisions})
         runlog.write_status(run_dir, checkpoint_epoch=epoch)
 
 
@@ -245,6 +250,14 @@ def save_best(strategy: Strategy, run_dir: Path, record: dict[str, Any]) -> None
                     extra={key: record[key], "strategy": strategy.name})
     runlog.write_status(run_dir, best_epoch=record["epoch"], best_metric=key, best_value=record[key],
                         **({"best_val_acc": record[key]} if key == "val_acc" else {}))
+
+
+def saved_decisions(resume_dir: Path) -> dict[str, Any]:
+    """The timed and measured choices the checkpoint in ``resume_dir`` recorded (``WorkerContext.decisions``);
+    empty for a checkpoint written before they were recorded."""
+    from graphdist.checkpoint import load_checkpoint
+
+    return dict(load_checkpoint(resume_dir)["extra"].get("decisions") or {})
 
 
 def resume(strategy: Strategy, resume_dir: Path) -> int:

@@ -67,6 +67,41 @@ def test_int8_allreduce_error_bound_bytes_and_error_feedback():
     launch(_int8_body, 3, timeout=90)
 
 
+def _int8_residuals_body(rank: int, world_size: int) -> None:
+    from graphdist.sync.compress import Int8State, int8_allreduce
+    from graphdist.sync.hooks import Bucket
+
+    n = 700  # two layers of one size: a position-keyed residual would fit either
+    grads = {name: [torch.randn(n, generator=torch.Generator().manual_seed(100 * i + s + 10 * rank))
+                    for s in range(3)] for i, name in enumerate("ab")}
+
+    def step(state, s, order):
+        state.weights.begin_step(1)
+        return {name: int8_allreduce(state, Bucket(pos, name, [], grads[name][s].clone())).wait()
+                for pos, name in enumerate(order)}
+
+    # LayerwiseSync renumbers launch positions after the first backward: b may go first from step 2 on.
+    fixed, swapped = Int8State(seed_weighted=False), Int8State(seed_weighted=False)
+    for s in range(3):
+        a, b = step(fixed, s, "ab"), step(swapped, s, "ab" if s == 0 else "ba")
+        assert all(torch.equal(a[k], b[k]) for k in "ab"), f"step {s}: a layer met the other layer's residual"
+    assert set(fixed.residuals) == {"a", "b"}
+
+    # A checkpoint's state_dict: a fresh state loaded with it continues as the first would.
+    first = Int8State(seed_weighted=False)
+    step(first, 0, "ab")
+    saved = first.state_dict()
+    resumed = Int8State(seed_weighted=False)
+    resumed.load_state_dict(saved)
+    for s in (1, 2):
+        a, b = step(first, s, "ab"), step(resumed, s, "ab")
+        assert all(torch.equal(a[k], b[k]) for k in "ab"), f"step {s}: the resumed residuals differ"
+
+
+def test_int8_residuals_follow_their_layer_and_resume_from_a_checkpoint():
+    launch(_int8_residuals_body, 2, timeout=60)
+
+
 def _cast_body(rank: int, world_size: int) -> None:
     import warnings
 

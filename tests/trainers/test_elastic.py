@@ -55,3 +55,47 @@ def test_a_killed_worker_restarts_the_job_which_resumes_from_its_checkpoint(tmp_
     a = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "reference" / "checkpoint.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a), "the resumed job's parameters differ from an uninterrupted run"
+
+
+def _formation(tmp_path: Path, parts: Path, port: int, fault: str = "") -> list[subprocess.CompletedProcess]:
+    """One formation of a 2-worker torchrun job, as torchrun's agent starts it: the agent's store (the
+    test's), the job's id, restart count 0 (a membership change of ``--nnodes MIN:MAX`` does not count)."""
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "TORCHELASTIC_RUN_ID": "grow-test", "TORCHELASTIC_RESTART_COUNT": "0",
+               "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True", "GLOO_SOCKET_IFNAME": "lo"}
+        env.pop("GRAPHDIST_TEST_FAULT", None)
+        if fault:
+            env["GRAPHDIST_TEST_FAULT"] = fault
+        procs.append(subprocess.Popen([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(parts), *ARGS],
+                                      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    out = [p.communicate(timeout=180)[0] for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, o) for p, o in zip(procs, out)]
+
+
+def test_a_job_formed_again_with_the_same_restart_count_resumes_and_deletes_nothing(tmp_path):
+    """torchrun restarts every worker when a node joins a --nnodes MIN:MAX job, and the restart count stays 0:
+    the new formation must resume the run (not start it over, deleting its metrics), and must not read the
+    old formation's keys in the store torchrun keeps (gloo's addresses, join marks, heartbeats)."""
+    from torch.distributed import TCPStore
+
+    from graphdist.data import load_graph
+    from partition.api import partition
+
+    parts = partition(load_graph("synthetic-2000"), 2, out=tmp_path / "parts")
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the agent's, kept across formations
+    first = _formation(tmp_path, parts, store.port, fault="evaluate:1:2")  # rank 1 dies in epoch 2
+    assert any(p.returncode != 0 for p in first), [p.stdout[-2000:] for p in first]
+    run = tmp_path / "runs" / "grow-test"
+    kept = (run / "metrics.jsonl").read_text()
+    assert [json.loads(line)["epoch"] for line in kept.splitlines()] == [1]
+
+    second = _formation(tmp_path, parts, store.port)
+    out = "".join(p.stdout for p in second)
+    assert all(p.returncode == 0 for p in second), out[-4000:]
+    assert "the job formed again with 2 workers" in out and "after epoch 1" in out, out[-4000:]
+    assert (run / "metrics.jsonl").read_text().startswith(kept)  # epoch 1's record kept as it was
+    assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["grow-test"]

@@ -45,6 +45,31 @@ def _train(tmp_path: Path, parts_dir: Path, *extra: str, epochs: int = 1) -> Pat
     return run
 
 
+def test_a_new_run_never_overwrites_a_run_and_overwrite_moves_it_aside(tmp_path, parts, capsys):
+    run = _train(tmp_path, parts["a"])
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"}
+    capsys.readouterr()
+    # The same command again: refused before anything starts, in one line naming what is there and the ways on.
+    assert main(["--partitions", str(parts["a"]), "--epochs", "1", "--run-dir", str(run), *TINY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    for words in ("holds a run (checkpoint.pt of epoch 1, metrics.jsonl of 1 epoch)", f"--resume {run}",
+                  "--overwrite"):
+        assert words in err[0], err[0]
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
+    # --overwrite: the earlier run moves, whole, to RUN.old-<time>; the new one starts afresh.
+    assert main(["--partitions", str(parts["a"]), "--epochs", "2", "--run-dir", str(run), *TINY, "--overwrite"]) == 0
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
+    assert {p.name: p.read_bytes() for p in aside.iterdir() if p.is_file()} == before
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert "overwrite" not in yaml.safe_load((run / "config.yaml").read_text()) or \
+        yaml.safe_load((run / "config.yaml").read_text())["overwrite"] is False  # a resume never moves its run
+    assert main(["--resume", str(run), "--epochs", "3"]) == 0
+    capsys.readouterr()
+    assert main(["--resume", str(run), "--epochs", "4", "--overwrite"]) == 2
+    assert "--overwrite starts a new run" in capsys.readouterr().err
+
+
 def test_refused_resume_names_flag_and_values_and_writes_nothing(tmp_path, parts, capsys):
     run = _train(tmp_path, parts["a"])
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
