@@ -3,7 +3,9 @@
 - :class:`HalvingDoubling` (``--allreduce hd``): reduce-scatter by recursive halving, then
   all-gather by recursive doubling, ``2 log2 P`` steps instead of the ring's ``2 (P-1)``, the
   same ``2 (P-1)/P * S`` bytes per rank. Ranks take butterfly positions from
-  ``rankmap.host_positions``, so the big steps stay inside hosts. A P that is not a power of
+  ``rankmap.hd_positions``: the big steps stay inside hosts, and on a topology declared
+  BiGraph-wired (``GRAPHDIST_TOPOLOGY=8x1:bigraph``) every step across hosts pairs the two
+  halves with one flow per inter-switch link (EFLOPS's rank mapping). A P that is not a power of
   two runs Rabenseifner's fallback (``rankmap.hd_sends``).
 - :class:`Hierarchical` (``--allreduce hier``): each host's ranks send their tensor to the
   host's first rank (its leader), the leaders sum over the backend's allreduce, and each
@@ -36,7 +38,7 @@ from graphdist.comm import p2p
 from graphdist.comm.collectives import Group, Handle, new_group
 from graphdist.comm.counters import COUNTER
 from graphdist.comm.group import get_rank, get_world_size, is_initialized
-from graphdist.comm.rankmap import halving_distances, hd_shares, host_positions
+from graphdist.comm.rankmap import halving_distances, hd_positions, hd_shares
 from graphdist.comm.topology import Topology
 
 
@@ -99,8 +101,10 @@ class HalvingDoubling(_ThreadedAllreduce):
     """Recursive-halving reduce-scatter, then recursive-doubling all-gather, over host-aware positions.
 
     Args:
-        topology: which ranks share a host (default: one host, positions in rank order).
-            Construction is collective (every rank, same point): it creates a group.
+        topology: which ranks share a host, and whether the hosts are BiGraph-wired (default: one
+            host, positions in rank order). Construction is collective (every rank, same point): it
+            creates a group.
+        positions: rank -> butterfly position (default: ``rankmap.hd_positions(topology)``).
     """
 
     name = "hd"
@@ -108,7 +112,7 @@ class HalvingDoubling(_ThreadedAllreduce):
 
     def __init__(self, topology: Optional[Topology] = None, positions: Optional[Sequence[int]] = None) -> None:
         super().__init__(topology)
-        self.positions = tuple(positions) if positions is not None else host_positions(self.topology)
+        self.positions = tuple(positions) if positions is not None else hd_positions(self.topology)
         self._rank_at = {p: r for r, p in enumerate(self.positions)}
         self._pieces: Any = None
 
@@ -124,7 +128,7 @@ class HalvingDoubling(_ThreadedAllreduce):
         if world_size <= 1:
             return 0, 0
         topo = topology if topology is not None else Topology.single_host(world_size)
-        positions = tuple(positions) if positions is not None else host_positions(topo)
+        positions = tuple(positions) if positions is not None else hd_positions(topo)
         sent, crossing = hd_shares(positions, topo, rank)
         return int(sent * nbytes), int(crossing * nbytes)
 

@@ -12,7 +12,9 @@ rank takes which position decides which links carry those bytes:
 - :func:`bigraph_positions` (EFLOPS's BiGraph: two halves of switches, every switch of one half
   wired to every switch of the other): every step's partners sit on opposite halves, and no
   inter-switch link carries two flows in one direction in one step (:func:`max_flows_per_link`
-  checks it), so each step runs at full link rate.
+  checks it), so each step runs at full link rate. :func:`hd_positions` uses it for the hosts of
+  a topology declared BiGraph-wired (``GRAPHDIST_TOPOLOGY=8x1:bigraph``); in host order the same
+  steps put two flows on one link, or route them through the other half (:func:`link_flows`).
 
 Example:
     >>> from graphdist.comm.topology import Topology
@@ -75,6 +77,32 @@ def host_positions(topology: Topology) -> tuple[int, ...]:
     for h, ranks in enumerate(topology.hosts):
         for j, rank in enumerate(ranks):
             out[rank] = j * hosts + h
+    return tuple(out)
+
+
+def hd_positions(topology: Topology) -> tuple[int, ...]:
+    """rank -> butterfly position for halving-doubling: :func:`host_positions`, or on a BiGraph-wired
+    topology (``Topology.bigraph``) the same with each host's slot taken from :func:`bigraph_positions`.
+
+    Worker j of the host at BiGraph endpoint e takes ``j * H + b`` with b the position whose endpoint
+    is e: the large steps stay inside hosts, and every step that crosses hosts pairs hosts on
+    opposite halves, one host pair per inter-switch link and direction.
+
+    Example:
+        >>> hd_positions(Topology.parse("8x1:bigraph", 8))  # rank -> position
+        (0, 5, 6, 3, 4, 7, 1, 2)
+        >>> hd_positions(Topology.parse("8x1", 8))
+        (0, 1, 2, 3, 4, 5, 6, 7)
+    """
+    if not topology.bigraph:
+        return host_positions(topology)
+    hosts = topology.num_hosts
+    slot = {end: b for b, end in enumerate(bigraph_positions(hosts))}
+    ends = host_endpoints(hosts)
+    out = [0] * topology.world_size
+    for h, ranks in enumerate(topology.hosts):
+        for j, rank in enumerate(ranks):
+            out[rank] = j * hosts + slot[ends[h]]
     return tuple(out)
 
 
@@ -162,9 +190,7 @@ def bigraph_positions(endpoints: int) -> list[Endpoint]:
         >>> bigraph_positions(8)[:3]
         [Endpoint(half=0, switch=0, port=0), Endpoint(half=1, switch=1, port=0), Endpoint(half=1, switch=1, port=1)]
     """
-    k_bits = next((b for b in range(16) if 2 * 4 ** b == endpoints), None)
-    if k_bits is None:
-        raise ValueError(f"Expected a BiGraph of 2*K*K endpoints with K a power of two, e.g. 32 or 128 (got {endpoints})")
+    k_bits = _k_bits(endpoints)
     low = (1 << (2 * k_bits)) - 1
     out = []
     for p in range(endpoints):
@@ -173,6 +199,60 @@ def bigraph_positions(endpoints: int) -> list[Endpoint]:
         half = bin(p).count("1") % 2
         out.append(Endpoint(0, h, l) if half == 0 else Endpoint(1, h ^ l, h))
     return out
+
+
+def host_endpoints(hosts: int) -> list[Endpoint]:
+    """host -> endpoint of a BiGraph-wired topology, in its declared order: by half, then switch, then port.
+
+    Raises:
+        ValueError: ``hosts`` not of the form ``2 * K * K`` with K a power of two.
+
+    Example:
+        >>> host_endpoints(8)[5]  # K = 2: hosts 4..7 on half 1, two per switch
+        Endpoint(half=1, switch=0, port=1)
+    """
+    k_bits = _k_bits(hosts)
+    k = 1 << k_bits
+    return [Endpoint(h >> (2 * k_bits), (h >> k_bits) % k, h % k) for h in range(hosts)]
+
+
+def endpoints_by_position(positions: Sequence[int], topology: Topology) -> list[Endpoint]:
+    """position -> the endpoint of its rank's host on a BiGraph-wired ``topology`` (workers of a host share one).
+
+    Example:
+        >>> t = Topology.parse("8x1:bigraph", 8)
+        >>> endpoints_by_position(hd_positions(t), t) == bigraph_positions(8)
+        True
+    """
+    ends = host_endpoints(topology.num_hosts)
+    out = [ends[0]] * len(positions)
+    for rank, p in enumerate(positions):
+        out[p] = ends[topology.host_of(rank)]
+    return out
+
+
+def link_flows(endpoint_of: Sequence[Endpoint], distance: int) -> tuple[Counter, int]:
+    """The flows of the step of ``distance``: per inter-switch link and direction, and those that need two hops.
+
+    Every position sends to its partner. A flow between two halves uses the one link between their
+    switches, keyed ``(half, from switch, to switch)``; a flow between two switches of one half has
+    no direct link and goes through a switch of the other half (two hops, its route up to the
+    network); a flow inside one switch uses no inter-switch link.
+
+    Example:
+        >>> ends = host_endpoints(8)  # rank order on 8 hosts: partners at distance 4 share a switch pair
+        >>> link_flows(ends, 4)[0].most_common(1), link_flows(ends, 2)[1]
+        ([((0, 0, 0), 2)], 8)
+    """
+    links: Counter = Counter()
+    two_hops = 0
+    for p, a in enumerate(endpoint_of):
+        b = endpoint_of[partner(p, distance)]
+        if a.half != b.half:
+            links[(a.half, a.switch, b.switch)] += 1
+        elif a.switch != b.switch:
+            two_hops += 1
+    return links, two_hops
 
 
 def max_flows_per_link(endpoint_of: Sequence[Endpoint], distance: int) -> int:
@@ -186,16 +266,18 @@ def max_flows_per_link(endpoint_of: Sequence[Endpoint], distance: int) -> int:
         >>> [max_flows_per_link(ends, d) for d in halving_distances(32)]
         [1, 1, 1, 1, 1]
     """
-    links: Counter = Counter()
-    for p, a in enumerate(endpoint_of):
-        b = endpoint_of[partner(p, distance)]
-        if a.half == b.half:
-            if a.switch != b.switch:
-                return max(2, max(links.values(), default=0))
-            continue  # same switch: the switch forwards it, no inter-switch link
-        links[(a.half, a.switch, b.switch)] += 1
-    return max(links.values(), default=0)
+    links, two_hops = link_flows(endpoint_of, distance)
+    return max(max(links.values(), default=0), 2 if two_hops else 0)
 
 
-__all__ = ["Endpoint", "bigraph_positions", "cross_host_fraction", "halving_distances", "hd_sends", "hd_shares",
-           "host_positions", "is_power_of_two", "max_flows_per_link", "partner"]
+def _k_bits(endpoints: int) -> int:
+    """log2 K for a BiGraph of ``endpoints = 2 * K * K``."""
+    k_bits = next((b for b in range(16) if 2 * 4 ** b == endpoints), None)
+    if k_bits is None:
+        raise ValueError(f"Expected a BiGraph of 2*K*K endpoints with K a power of two, e.g. 32 or 128 (got {endpoints})")
+    return k_bits
+
+
+__all__ = ["Endpoint", "bigraph_positions", "cross_host_fraction", "endpoints_by_position", "halving_distances",
+           "hd_positions", "hd_sends", "hd_shares", "host_endpoints", "host_positions", "is_power_of_two",
+           "link_flows", "max_flows_per_link", "partner"]
