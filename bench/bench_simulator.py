@@ -32,14 +32,21 @@ Run book (the emulated hosts need root and iproute2; without them only the 1-hos
     sudo .venv/bin/python bench/bench_simulator.py --rates 100mbit --epochs 2 --dataset synthetic-3000
     sudo .venv/bin/python bench/bench_simulator.py --strategy fullgraph --rates 1gbit,300mbit,100mbit
     # writes bench/results/simulator.json
+    sudo .venv/bin/python bench/bench_simulator.py --repeats 1 --fixture FILE
+    # also saves the run as a test fixture (tests/placement/fixtures/simulator-synthetic-100k.json):
+    # the profile, every row with the simulator's inputs (shares, steps, cores, link rate, probed
+    # link figures), the date, commit, machine, load and command; on a quiet machine.
+    # tests/placement/test_simulator_fixture.py predicts every row from it, no processes, no root
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -67,7 +74,7 @@ def train_args(a: argparse.Namespace, parts: Path, placement: str, epochs: int) 
 
 def fullgraph_args(a: argparse.Namespace, parts: Path, placement: str, epochs: int, staleness: int) -> list[str]:
     return ["--partitions", str(parts), "--strategy", "fullgraph", "--model", "gcn", "--hidden", str(a.hidden),
-            "--layers", "3", "--fanouts=-1,-1,-1", "--epochs", str(epochs), "--eval-every", "0",
+            "--layers", "3", "--epochs", str(epochs), "--eval-every", "0",
             "--checkpoint-every", "1000", "--placement", placement, "--staleness", str(staleness), "--seed", "0",
             "--log-interval", "100000", "--timeout", "300"]
 
@@ -294,9 +301,59 @@ def bench(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                      "runs_s": measured[k], "predicted_s": pred.epoch_s, "ratio": pred.epoch_s / meas,
                      "bottleneck": pred.bottleneck, "steps": pred.steps, "predicted_step_s": pred.step_s,
                      "predicted_sync_s": pred.sync_s, "measured_halo_wait_s": halo,
-                     "predicted_halo_s": pred.parts.get("halo_s")})
+                     "predicted_halo_s": pred.parts.get("halo_s"),
+                     "inputs": _row_inputs(a, last[k], rate, bps, v, links, bursts)})
     return {"dataset": a.dataset, "strategy": a.strategy, "hidden": a.hidden, "batch_size": a.batch_size, "epochs": a.epochs,
             "repeats": a.repeats, "hosts_pinned": a.pinned, "profile": profile, "links": links, "bursts": bursts, "rows": rows}
+
+
+def _row_inputs(a: argparse.Namespace, records: list[dict[str, Any]], rate: Optional[str], bps: Optional[float],
+                v: float, links: dict[str, dict[str, float]], bursts: dict[str, float]) -> dict[str, Any]:
+    """What ``predict`` / ``predict_fullgraph`` told the simulator for one row, beyond the profile:
+    enough to predict it again elsewhere (``--fixture``)."""
+    inputs: dict[str, Any] = {"cores": os.cpu_count() or 1, "pinned": a.pinned, "rate_bps": bps}
+    if a.strategy == "fullgraph":
+        inputs.update(staleness=int(v), link=links.get(rate) if rate else None)
+    else:
+        inputs.update(shares=[int(s) for s in records[-1]["batch_share"]], steps=int(records[-1]["steps"]),
+                      slowdown=[1.0, float(v)], burst_bytes=bursts.get(rate, 0.0) if rate else 0.0)
+    return inputs
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    return done.stdout.rstrip("\n") if done.returncode == 0 else ""
+
+
+def _tree() -> dict[str, Any]:
+    """The code a run ran (the commit, the tracked files changed from it and a hash of those changes)
+    and the machine's load."""
+    return {"commit": _git("rev-parse", "HEAD"),
+            "uncommitted": _git("status", "--porcelain", "--untracked-files=no").splitlines(),
+            "uncommitted_sha256": hashlib.sha256(_git("diff", "HEAD").encode()).hexdigest(),
+            "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+
+
+def fixture(res: dict[str, Any], command: str, tree: dict[str, Any]) -> dict[str, Any]:
+    """The run as a test fixture: when, where (commit, machine) and how it was taken, the profile it
+    measured, and per row its layout, measured epoch and the simulator's inputs
+    (``tests/placement/test_simulator_fixture.py``). ``tree``: :func:`_tree` when the run began (the
+    load then, ``loadavg_at_end`` by its end); if the code changed meanwhile, ``tree_at_end`` says how."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    keep = ("layout", "rate", "slowdown", "staleness", "measured_s", "runs_s", "predicted_s", "ratio", "bottleneck",
+            "inputs")
+    end = _tree()
+    changed = {k: end[k] for k in ("commit", "uncommitted", "uncommitted_sha256") if end[k] != tree[k]}
+    return {"recorded": res["started"], **tree, "loadavg_at_end": end["loadavg"],
+            **({"tree_at_end": changed} if changed else {}),
+            "machine": {"model_name": model, "nproc": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
+                        "python": platform.python_version()},
+            "command": command,
+            "run": {k: res[k] for k in ("dataset", "strategy", "hidden", "batch_size", "epochs", "repeats",
+                                        "hosts_pinned")},
+            "profile": res["profile"], "links": res["links"], "bursts": res["bursts"],
+            "rows": [{k: r[k] for k in keep if k in r} for r in res["rows"]]}
 
 
 def print_table(res: dict[str, Any]) -> None:
@@ -334,9 +391,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--hidden", type=int, default=128, help="--strategy fullgraph: the GCN's width")
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--out", default=None, help="default bench/results/simulator.json (fullgraph: simulator-fullgraph.json)")
+    p.add_argument("--fixture", default=None,
+                   help="also save the run (profile, every row and its simulator inputs, date, commit, machine, "
+                        "command) as this JSON test fixture")
     p.add_argument("--shared-cores", action="store_true",
                    help="emulated hosts share every core (default: each host its own core, as separate machines)")
     a = p.parse_args(argv)
+    tree = _tree() if a.fixture else {}
     a.pinned = not a.shared_cores and len(os.sched_getaffinity(0)) >= 2
     a.epochs = a.epochs or (8 if a.strategy == "fullgraph" else 3)
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
@@ -349,6 +410,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
     print(f"wrote {out}")
+    if a.fixture:
+        python = Path(sys.executable)
+        python = python.relative_to(REPO) if python.is_relative_to(REPO) else python
+        command = shlex.join([str(python), str(Path(sys.argv[0])), *argv])
+        Path(a.fixture).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.fixture).write_text(json.dumps(fixture(res, command, tree), indent=1) + "\n")
+        print(f"wrote {a.fixture}")
     return 0
 
 

@@ -154,7 +154,7 @@ class HaloExchange:
     def _halo_from(self, received: list[Tensor], like: Tensor) -> Tensor:
         halo = torch.zeros((self.num_halo, like.shape[1]), dtype=like.dtype)
         if self.recv_index.numel():
-            halo.index_copy_(0, self.recv_index, torch.cat(received).to(like.dtype))
+            halo.index_copy_(0, self.recv_index, _joined(received, like.dtype))
         return halo
 
     def _start_backward(self, grad_halo: Tensor) -> Any:
@@ -165,7 +165,7 @@ class HaloExchange:
     def _grad_from(self, received: list[Tensor], like: Tensor) -> Tensor:
         grad = torch.zeros((self.num_inner, like.shape[1]), dtype=like.dtype)
         if self._send_all.numel():
-            grad.index_add_(0, self._send_all, torch.cat(received).to(like.dtype))
+            grad.index_add_(0, self._send_all, _joined(received, like.dtype))
         return grad
 
     def _smooth(self, old: Optional[Tensor], new: Tensor) -> Tensor:
@@ -280,5 +280,12 @@ class _Exchange(torch.autograd.Function):
         grad_inner.add_(owed)
         return grad_inner, None, None
 
+
+
+def _joined(received: list[Tensor], dtype: torch.dtype) -> Tensor:
+    """The received rows in one tensor of ``dtype``: each piece cast before the join (the same values),
+    because under a CPU autocast ``torch.cat`` refuses 16-bit wire rows (``--compress fp16`` with
+    ``--precision bf16``)."""
+    return torch.cat([r.to(dtype) for r in received])
 
 __all__ = ["HaloExchange", "TAG", "keep_boundary"]

@@ -27,8 +27,9 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py",
           "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py",
-          "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_sampler.py", "bench_scale.py",
-          "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_train.py", "check_cuda.py")
+          "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_resume.py", "bench_sampler.py",
+          "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_train.py",
+          "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -435,3 +436,17 @@ def test_bench_scale(tmp_path):
     train = doc["rows"][1]["phases"]["train/stream"]
     assert train["steps"] == 1 and train["seeds_per_s"] > 0 and train["peak_pss_bytes"] > 0
     assert set(doc["growth"]) == {"generate", "partition/stream", "train/stream"} and png.exists()
+
+
+def test_bench_resume(tmp_path):
+    out = tmp_path / "resume.json"
+    combo = "minibatch-dwbp-none-ring-off-fp32-node"
+    res = _bench("bench_resume.py", "--only", combo, "--limit", 1, "--out", out)
+    _ok(res)
+    assert "pairwise subset" in res.stdout and "equal 1, differ 0, refused 0, error 0" in res.stdout
+    doc = _read(out, "started", "machine", "space", "valid", "pairwise", "mode", "summary", "rows")
+    assert doc["mode"] == "full" and doc["valid"] > doc["pairwise"] > 0
+    [row] = doc["rows"]
+    assert row["id"] == combo and row["outcome"] == "equal", row
+    assert sorted(row["runs_s"]) == ["first epoch", "resume", "straight"]
+    assert (tmp_path / "resume-workers.log").exists()  # the workers' banners went there, not into the table

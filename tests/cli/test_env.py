@@ -114,8 +114,9 @@ def test_help_lists_env_and_an_unknown_command_is_one_line_exit_2():
 
 def test_console_script_runs_env():
     script = Path(sys.executable).with_name("graphdist")
-    if not script.exists():
-        pytest.skip("no graphdist console script next to this python: pip install -e . makes it")
+    from graphdist.testing.env import require
+
+    require(script.exists(), "no graphdist console script next to this python: pip install -e . makes it")
     proc = subprocess.run([str(script), "env", "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["torch"]["version"] == torch.__version__

@@ -13,6 +13,7 @@ import torch
 
 from graphdist.data.loaders import cache_dir, dataset_dirs, find_dataset, load_graph
 from graphdist.data.readers import npz as npz_reader, planetoid
+from graphdist.testing.env import require
 
 # From ../shared/datasets/README.md: nodes, directed edges, features, classes, train/val/test.
 PLANETOID = {
@@ -60,8 +61,7 @@ def test_names_are_case_insensitive(dataset_path):
 def test_planetoid_raw_folder_opens_through_pyg(dataset_path, tmp_path):
     # A torch_geometric Planetoid folder (raw/ind.cora.*) is processed in the cache, not in place.
     raw_source = dataset_path("cora").parent / "raw" / "cora"
-    if not raw_source.is_dir():
-        pytest.skip(f"{raw_source} not present")
+    require(raw_source.is_dir(), f"{raw_source} not present: the Planetoid raw files (ind.cora.*) beside cora.npz")
     raw = tmp_path / "Cora" / "raw"
     raw.mkdir(parents=True)
     for file in raw_source.iterdir():

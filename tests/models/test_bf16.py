@@ -9,12 +9,12 @@ import torch.nn.functional as F
 
 from graphdist.models import dense
 from graphdist.models.dense import Linear, linear
+from graphdist.testing.env import require
 
 
 @pytest.fixture
 def bf16_cpu():
-    if not dense.native_bf16():
-        pytest.skip("this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
+    require(dense.native_bf16(), "this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         yield
 

@@ -80,8 +80,9 @@ def test_only_float32_cpu_products_large_enough_and_with_onednn_enabled_use_it()
 @pytest.fixture
 def onednn(monkeypatch: pytest.MonkeyPatch):
     """The fast path forced on (GRAPHDIST_ONEDNN=1), so its code is tested on any AVX-512 CPU."""
-    if not dense._avx512():
-        pytest.skip("oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
+    from graphdist.testing.env import require
+
+    require(dense._avx512(), "oneDNN fast path needs an AVX-512 CPU and torch built with oneDNN")
     monkeypatch.setenv("GRAPHDIST_ONEDNN", "1")
     dense._onednn_pays.cache_clear()
     yield

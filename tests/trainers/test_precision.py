@@ -12,6 +12,7 @@ import torch
 from graphdist.config import TrainConfig
 from graphdist.models import dense
 from graphdist.testing import launch
+from graphdist.testing.env import require
 from graphdist.trainers.precision import autocast, check_precision
 
 
@@ -71,8 +72,7 @@ def _body(rank: int, world_size: int, part_dir: str) -> None:
 
 
 def test_sampled_strategies_train_in_bf16_deterministically_close_to_fp32(tmp_path: Path) -> None:
-    if not dense.native_bf16():
-        pytest.skip("this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
+    require(dense.native_bf16(), "this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
     from partition.api import partition
 
     part_dir = partition(_graph(), 2, method="random", out=tmp_path / "parts", seed=0)
@@ -80,8 +80,7 @@ def test_sampled_strategies_train_in_bf16_deterministically_close_to_fp32(tmp_pa
 
 
 def test_bf16_resume_is_bit_identical(tmp_path: Path) -> None:
-    if not dense.native_bf16():
-        pytest.skip("this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
+    require(dense.native_bf16(), "this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
     from graphdist.api import train
     from partition.api import partition
 

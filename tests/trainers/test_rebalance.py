@@ -52,15 +52,19 @@ def test_slowdown_spec_and_stretch():
     stretch.tick()
     assert stretch.extra_s == 0.0  # not before its epoch
     stretch.set_epoch(2)
+    start = time.perf_counter()
     stretch.mark()
-    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    cpu0 = time.thread_time()
     sum(i * i for i in range(300_000))
-    cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+    cpu = time.thread_time() - cpu0
     stretch.tick()
+    took = time.perf_counter() - start
     # (factor - 1) x the time the thread ran or waited for a core: its CPU time at least, and no
     # more than the work's wall time (what else ran on this core is this machine's business).
-    assert 0.7 * cpu <= stretch.extra_s <= 1.3 * wall
-    assert time.perf_counter() - wall0 >= 1.5 * cpu
+    # `took` is that wall time plus the stretch itself (a sleep, or a spin on a core of its own,
+    # of at least extra_s): on a busy machine both sides grow, the order stays.
+    assert cpu <= stretch.extra_s
+    assert stretch.extra_s + stretch.extra_s <= took  # the work's wall time, then the stretch
 
 
 def test_stretch_counts_time_another_process_held_the_core():
@@ -126,10 +130,10 @@ def test_on_a_core_of_its_own_a_worker_takes_factor_times_its_work():
         os.sched_setaffinity(0, before)
     own = cpu - stretch.extra_s  # the threads' work; the rest of the CPU time is the stretch, spun
     others = wall - cpu  # another process held the core (a parallel test run shares it): that queueing is
-    # stretched too, once per thread that was ready (the GIL keeps it to about one); siblings' is not.
+    # stretched too, by each thread that was ready then (at most both: 2 x others); siblings' is not.
     # Measured alone: extra 0.98-0.99x the work, and 1.29-1.35x when queueing behind the sibling counted.
     assert stretch.slept_s == 0.0
-    assert 0.85 * own <= stretch.extra_s <= 1.15 * own + others  # (factor - 1) x the work, counted once
+    assert 0.85 * own <= stretch.extra_s <= 1.15 * own + 2 * others  # (factor - 1) x the work, counted once
 
 
 class _SeedFeaturesTask:
@@ -319,25 +323,36 @@ def test_probe_copy_drops_the_hooks_others_attached_and_keeps_the_models_own():
     assert calls == ["sync capture"] and model.seen == [model]  # the original keeps both
 
 
-def test_time_the_rebalancer_holds_a_step_is_not_busy_time():
+def test_time_the_rebalancer_holds_a_step_is_not_busy_time(monkeypatch):
     """A fast rank waits in the rebalancer's exchange for a slow one: counted as work, it hid the imbalance."""
+    import types
+
     from graphdist.sync.base import NoSync
-    from graphdist.trainers.steps import train_steps
+    from graphdist.trainers import steps
     from sampling import NeighborSampler, NodeLoader
 
     g = tiny_graph()
     model = torch.nn.Sequential(torch.nn.Linear(g.x.shape[1], 3))
     loader = NodeLoader(g, torch.arange(4), NeighborSampler(g, [1], seed=0), batch_size=2, shuffle=False,
                         prefetch=False)
+    # The step loop's clock moves only where this test says: 10 ms of work in each forward, 50 ms
+    # blocked in each exchange (the real ones are load-dependent; the bookkeeping is what is judged).
+    clock = [0.0]
+    monkeypatch.setattr(steps, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    class Task(_SeedFeaturesTask):
+        def batch_loss(self, m, batch, with_degrees, device):
+            clock[0] += 0.01
+            return super().batch_loss(m, batch, with_degrees, device)
 
     def exchange(step: int, seeds: int) -> float:
-        time.sleep(0.05)  # blocked in a collective
+        clock[0] += 0.05  # blocked in a collective
         return 0.05
 
-    stats = train_steps(loader, NoSync(model), torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"),
-                        False, after_step=exchange, task=_SeedFeaturesTask())
+    stats = steps.train_steps(loader, NoSync(model), torch.optim.SGD(model.parameters(), lr=0.1),
+                              torch.device("cpu"), False, after_step=exchange, task=Task())
     assert stats.steps == 2
-    assert stats.comm_exposed_s >= 0.1 and stats.compute_s < 0.05
+    assert stats.comm_exposed_s == pytest.approx(2 * 0.05) and stats.compute_s == pytest.approx(2 * 0.01)
 
 
 class _PlannedLoader:
