@@ -45,8 +45,9 @@ POINTS = {
 
 
 def train_args(a: argparse.Namespace, strategy: str, run_dir: Path) -> list[str]:
+    fanouts = [] if strategy == "fullgraph" else ["--fanouts", "5,5"]  # full-graph training samples nothing
     return [sys.executable, "-m", "graphdist.cli.train", "--dataset", f"synthetic-{a.nodes}", "--num-workers", "2",
-            "--strategy", strategy, "--epochs", str(a.epochs), "--hidden", "16", "--fanouts", "5,5",
+            "--strategy", strategy, "--epochs", str(a.epochs), "--hidden", "16", *fanouts,
             "--batch-size", "128", "--timeout", str(a.timeout), "--log-interval", "100000", "--run-dir", str(run_dir)]
 
 

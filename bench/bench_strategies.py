@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO))
 # Kipf & Welling's GCN for full-graph training: hidden 16, dropout 0.5, lr 0.01, weight decay
 # 5e-4, 200 epochs, row-normalised features.
 FULLGRAPH_ARGS = ["--model", "gcn", "--hidden", "16", "--dropout", "0.5", "--lr", "0.01", "--weight-decay", "0.0005",
-                  "--feature-norm", "row", "--layers", "2", "--fanouts=-1,-1", "--checkpoint-every", "1000"]
+                  "--feature-norm", "row", "--layers", "2", "--checkpoint-every", "1000"]  # (full-graph: no fan-outs)
 FULLGRAPH_EPOCHS = 200
 # bench_train.py's mini-batch recipe (GCN, 32 seeds per step, fan-outs 10,10), for minibatch and aggregation.
 MINIBATCH_ARGS = ["--model", "gcn", "--hidden", "64", "--fanouts", "10,10", "--batch-size", "32", "--lr", "0.01",
@@ -275,7 +275,7 @@ def bench_cluster(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     parts = {m: Path(partition(graph, 2, method=m, out=tmp / f"parts-{m}", seed=0, force=True))
              for m in {"metis", a.agg_parts}}
     fg = ["--strategy", "fullgraph", "--model", "gcn", "--hidden", str(a.hidden), "--layers", "3",
-          "--fanouts=-1,-1,-1", "--eval-every", "0", "--epochs", str(a.epochs), "--checkpoint-every", "1000",
+          "--eval-every", "0", "--epochs", str(a.epochs), "--checkpoint-every", "1000",
           "--timeout", "300", "--precision", a.precision]
     # The accuracy bench's recipe for this graph (same flags, same --avg-every), limited to --steps
     # steps per epoch; --mb-hidden overrides its width.

@@ -47,9 +47,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_case(devices: str, workers: int, args: argparse.Namespace, run: Path, extra: tuple = (),
              env: Optional[dict] = None) -> dict:
+    # fan-outs only where the strategy samples (full-graph training refuses them)
+    fanouts = [] if "fullgraph" in map(str, extra) else ["--fanouts", "15,10,5"]
     cmd = [sys.executable, "-m", "graphdist.cli.train", *map(str, extra), "--dataset", f"synthetic-{args.nodes}",
            "--num-workers", str(workers), "--devices", devices, "--epochs", str(args.epochs),
-           "--layers", "3", "--fanouts", "15,10,5", "--hidden", "256", "--batch-size", str(1024 * workers),
+           "--layers", "3", *fanouts, "--hidden", "256", "--batch-size", str(1024 * workers),
            "--run-dir", str(run), "--log-interval", "100000", "--timeout", "120"]
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,

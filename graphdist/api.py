@@ -451,12 +451,19 @@ def train(
         options.setdefault("layers", len(options["fanouts"]))
     if "devices" in options and isinstance(options["devices"], str):
         options["devices"] = tuple(options["devices"].split(","))
+    from graphdist.config import ConfigError, refuse_inapplicable
+
     trainer = None
     try:
         cfg = TrainConfig(partitions=str(partitions) if partitions else None, strategy=strategy,
                           num_workers=num_workers, epochs=epochs, lr=lr, **options)
+        defaults = TrainConfig()
+        # Given: a keyword away from its default (an option this run would not read is refused).
+        refuse_inapplicable(cfg, {k for k, v in options.items() if getattr(defaults, k, v) != v})
         trainer = Trainer(cfg, model=model)
         return trainer.fit()
+    except ConfigError as exc:
+        raise exc.for_api() from None
     except (ValueError, FileNotFoundError) as exc:
         if trainer is not None and trainer.started:
             raise

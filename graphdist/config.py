@@ -10,12 +10,12 @@ import dataclasses
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from graphdist.models.registry import DECODERS, MODELS
 from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, SACP_MODES, SYNC_MODES,  # noqa: F401 - the CLI
-                                  parse_sacp_overrides)
-from graphdist.trainers.base import STRATEGIES, TASKS
+                                  SYNC_OPTIONS, parse_sacp_overrides)
+from graphdist.options import STRATEGIES, TASKS
 from partition.edges import NEGATIVES, check_fractions
 from partition.methods import METHODS as PARTITION_METHODS
 
@@ -156,8 +156,139 @@ class TrainConfig:
         return self.devices[0] if len(self.devices) == 1 else self.devices[rank]
 
 
-def _fail(flag: str, constraint: str, got: Any, hint: str = "") -> ValueError:
-    return ValueError(f"--{flag} {constraint} (got {got!r}){'; ' + hint if hint else ''}")
+class ConfigError(ValueError):
+    """A refused option: which one, the constraint it breaks, what it got, and what to do.
+
+    ``str()`` words it for the command line (``--staleness``, ``--strategy fullgraph``);
+    :meth:`in_words` for the Python API (``staleness=``, ``strategy='fullgraph'``). The settings a
+    constraint or hint mentions are given apart (``mentions``) and put in as ``{0}``, ``{1}``, ...,
+    so each surface names them its own way, without rewriting text.
+
+    Example:
+        >>> err = ConfigError("staleness", "applies to {0} only", 1, "this run: {1}",
+        ...                   mentions=(("strategy", "fullgraph"), ("strategy", "minibatch")))
+        >>> str(err)
+        '--staleness applies to --strategy fullgraph only (got 1); this run: --strategy minibatch'
+        >>> err.in_words("api")
+        "staleness= applies to strategy='fullgraph' only (got 1); this run: strategy='minibatch'"
+    """
+
+    def __init__(self, field: str, constraint: str, got: Any = None, hint: str = "",
+                 mentions: Sequence[tuple[str, Any]] = (), words: str = "cli") -> None:
+        self.field, self.constraint, self.got, self.hint = field, constraint, got, hint
+        self.mentions, self.words = tuple(mentions), words
+        super().__init__(self._render(words))
+
+    def in_words(self, words: str) -> str:
+        """The message for the command line (``"cli"``) or the Python API (``"api"``)."""
+        return self._render(words)
+
+    def for_api(self) -> "ConfigError":
+        """The same refusal, worded for the Python API."""
+        return ConfigError(self.field, self.constraint, self.got, self.hint, self.mentions, words="api")
+
+    def _render(self, words: str) -> str:
+        settings = [_setting(name, value, words) for name, value in self.mentions]
+        got = "" if self.got is None else f" (got {self.got!r})"
+        hint = self.hint.format(*settings)
+        return f"{_option(self.field, words)} {self.constraint.format(*settings)}{got}{'; ' + hint if hint else ''}"
+
+
+def _option(name: str, words: str) -> str:
+    return f"{name}=" if words == "api" else f"--{name.replace('_', '-')}"
+
+
+def _setting(name: str, value: Any, words: str) -> str:
+    """``--strategy fullgraph`` / ``strategy='fullgraph'``; the option alone where ``value`` is None."""
+    if value is None:
+        return _option(name, words)
+    if words == "api":
+        return f"{name}={value!r}"
+    shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    return f"--{name.replace('_', '-')} {shown}"
+
+
+def _fail(flag: str, constraint: str, got: Any, hint: str = "", *mentions: tuple[str, Any]) -> ConfigError:
+    """A refusal of ``flag``; other settings the words name go in ``mentions`` (``{0}``, ``{1}``, ...)."""
+    return ConfigError(flag.replace("-", "_"), constraint, got, hint, mentions=mentions)
+
+
+def read_options(cfg: "TrainConfig") -> frozenset[str]:
+    """The scoped options (some runs read them, others not) that this run reads, from the declarations of
+    its strategy, task and sync mode (``graphdist.options``, ``graphdist.sync.modes.SYNC_MODES``)."""
+    strategy, task = STRATEGIES[cfg.strategy], TASKS[cfg.task]
+    read = set(strategy.reads) | set(task.reads)
+    if strategy.syncs_when is None or getattr(cfg, strategy.syncs_when):
+        read |= {"sync", "compress"} | SYNC_MODES[cfg.sync].reads
+    return frozenset(read - task.drops)
+
+
+def scoped() -> frozenset[str]:
+    """The options some runs read and others do not: only these can be refused as inapplicable."""
+    from graphdist.options import scoped_options
+
+    return scoped_options() | SYNC_OPTIONS
+
+
+def refuse_inapplicable(cfg: "TrainConfig", given: Iterable[str]) -> None:
+    """Refuses an option that was given but that this run would not read (it would do nothing in silence).
+
+    Args:
+        given: the options named as a flag, a ``GRAPHDIST_<NAME>`` variable, or a ``--config`` key or API
+            keyword with a value other than the default (a resumed run's own config.yaml gives none).
+
+    Raises:
+        ConfigError: the first such option (in field order), naming what it applies to and this run's setting.
+
+    Example:
+        >>> refuse_inapplicable(TrainConfig(strategy="minibatch", staleness=1), {"staleness"})
+        Traceback (most recent call last):
+        ...
+        graphdist.config.ConfigError: --staleness applies to --strategy fullgraph only (got 1); this run: --strategy minibatch
+    """
+    from graphdist.options import NEEDS, REPLACED_BY
+
+    wanted = set(given) & scoped()
+    if not wanted:
+        return
+    read = read_options(cfg)
+    for name in FIELD_NAMES:
+        if name not in wanted:
+            continue
+        if name not in read:
+            raise _inapplicable(cfg, name)
+        if name in NEEDS and not getattr(cfg, NEEDS[name]):
+            need = NEEDS[name]
+            raise ConfigError(name, "applies only with {0}", getattr(cfg, name), "this run: {1}",
+                              mentions=((need, 1), (need, getattr(cfg, need))))
+        if name in REPLACED_BY and getattr(cfg, REPLACED_BY[name]) is not None:
+            other = REPLACED_BY[name]
+            raise ConfigError(name, "does nothing beside {0}, which replaces it; give one of them",
+                              getattr(cfg, name), mentions=((other, getattr(cfg, other)),))
+
+
+def _inapplicable(cfg: "TrainConfig", name: str) -> ConfigError:
+    """The refusal of option ``name``, which this run does not read: who reads it, and this run's setting."""
+    got = getattr(cfg, name)
+    strategy = STRATEGIES[cfg.strategy]
+    if name in TASKS[cfg.task].drops:
+        others = [t for t, spec in TASKS.items() if name not in spec.drops]
+        return ConfigError(name, "applies to " + " or ".join(f"{{{i}}}" for i in range(len(others))) + " only", got,
+                           f"this run: {{{len(others)}}}", mentions=(*(("task", t) for t in others), ("task", cfg.task)))
+    if name in SYNC_OPTIONS and name not in strategy.reads:
+        if strategy.syncs_when is not None and not getattr(cfg, strategy.syncs_when):
+            return ConfigError(name, "applies where gradients are synced: with {0} only when {1} is given", got,
+                               "this run: {2}", mentions=(("strategy", cfg.strategy), (strategy.syncs_when, "N"),
+                                                          (strategy.syncs_when, getattr(cfg, strategy.syncs_when))))
+        modes = [m for m, mode in SYNC_MODES.items() if name in mode.reads]
+        return ConfigError(name, "applies to " + " or ".join(f"{{{i}}}" for i in range(len(modes))) + " only", got,
+                           f"this run: {{{len(modes)}}}", mentions=(*(("sync", m) for m in modes), ("sync", cfg.sync)))
+    mentions = [("strategy", s) for s, spec in STRATEGIES.items() if name in spec.reads]
+    mentions += [("task", t) for t, spec in TASKS.items() if name in spec.reads]
+    own = ("strategy", cfg.strategy) if any(k == "strategy" for k, _ in mentions) else ("task", cfg.task)
+    who = " or ".join(f"{{{i}}}" for i in range(len(mentions)))
+    return ConfigError(name, f"applies to {who} only", got, f"this run: {{{len(mentions)}}}",
+                       mentions=(*mentions, own))
 
 
 def validate(cfg: TrainConfig) -> None:
@@ -177,26 +308,28 @@ def validate(cfg: TrainConfig) -> None:
             raise _fail(flag, f"must be one of {', '.join(choices)}", value)
     _validate_link(cfg)
     if cfg.replicate != "none" and cfg.strategy != "minibatch":
-        raise _fail("replicate", "applies to --strategy minibatch only", cfg.replicate)
+        raise _fail("replicate", "applies to {0} only", cfg.replicate, "", ("strategy", "minibatch"))
     if cfg.cache_rows < -1:
         raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", cfg.cache_rows)
     if cfg.sacp_override:
         parse_sacp_overrides(cfg.sacp_override)
     if cfg.overwrite and (cfg.resume or cfg.predict):
-        raise _fail("overwrite", "starts a new run: it cannot go with --resume or --predict", True,
-                    "drop --overwrite to continue the run, or drop --resume to start anew")
+        raise _fail("overwrite", "starts a new run: it cannot go with {0} or {1}", True,
+                    "drop it to continue the run, or drop {0} to start anew", ("resume", "RUN"), ("predict", "RUN"))
+    if cfg.compress == "bf16" and cfg.sync == "ddp" and not all(d.startswith("cuda") for d in cfg.devices):
+        raise _fail("compress", "bf16 under {0} is torch's bf16 hook, which needs NCCL: every worker on a GPU",
+                    cfg.compress, "on CPUs use {1} (graphdist's own bf16 cast) or {2}", ("sync", "ddp"),
+                    ("sync", "dwbp"), ("compress", "fp16"))
     if cfg.compress == "int8" and cfg.sync == "ddp":
-        raise _fail("compress", "int8 needs --sync dwbp or blocking (torch DDP has fp16 and bf16 hooks only)",
-                    cfg.compress)
+        raise _fail("compress", "int8 needs {0} or blocking (torch DDP has fp16 and bf16 hooks only)", cfg.compress,
+                    "", ("sync", "dwbp"))
     for name in ("hidden", "layers", "batch_size", "epochs", "num_workers", "threads", "log_interval"):
         if getattr(cfg, name) < 1:
             raise _fail(name.replace("_", "-"), "must be >= 1", getattr(cfg, name))
-    if len(cfg.fanouts) != cfg.layers:
-        example = ",".join(str(f) for f in (15, 10, 5, 5, 5, 5)[: cfg.layers])
-        raise ValueError(
-            f"--fanouts has {len(cfg.fanouts)} entries but --layers is {cfg.layers}; "
-            f"give one fan-out per layer, e.g. --fanouts {example}"
-        )
+    if "fanouts" in STRATEGIES[cfg.strategy].reads and len(cfg.fanouts) != cfg.layers:
+        example = tuple((15, 10, 5, 5, 5, 5)[: cfg.layers])
+        raise _fail("fanouts", f"has {len(cfg.fanouts)} entries but {{0}} is {cfg.layers}", None,
+                    "give one fan-out per layer, e.g. {1}", ("layers", None), ("fanouts", example))
     if any(f == 0 or f < -1 for f in cfg.fanouts):
         raise _fail("fanouts", "entries must be positive or -1 (all neighbours)", list(cfg.fanouts))
     if not 0.0 <= cfg.dropout < 1.0:
@@ -208,8 +341,8 @@ def validate(cfg: TrainConfig) -> None:
     if not 0.0 < cfg.boundary_sample <= 1.0:
         raise _fail("boundary-sample", "must lie in (0, 1]", cfg.boundary_sample)
     if cfg.boundary_sample < 1.0 and cfg.staleness:
-        raise _fail("boundary-sample", "< 1 needs --staleness 0 (stale buffers assume every boundary row)",
-                    cfg.boundary_sample)
+        raise _fail("boundary-sample", "< 1 needs {0} (stale buffers assume every boundary row)",
+                    cfg.boundary_sample, "", ("staleness", 0))
     if cfg.max_memory is not None and cfg.max_memory <= 0:
         raise _fail("max-memory", "must be > 0 GiB", cfg.max_memory)
     if cfg.avg_every < 1:
@@ -219,8 +352,8 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.correction_steps < 0:
         raise _fail("correction-steps", "must be >= 0", cfg.correction_steps)
     if cfg.avg_overlap and cfg.correction_steps:
-        raise ValueError(f"--avg-overlap lands each average one step late, but --correction-steps "
-                         f"{cfg.correction_steps} must start from the averaged model; use one of them")
+        raise _fail("avg-overlap", "lands each average one step late, but {0} must start from the averaged model",
+                    None, "use one of them", ("correction_steps", cfg.correction_steps))
     if cfg.placement not in PLACEMENTS:
         raise _fail("placement", f"must be one of {', '.join(PLACEMENTS)}", cfg.placement)
     if cfg.rebalance_every < 0:
@@ -228,8 +361,8 @@ def validate(cfg: TrainConfig) -> None:
     if not 0.0 < cfg.rebalance_eps <= 10.0:
         raise _fail("rebalance-eps", "must lie in (0, 10]", cfg.rebalance_eps)
     if cfg.rebalance_every and cfg.strategy != "minibatch":
-        raise _fail("rebalance-every", "applies to --strategy minibatch only (other strategies have no batch shares "
-                    "to move)", cfg.rebalance_every)
+        raise _fail("rebalance-every", "applies to {0} only (other strategies have no batch shares to move)",
+                    cfg.rebalance_every, "", ("strategy", "minibatch"))
     if cfg.checkpoint_every < 1:
         raise _fail("checkpoint-every", "must be >= 1", cfg.checkpoint_every)
     if cfg.lr <= 0:
@@ -239,7 +372,7 @@ def validate(cfg: TrainConfig) -> None:
     if len(cfg.devices) not in (1, cfg.num_workers):
         raise _fail(
             "devices", f"needs 1 entry or one per worker ({cfg.num_workers})", ",".join(cfg.devices),
-            "e.g. --devices cpu or --devices cpu,cuda:0",
+            "e.g. {0} or {1}", ("devices", "cpu"), ("devices", "cpu,cuda:0"),
         )
     for dev in cfg.devices:
         if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:") and dev[5:].isdigit()):
@@ -257,13 +390,14 @@ def _validate_link(cfg: TrainConfig) -> None:
     if cfg.task != "link":
         return
     if cfg.strategy != "minibatch":
-        raise _fail("task", "link needs --strategy minibatch (full-graph and aggregation train node labels)",
-                    cfg.task)
+        raise _fail("task", "link needs {0} (full-graph and aggregation train node labels)", cfg.task, "",
+                    ("strategy", "minibatch"))
     if cfg.rebalance_every:
-        raise _fail("rebalance-every", "applies to --task node only (link batches are edges of each worker's "
-                    "own parts, which do not migrate)", cfg.rebalance_every)
+        raise _fail("rebalance-every", "applies to {0} only (link batches are edges of each worker's own parts, "
+                    "which do not migrate)", cfg.rebalance_every, "", ("task", "node"))
     if cfg.placement == "profiled":
-        raise _fail("placement", "profiled probes node batches; with --task link use equal (or auto)", cfg.placement)
+        raise _fail("placement", "profiled probes node batches; with {0} use {1} (or auto)", cfg.placement, "",
+                    ("task", "link"), ("placement", "equal"))
 
 
 # ----------------------------------------------------------------- resolution
@@ -427,8 +561,15 @@ def resolve_with_origin(
         {'lr': 'GRAPHDIST_LR'}
     """
     values, origin = _merge(cli, config_file, environ, base)
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    # Given: named as a flag or a variable, or a config-file key away from the default (a resumed run's
+    # own config.yaml gives nothing: it is the run being continued).
+    given = set(cli) | {k for k, where in origin.items()
+                        if where.startswith("GRAPHDIST_") or (where.startswith("--config") and values[k] != defaults[k])}
     try:
-        return TrainConfig(**values), origin
+        cfg = TrainConfig(**values)
+        refuse_inapplicable(cfg, given)
+        return cfg, origin
     except ValueError as exc:
         raise ValueError(with_origin(str(exc), origin)) from None
 

@@ -51,6 +51,7 @@ import torch
 
 from graphdist.data.graph import MASK_NAMES, Graph
 from partition.csr import graph_arrays
+from partition.files import save_array  # read here at each call: a test that replaces it fails any write
 from partition.halo import PartArrays, Relabel, build_part, edges_by_source_part
 from partition.scan import write_one_hop_parts
 from partition.part import Partition
@@ -69,32 +70,6 @@ class PartitionFormatError(ValueError):
 
 
 # ================================================================== writing
-class _HashingFile:
-    """A write-only file object that hashes what passes through (one read of the data, not two)."""
-
-    def __init__(self, fh: Any) -> None:
-        self._fh = fh
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.sha256.update(view)
-        self.size += view.nbytes
-        return self._fh.write(view)
-
-
-def save_array(root: Path, relpath: str, array: np.ndarray, files: dict[str, dict[str, Any]]) -> None:
-    """``np.save`` to ``root/relpath``, recording its sha256 and size in ``files``."""
-    path = root / relpath
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as fh:
-        sink = _HashingFile(fh)
-        # A non-file sink makes numpy write in bounded chunks through our hash.
-        np.save(sink, np.ascontiguousarray(array), allow_pickle=False)  # type: ignore[arg-type]
-    files[relpath] = {"sha256": sink.sha256.hexdigest(), "bytes": sink.size}
-
-
 def write_partition_files(
     root: Path,
     graph: Graph,
@@ -131,8 +106,8 @@ def write_partition_files(
     relabel = Relabel.from_parts(parts, num_parts)
     files: dict[str, dict[str, Any]] = {}
     part_meta = []
-    structure = (write_one_hop_parts(root, graph, parts, num_parts, relabel, files, on_block=on_rows)
-                 if halo_hops == 1 else None)
+    structure = (write_one_hop_parts(root, graph, parts, num_parts, relabel, files, on_block=on_rows,
+                                     save=save_array) if halo_hops == 1 else None)
     if structure is None:
         indptr, indices = graph_arrays(graph)
         scratch = np.full(graph.num_nodes, -1, dtype=np.int64)

@@ -41,6 +41,7 @@ import numpy as np
 from graphdist.data.graph import Graph, counts_to_indptr
 from graphdist.data.npy import NpyWriter, release
 from partition.csr import graph_arrays
+from partition.files import save_array
 from partition.halo import Relabel
 
 BLOCK_EDGES = 1 << 23  # edges per block: ~8M, a few hundred MB of temporaries
@@ -56,6 +57,7 @@ def write_one_hop_parts(
     relabel: Relabel,
     files: dict[str, dict[str, Any]],
     on_block: Optional[Callable[[int], None]] = None,
+    save: Callable[[Path, str, np.ndarray, dict[str, dict[str, Any]]], None] = save_array,
 ) -> list[dict[str, Any]]:
     """Writes every part's structure and features (halo depth 1) into ``root``; returns each part's counts.
 
@@ -67,6 +69,8 @@ def write_one_hop_parts(
         relabel: the id maps (``Relabel.from_parts(parts, P)``).
         files: the checksummed file list, updated.
         on_block: progress callback, called with the rows of each block of either scan (2 N in all).
+        save: writes one whole array file and records it in ``files`` (default ``partition.files.save_array``;
+            ``write_partition_files`` hands in the one it writes every other file with).
 
     Returns:
         Per part the structure counts ``meta.json`` records (``partition.format._part_counts``'s).
@@ -78,7 +82,7 @@ def write_one_hop_parts(
     inner_counts = np.diff(offsets)
     blocks = _row_blocks(indptr, graph.num_features * 4 if graph.x is not None else 0)
     halos = _halos(indices, indptr, blocks, parts, relabel.new_ids, num_parts, n, on_block)
-    counts = [_start_part(root, p, relabel, degree, halos[p], files) for p in range(num_parts)]
+    counts = [_start_part(root, p, relabel, degree, halos[p], files, save) for p in range(num_parts)]
     edges = np.bincount(parts, weights=degree, minlength=num_parts).astype(np.int64)
     writers = [NpyWriter(root / f"part-{p}/indices.npy", (int(edges[p]),), np.int64) for p in range(num_parts)]
     features = [NpyWriter(root / f"part-{p}/x.npy", (int(inner_counts[p]), graph.num_features), np.float32)
@@ -146,16 +150,14 @@ def _halos(indices: np.ndarray, indptr: np.ndarray, blocks: list[tuple[int, int]
 
 
 def _start_part(root: Path, p: int, relabel: Relabel, degree: np.ndarray, halo: np.ndarray,
-                files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                files: dict[str, dict[str, Any]], save: Callable[..., None]) -> dict[str, Any]:
     """A part's small files (indptr, global ids, halo owners) and its counts, before the scan fills them."""
-    from partition.format import save_array
-
     lo, hi = int(relabel.part_offsets[p]), int(relabel.part_offsets[p + 1])
     row_counts = degree[relabel.orig_ids[lo:hi]]
     (root / f"part-{p}").mkdir(parents=True, exist_ok=True)
-    save_array(root, f"part-{p}/indptr.npy", counts_to_indptr(row_counts), files)
-    save_array(root, f"part-{p}/global_ids.npy", np.concatenate([np.arange(lo, hi, dtype=np.int64), halo]), files)
-    save_array(root, f"part-{p}/halo_owner.npy", relabel.owner(halo), files)
+    save(root, f"part-{p}/indptr.npy", counts_to_indptr(row_counts), files)
+    save(root, f"part-{p}/global_ids.npy", np.concatenate([np.arange(lo, hi, dtype=np.int64), halo]), files)
+    save(root, f"part-{p}/halo_owner.npy", relabel.owner(halo), files)
     edges = int(row_counts.sum())
     return {"num_inner": hi - lo, "num_halo": int(halo.size), "halo_by_hop": [int(halo.size)], "num_rows": hi - lo,
             "num_edges": edges, "num_inner_edges": edges, "num_cut_edges": 0,

@@ -57,7 +57,7 @@ def _kernels() -> Optional[Any]:
     """The module of compiled loops (``sampling._loops``), or None without numba."""
     if numba_module() is None:
         return None
-    from sampling import _loops
+    import sampling._loops as _loops
 
     return _loops
 

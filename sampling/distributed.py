@@ -44,7 +44,7 @@ from graphdist import comm
 from graphdist.data.graph import ranges
 from graphdist.data.npy import release, stays_mapped
 from partition.format import Partition
-from sampling import compiled
+import sampling.compiled as compiled
 from sampling.base import NeighborSource, run_steps
 from sampling.dist_features import CacheStats, DistFeatureSource, PendingRows, fetch_rows, fetch_rows_async
 from sampling.kernels import sample_csr, sample_csr_padded, unpad

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from graphdist.data.graph import ranges
-from sampling import compiled
+import sampling.compiled as compiled
 
 __all__ = ["compact_by_slot", "sample_csr", "sample_csr_padded", "unpad"]
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from graphdist.data.graph import Graph, counts_to_indptr
-from sampling import compiled
+import sampling.compiled as compiled
 from sampling.base import Block, NeighborSource, SampledBatch, Sampler, run_steps
 from sampling.kernels import sample_csr
 from sampling.relabel import DENSE_MAX_NODES, _DenseRelabeler, _SortRelabeler

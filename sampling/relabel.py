@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sampling import compiled
+import sampling.compiled as compiled
 from sampling.kernels import compact_by_slot
 
 __all__ = ["DENSE_MAX_NODES"]

@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(sync, "--strategy", choices=list(STRATEGIES),
          help=f"training strategy (default {d('strategy')})")
     _add(sync, "--sync", choices=list(SYNC_MODES),
-         help="gradient sync: " + "; ".join(f"{k}: {v}" for k, v in SYNC_MODES.items())
+         help="gradient sync: " + "; ".join(f"{k}: {v.summary}" for k, v in SYNC_MODES.items())
          + f" (default {d('sync')})")
     _add(sync, "--allreduce", choices=list(ALLREDUCE_MODES),
          help="how gradients (and averaged parameters) are summed: "

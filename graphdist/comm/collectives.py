@@ -25,7 +25,6 @@ Example (one rank, a real gloo group):
 from __future__ import annotations
 
 import datetime
-import os
 import re
 from typing import Any, Callable, Optional, Sequence
 
@@ -35,6 +34,8 @@ import torch.distributed as dist
 from graphdist.comm.counters import COUNTER
 from graphdist.comm.group import (CommError, cpu_group, get_rank, get_world_size, group_timeout_s, is_initialized,
                                   describe_addresses, ranks_at)
+from graphdist.comm.heartbeat import describe_silent
+from graphdist.plugins import call as call_hook
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
 
@@ -73,9 +74,7 @@ def _silent_peers(message: str) -> str:
     """After a plain timeout (no peer address to blame): the ranks whose heartbeat stopped."""
     if "timed out" not in message.lower():
         return ""
-    from graphdist.comm import heartbeat
-
-    return heartbeat.describe_silent(get_world_size())
+    return describe_silent(get_world_size(), describe_addresses)
 
 
 def _culprits(message: str) -> str:
@@ -194,14 +193,12 @@ REDUCE_OPS = ("sum", "max", "min")
 
 
 def injection_point(point: str, rank: Optional[int] = None) -> None:
-    """A test-only fault injection point (``GRAPHDIST_TEST_FAULT``; see graphdist.testing.faults).
+    """A named point where a test may inject a fault: calls the ``fault`` hook of ``graphdist.plugins``.
 
-    Unset, it costs one environment lookup and imports nothing.
+    ``graphdist.testing.faults`` installs that hook in a worker whose ``GRAPHDIST_TEST_FAULT`` is set;
+    with none installed a point costs one dictionary lookup.
     """
-    if os.environ.get("GRAPHDIST_TEST_FAULT"):
-        from graphdist.testing.faults import fault_point
-
-        fault_point(point, rank)
+    call_hook("fault", point, rank)
 
 
 # Two gloo ranks reduce a tensor of this size or less by one exchange (``_exchange_all_reduce``).

@@ -7,9 +7,13 @@ import gc
 import logging
 import os
 import socket
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch.distributed as dist
+
+from graphdist.comm.heartbeat import STORE_TIMEOUT_S, within
+from graphdist.comm.heartbeat import start as start_heartbeat
+from graphdist.comm.heartbeat import stop as stop_heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +91,7 @@ def init_process_group(
     dist.all_gather_object(gathered, local_address(), group=_CPU_GROUP)
     _PEER_ADDRESSES = [str(a) for a in gathered]
     if world_size > 1:
-        from graphdist.comm import heartbeat
-
-        heartbeat.start(rank)  # so that a timeout can name a stopped peer
+        start_heartbeat(rank)  # so that a timeout can name a stopped peer
 
 
 JOINED = "graphdist-joined/"
@@ -170,8 +172,6 @@ def _gloo_threads() -> Optional[int]:
 
 def _missing_ranks(store: Any, world_size: int) -> str:
     """``; rank 2 never joined (...)`` for the ranks that did not sign in to ``store``, else ''."""
-    from graphdist.comm.heartbeat import STORE_TIMEOUT_S, within
-
     try:
         store.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
         missing = within(lambda: [r for r in range(world_size) if not store.check([f"{JOINED}{r}"])],
@@ -245,13 +245,23 @@ def group_timeout_s() -> Optional[float]:
     return _TIMEOUT_S
 
 
+_AT_SHUTDOWN: list[Callable[[], None]] = []
+
+
+def at_shutdown(fn: Callable[[], None]) -> None:
+    """Has every later :func:`shutdown` call ``fn()`` before the group is destroyed (once, however often
+    registered): a module above this one drops its state of the group (``p2p``: its channels) without
+    ``group`` importing it.
+    """
+    if fn not in _AT_SHUTDOWN:
+        _AT_SHUTDOWN.append(fn)
+
+
 def shutdown() -> None:
     """Leaves the process group if one is set up."""
-    from graphdist.comm import heartbeat
-    from graphdist.comm.p2p import forget_channels
-
-    heartbeat.stop()
-    forget_channels()
+    stop_heartbeat()
+    for fn in _AT_SHUTDOWN:
+        fn()
     global _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S
     _CPU_GROUP, _PEER_ADDRESSES, _TIMEOUT_S = None, [], None
     if dist.is_initialized():

@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from graphdist.comm import p2p
+import graphdist.comm.p2p as p2p
 from graphdist.comm.collectives import Group, Handle, new_group
 from graphdist.comm.counters import COUNTER
 from graphdist.comm.group import get_rank, get_world_size, is_initialized

@@ -126,8 +126,11 @@ def within(fn: Callable[[], Any], timeout_s: float) -> Any:
     return result["value"]
 
 
-def describe_silent(world_size: int) -> str:
+def describe_silent(world_size: int, describe_addresses: Callable[[list[int]], str] = lambda ranks: "") -> str:
     """A sentence naming the ranks a timed-out collective waited for ('' when every rank still beats).
+
+    ``describe_addresses(ranks)`` says where they run (``comm.group.describe_addresses``: ``"10.0.0.2 =
+    rank 2"``); handed in, so that this module stays below ``group``, which starts and stops the beat.
 
     Example:
         >>> describe_silent(1)  # no process group: nothing to ask
@@ -141,8 +144,6 @@ def describe_silent(world_size: int) -> str:
                 "init) is stopped or hung.")
     if not silent:
         return ""
-    from graphdist.comm.group import describe_addresses
-
     who = ", ".join(map(str, silent))
     where = describe_addresses(silent)
     return (f"Rank{'s' if len(silent) > 1 else ''} {who} stopped beating{f' ({where})' if where else ''}: stopped "

@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from graphdist.comm.group import group_timeout_s, peer_addresses
+from graphdist.comm.collectives import new_group
+from graphdist.comm.group import at_shutdown, group_timeout_s, peer_addresses
 
 # Beyond the group's timeout: a step the backend failed to time out still ends the wait.
 _GRACE_S = 5.0
@@ -114,8 +115,6 @@ def channel(name: str) -> tuple[Any, AlgorithmThread]:
     a channel one after another keep their order on every rank: the thread runs in submission order.
     """
     if name not in _CHANNELS:
-        from graphdist.comm.collectives import new_group
-
         _CHANNELS[name] = (new_group(), AlgorithmThread(name))
     return _CHANNELS[name]
 
@@ -123,6 +122,9 @@ def channel(name: str) -> tuple[Any, AlgorithmThread]:
 def forget_channels() -> None:
     """Drops the channels of a process group that is being shut down (their daemon threads idle on)."""
     _CHANNELS.clear()
+
+
+at_shutdown(forget_channels)  # comm.shutdown() drops them: group does not import this module
 
 
 def exchange_many(ops: Sequence[tuple[torch.Tensor, torch.Tensor, int, int]], group: Any) -> None:

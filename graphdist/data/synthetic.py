@@ -49,6 +49,7 @@ from typing import Optional
 import torch
 
 from graphdist.data.graph import Graph, counts_to_indptr
+from graphdist.data.synthetic_args import check_args as _check_args
 
 logger = logging.getLogger(__name__)
 
@@ -296,39 +297,6 @@ def _split(
         mask[perm[lo:hi]] = True
         masks.append(mask)
     return masks[0], masks[1], masks[2]
-
-
-def _check_args(
-    num_nodes: int,
-    avg_degree: float,
-    num_features: int,
-    num_classes: int,
-    homophily: float,
-    degree_exponent: float,
-    feature_signal: float,
-    train_frac: float,
-    val_frac: float,
-    max_degree: Optional[float],
-) -> None:
-    """Raises ValueError naming the first argument outside its range."""
-    checks = [
-        ("num_nodes", num_nodes, int(num_nodes) == num_nodes and num_nodes >= 2, "an integer >= 2"),
-        ("avg_degree", avg_degree, 0 <= avg_degree <= num_nodes - 1, f"in [0, num_nodes - 1 = {num_nodes - 1}]"),
-        ("num_features", num_features, int(num_features) == num_features and num_features >= 0, "an integer >= 0"),
-        ("num_classes", num_classes, int(num_classes) == num_classes and 1 <= num_classes <= num_nodes,
-         f"an integer in [1, num_nodes = {num_nodes}]"),
-        ("homophily", homophily, 0.0 <= homophily <= 1.0, "in [0, 1]"),
-        ("degree_exponent", degree_exponent, degree_exponent > 1.0, "> 1 (2 to 3 is typical of real graphs)"),
-        ("feature_signal", feature_signal, feature_signal >= 0.0, ">= 0"),
-        ("train_frac", train_frac, 0.0 <= train_frac <= 1.0, "in [0, 1]"),
-        ("val_frac", val_frac, 0.0 <= val_frac <= 1.0 - train_frac, f"in [0, 1 - train_frac = {1 - train_frac:g}]"),
-        ("max_degree", max_degree, max_degree is None or max_degree > 0, "> 0 or None"),
-    ]
-    for arg, value, ok, expected in checks:
-        if not ok:
-            raise ValueError(f"{arg}: expected {expected} (got {value!r})")
-    if num_nodes * num_nodes >= 2**63:
-        raise ValueError(f"num_nodes: expected < 3e9 so that dst * N + src fits in int64 (got {num_nodes})")
 
 
 __all__ = ["synthetic", "parse_synthetic_name"]

@@ -50,6 +50,7 @@ import numpy as np
 
 from graphdist.data.graph import Graph, counts_to_indptr
 from graphdist.data.memory import peak_rss_bytes
+from graphdist.data.synthetic_args import check_args
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +102,7 @@ def synthetic_to_disk(
         ValueError: an argument out of range (the in-memory generator's checks).
         OSError: not enough disk for the directory (refused before writing, with the estimate).
     """
-    from graphdist.data.synthetic import _check_args
-
-    _check_args(num_nodes, avg_degree, num_features, num_classes, homophily, degree_exponent, feature_signal,
+    check_args(num_nodes, avg_degree, num_features, num_classes, homophily, degree_exponent, feature_signal,
                 train_frac, val_frac, max_degree)
     out = Path(out)
     args = {"num_nodes": int(num_nodes), "avg_degree": float(avg_degree), "num_features": int(num_features),

@@ -62,9 +62,7 @@ class DglExport:
 
 def exporter_path() -> Path:
     """Where the exporter script lives (run it with a python that has dgl)."""
-    import graphdist.interop
-
-    return Path(graphdist.interop.__file__).parent / "dgl_export.py"
+    return Path(__file__).parent / "dgl_export.py"
 
 
 def exporter_usage(python: str = "$PEER_PY") -> str:

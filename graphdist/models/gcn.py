@@ -132,7 +132,7 @@ COMPILED_MIN_EDGES = 2048
 
 def _norm_loop() -> Any:
     """:func:`gcn_norm_block`'s arithmetic as one loop over the rows (float32, in the torch code's order)."""
-    from graphdist.models import _loops
+    import graphdist.models._loops as _loops
 
     return _loops.gcn_norm
 

@@ -8,12 +8,41 @@ Example:
     (['dwbp', 'blocking', 'ddp'], ['auto', 'ring', 'hd', 'hier'])
 """
 
-# name -> what it does
-SYNC_MODES: dict[str, str] = {
-    "dwbp": "wait-free layer-wise: each layer's allreduce starts as soon as backward has its gradients",
-    "blocking": "the same allreduce per layer, launched after backward (compute, then communicate)",
-    "ddp": "torch DistributedDataParallel with the same seed-weighting hook",
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SyncMode:
+    """A gradient sync mode, and what it supports.
+
+    Attributes:
+        summary: what it does, for ``--help``.
+        owns_allreduce: it runs its own allreduce (torch DDP's buckets): ``--allreduce`` does not apply.
+        layerwise: it sends each layer through graphdist's hooks: ``--sacp`` and ``--sacp-override`` apply.
+        compressions: the ``--compress`` values it can send.
+    """
+
+    summary: str
+    owns_allreduce: bool = False
+    layerwise: bool = True
+    compressions: tuple[str, ...] = ("none", "fp16", "bf16", "int8", "auto")
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The options this mode reads beyond ``--sync`` and ``--compress``."""
+        return frozenset(({"allreduce"} if not self.owns_allreduce else set())
+                         | ({"sacp", "sacp_override"} if self.layerwise else set()))
+
+
+# name -> mode. The one declaration of the sync modes and what each supports.
+SYNC_MODES: dict[str, SyncMode] = {
+    "dwbp": SyncMode("wait-free layer-wise: each layer's allreduce starts as soon as backward has its gradients"),
+    "blocking": SyncMode("the same allreduce per layer, launched after backward (compute, then communicate)"),
+    "ddp": SyncMode("torch DistributedDataParallel with the same seed-weighting hook", owns_allreduce=True,
+                    layerwise=False, compressions=("none", "fp16", "bf16", "auto")),
 }
+# What any mode may read: the options that apply only while gradients are synced.
+SYNC_OPTIONS = frozenset({"sync", "compress", "allreduce", "sacp", "sacp_override"})
 
 # name -> what it sends
 ALLREDUCE_MODES: dict[str, str] = {
@@ -67,4 +96,5 @@ def parse_sacp_overrides(text: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SACP_MODES", "SACP_SCHEMES", "SYNC_MODES", "parse_sacp_overrides"]
+__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SACP_MODES", "SACP_SCHEMES", "SYNC_MODES", "SYNC_OPTIONS", "SyncMode",
+           "parse_sacp_overrides"]

@@ -5,7 +5,10 @@
   POINT:RANK:HIT`` SIGKILLs rank RANK the HIT-th time it passes POINT (as the OOM killer or a
   dead host would end it); ``GRAPHDIST_TEST_FAULT=count:DIR`` instead keeps each process's
   counts in ``DIR/counts-<rank>-<pid>.json``, so a bench can aim at a pass that happens.
-  Unset, a point costs one dictionary lookup. Points: ``startup``, ``exchange:sample`` and
+  comm does not import this module: a worker whose variable is set installs :func:`fault_point` as
+  the ``fault`` hook of ``graphdist.plugins`` on entry (``load_plugins_from_environment``, which calls
+  :func:`install`), and every ``comm.injection_point`` calls it. Unset, a point costs one dictionary
+  lookup. Points: ``startup``, ``exchange:sample`` and
   ``exchange:feature`` (minibatch sampling and feature fetch), ``exchange:halo`` (full-graph),
   ``allreduce`` (gradients, averages, metrics), ``checkpoint`` (inside the write, before the
   rename), ``evaluate``. Under torchrun a fault fires in the job's first attempt only
@@ -23,6 +26,8 @@ import threading
 from typing import Any, Optional
 
 import torch
+
+from graphdist.plugins import install as install_hook
 
 
 class FailingModel(torch.nn.Module):
@@ -107,6 +112,11 @@ def fault_point(point: str, rank: Optional[int] = None) -> None:
     if name == point and int(want_rank) == rank and passes == int(hit):
         print(f"[rank {rank}] fault injected: SIGKILL at {point} (pass {hit})", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install() -> None:
+    """Installs :func:`fault_point` as the ``fault`` hook (``graphdist.plugins``), which comm's injection points call."""
+    install_hook("fault", fault_point)
 
 
 def _write_counts(directory: str, rank: int) -> None:

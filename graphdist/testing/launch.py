@@ -30,7 +30,9 @@ def _child(
     # Set before torch.distributed makes any socket: loopback only in tests.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     from graphdist import comm
+    from graphdist.plugins import load_plugins_from_environment
 
+    load_plugins_from_environment()  # a body that builds a strategy itself gets the test hooks worker_main would
     comm.init_process_group(rank, world_size, f"file://{init_file}", backend=backend, timeout_s=timeout_s)
     try:
         fn(rank, world_size, *args)

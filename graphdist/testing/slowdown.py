@@ -25,7 +25,10 @@ loader and the trainer overlap less: on ``bench/bench_simulator.py`` the bound s
 read 2.2x its CPU time (its gradient wait included) with either rule.
 
 Nothing here is used unless the variable is set; it exists so tests and ``bench/bench_placement.py``
-can make one worker slower on purpose.
+can make one worker slower on purpose. The trainers do not import it: a worker whose variable is set
+installs :func:`stretch_for_rank` as the ``slowdown`` hook of ``graphdist.plugins`` on entry
+(``load_plugins_from_environment``, which calls :func:`install`), and the minibatch trainer asks that
+hook for its rank's :class:`Stretch`.
 
 Example:
     >>> parse_slowdown("1:2.0@2, 3:1.5")
@@ -41,12 +44,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from graphdist.launch import usable_cores
+from graphdist.plugins import install as install_hook
 from sampling.base import SampledBatch, Sampler
 
 ENV = "GRAPHDIST_TEST_SLOWDOWN"
 
-__all__ = ["ENV", "Slowdown", "Stretch", "StretchedSampler", "on_one_core", "parse_slowdown", "stretch_for_rank",
-           "wanted_cpu_clock"]
+__all__ = ["ENV", "Slowdown", "Stretch", "StretchedSampler", "install", "on_one_core", "parse_slowdown",
+           "stretch_for_rank", "wanted_cpu_clock"]
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,10 @@ class Stretch:
 
         return model.register_forward_hook(on_forward, prepend=True)
 
+    def wrap_sampler(self, sampler: Sampler) -> "StretchedSampler":
+        """``sampler`` ticking this stretch after every batch it hands over (:class:`StretchedSampler`)."""
+        return StretchedSampler(sampler, self)
+
 
 class StretchedSampler(Sampler):
     """A sampler whose stream ticks a :class:`Stretch` after every batch (sampling, serving, gather).
@@ -253,3 +261,8 @@ def stretch_for_rank(rank: int, environ: Optional[dict[str, str]] = None) -> Opt
     spec = (environ if environ is not None else os.environ).get(ENV, "")
     entry = parse_slowdown(spec).get(rank) if spec else None
     return Stretch(entry) if entry is not None else None
+
+
+def install() -> None:
+    """Installs :func:`stretch_for_rank` as the ``slowdown`` hook (``graphdist.plugins``), which the trainer asks."""
+    install_hook("slowdown", stretch_for_rank)

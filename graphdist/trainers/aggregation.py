@@ -28,6 +28,7 @@ import torch
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      gradient_allreduce, job_sync)
+from graphdist.trainers.devices import resolve_device
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.minibatch import (
     DistributedBatches,
@@ -35,7 +36,6 @@ from graphdist.trainers.minibatch import (
     build_model,
     loader_seed,
     predictions,
-    resolve_device,
     sampler_seed,
     use_prefetch,
 )

@@ -19,7 +19,9 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol
+
+from graphdist.options import STRATEGIES, TASKS, StrategySpec
 
 if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py reads STRATEGIES)
     import torch
@@ -28,16 +30,8 @@ if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py r
     from graphdist.config import TrainConfig
     from placement.plan import Plan
 
-# What a run learns (``--task``; ``trainers/tasks.py``): node classification (single or multi-label,
-# as the data has it) or link prediction. The one declaration of the task names.
-TASKS = ("node", "link")
-
-# name -> "module:Class", imported on first use. The one declaration of the strategy names.
-STRATEGIES: dict[str, str] = {
-    "minibatch": "graphdist.trainers.minibatch:MinibatchStrategy",
-    "fullgraph": "graphdist.trainers.fullgraph:FullGraphStrategy",
-    "aggregation": "graphdist.trainers.aggregation:AggregationStrategy",
-}
+# The strategies and tasks, and what each reads, are declared in ``graphdist.options`` (a floor
+# below the config, which checks options against them); ``trainers/tasks.py`` implements the tasks.
 
 
 @dataclass(frozen=True)
@@ -300,19 +294,21 @@ def strategy_class(name: str) -> type[Strategy]:
     """
     if name not in STRATEGIES:
         raise ValueError(f"--strategy must be one of {', '.join(STRATEGIES)} (got {name!r})")
-    module, cls = STRATEGIES[name].split(":")
+    module, cls = STRATEGIES[name].target.split(":")
     return getattr(importlib.import_module(module), cls)
 
 
-def register_strategy(name: str, target: str) -> None:
-    """Registers ``"module:Class"`` under ``name`` (a user's own strategy; spawned workers import it).
+def register_strategy(name: str, target: str, reads: Iterable[str] = ()) -> None:
+    """Registers ``"module:Class"`` under ``name`` (a user's own strategy; spawned workers import it), with
+    the strategy-specific options it reads (``graphdist.options.StrategySpec``).
 
     Example:
-        >>> register_strategy("minibatch", "graphdist.trainers.minibatch:MinibatchStrategy")
+        >>> register_strategy("minibatch", "graphdist.trainers.minibatch:MinibatchStrategy",
+        ...                   reads=STRATEGIES["minibatch"].reads)
     """
     if ":" not in target:
         raise ValueError(f"Expected 'module:Class' (got {target!r})")
-    STRATEGIES[name] = target
+    STRATEGIES[name] = StrategySpec(target, frozenset(reads))
 
 
 __all__ = ["EpochStats", "Predictions", "Progress", "STRATEGIES", "Strategy", "TASKS", "WorkerContext",

@@ -30,9 +30,11 @@ import torch
 from graphdist import comm
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
+from graphdist.trainers.devices import resolve_device
 from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
-from graphdist.trainers.minibatch import broadcast_parameters, build_model, class_labels, resolve_device
+from graphdist.trainers.fullgraph_net import FullGraphNet
+from graphdist.trainers.minibatch import broadcast_parameters, build_model, class_labels
 from graphdist.trainers.precision import autocast, loss_scaler
 
 logger = logging.getLogger(__name__)
@@ -124,28 +126,6 @@ def default_max_memory_gib(local_workers: int) -> float:
     import psutil
 
     return psutil.virtual_memory().total / 2**30 / max(1, local_workers)
-
-
-class FullGraphNet(torch.nn.Module):
-    """The model layer by layer over the whole part, the halo exchanged between layers.
-
-    A module (not a loop in the strategy) so that DDP can wrap it: ``forward()`` takes no
-    arguments, its inputs are the part's fixed features and block.
-    """
-
-    def __init__(self, model: torch.nn.Module, halo: Any, x0: torch.Tensor, block: Any, device: torch.device) -> None:
-        super().__init__()
-        self.model, self.halo, self.block, self.device = model, halo, block, device
-        # Inner + halo input features, fetched once. A plain attribute, not a buffer: DDP would
-        # broadcast rank 0's buffers over every rank's own part.
-        self.x0 = x0
-
-    def forward(self) -> torch.Tensor:
-        h = self.model.layer_forward(0, self.x0, self.block)
-        for i in range(1, self.model.num_layers):
-            full = self.halo.exchange(i, h.cpu() if h.is_cuda else h)
-            h = self.model.layer_forward(i, full.to(self.device), self.block)
-        return h
 
 
 class FullGraphStrategy(Strategy):

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.trainers.features import model_inputs
-from graphdist.trainers.tasks import Task
+from graphdist.trainers.task_base import Task
 
 _SCORE_CHUNK = 2048  # held-out edges scored at once: bounds the [chunk * K, H] negatives' embeddings
 

@@ -14,7 +14,6 @@ This module composes the pieces; the algorithms live in ``sampling``, ``graphdis
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -22,8 +21,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
+from graphdist.plugins import call as call_hook
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
+from graphdist.trainers.devices import heterogeneous, resolve_device  # resolve_device: re-exported too
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.precision import loss_scaler
@@ -50,20 +51,6 @@ def loader_seed(seed: int, rank: int) -> int:
         18
     """
     return sampler_seed(seed, rank) + 17
-
-
-def resolve_device(spec: str) -> torch.device:
-    """``cpu`` or ``cuda[:i]``, checked: a CUDA device on a CPU-only build is a clear error.
-
-    Example:
-        >>> resolve_device("cpu")
-        device(type='cpu')
-    """
-    if spec.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"--devices asks for {spec} but this torch build / machine has no CUDA device")
-        return torch.device(spec)
-    return torch.device("cpu")
 
 
 def use_prefetch(setting: Optional[bool], threads: int, remote: bool = False) -> bool:
@@ -111,13 +98,10 @@ def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool, o
                       feature_table(load_partition(partition_dir, p, verify=False), how, with_degrees) for p in parts])
 
 
-def test_slowdown(rank: int) -> Optional[Any]:
-    """The test-only ``GRAPHDIST_TEST_SLOWDOWN`` stretch of this rank (``graphdist.testing.slowdown``), or None."""
-    if not os.environ.get("GRAPHDIST_TEST_SLOWDOWN"):
-        return None
-    from graphdist.testing.slowdown import stretch_for_rank
-
-    return stretch_for_rank(rank)
+def emulated_slowdown(rank: int) -> Optional[Any]:
+    """This rank's emulated slowdown (a stretch), or None: what the ``slowdown`` hook of ``graphdist.plugins``
+    answers; ``graphdist.testing.slowdown`` installs it in a worker whose ``GRAPHDIST_TEST_SLOWDOWN`` is set."""
+    return call_hook("slowdown", rank)
 
 
 def build_model(ctx: WorkerContext, in_dim: int, num_classes: int) -> torch.nn.Module:
@@ -150,11 +134,12 @@ class DistributedBatches:
     Set-up (collective, the same order on every rank): a sampling group, the owner map, the
     neighbour source and sampler, the feature table and its remote-row cache, the train seeds
     and the loader at the plan's batch share. ``MinibatchStrategy`` trains on it every step;
-    ``AggregationStrategy`` uses it for its global correction steps.
+    ``AggregationStrategy`` uses it for its global correction steps. ``replicate`` is
+    ``--replicate`` (the minibatch strategy's; the correction steps replicate nothing).
     """
 
     def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None,
-                 stretch: Optional[Any] = None, task: Optional[Any] = None) -> None:
+                 stretch: Optional[Any] = None, task: Optional[Any] = None, replicate: str = "none") -> None:
         from sampling import LocalFeatureSource, NeighborSampler, NodeLoader
         from sampling.distributed import DistFeatureSource, DistNeighborSource
         from sampling.owners import OwnerMap
@@ -168,7 +153,7 @@ class DistributedBatches:
         # group of their own, so they never interleave with gradient sync on the default group.
         self.group = comm.new_group(cfg.timeout)
         self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
-        if cfg.replicate in ("structure", "graph"):
+        if replicate in ("structure", "graph"):
             from graphdist.data.graph import Graph
             from partition.api import load_structure
             from sampling.neighbor import CSRNeighborSource
@@ -179,9 +164,7 @@ class DistributedBatches:
             self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
         self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
         if stretch is not None:  # GRAPHDIST_TEST_SLOWDOWN: this rank emulates a slower worker
-            from graphdist.testing.slowdown import StretchedSampler
-
-            self.sampler = StretchedSampler(self.sampler, stretch)
+            self.sampler = stretch.wrap_sampler(self.sampler)
         # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
         self.train_seeds = task.train_items(ctx, part)
         table = feature_table(part, cfg.feature_norm, with_degrees)
@@ -190,7 +173,7 @@ class DistributedBatches:
         # Training gathers from every part's rows when the whole graph is replicated: no fetch,
         # no collective per batch. Evaluation keeps the partitioned source.
         loader_features = self.features
-        if cfg.replicate == "graph":
+        if replicate == "graph":
             loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
                                                                           with_degrees, part, table))
         self.labels = task.train_labels(part)
@@ -200,7 +183,7 @@ class DistributedBatches:
             shuffle=True, labels=self.labels,
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(),
-                                  remote=ctx.world_size > 1 and cfg.replicate != "graph"),
+                                  remote=ctx.world_size > 1 and replicate != "graph"),
             seed=loader_seed(cfg.seed, ctx.rank),
         )
 
@@ -250,8 +233,9 @@ class MinibatchStrategy(Strategy):
         self.partition = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(self.partition.x.shape[1]), self.task.out_dim(self.partition.meta, cfg.hidden))
         self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
-        self.stretch = test_slowdown(rank)
-        self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch, task=self.task)
+        self.stretch = emulated_slowdown(rank)
+        self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch, task=self.task,
+                                          replicate=cfg.replicate)
         self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
@@ -275,8 +259,6 @@ class MinibatchStrategy(Strategy):
 
     def _start_shares(self) -> Optional[list[int]]:
         """The profiled start shares (``--placement profiled``, or ``auto`` on a mixed cluster); None: the plan's."""
-        from graphdist.trainers.run import heterogeneous
-
         cfg = self.ctx.cfg
         if not (use_profile(cfg.placement, heterogeneous(cfg)) and self.ctx.world_size > 1):
             return None

@@ -170,7 +170,7 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
     run's (a copy without its stale buffers); the global RNGs are restored (dropout draws).
     """
     from graphdist.trainers.base import adam, job_sync
-    from graphdist.trainers.fullgraph import FullGraphNet
+    from graphdist.trainers.fullgraph_net import FullGraphNet
     from graphdist.trainers.precision import autocast
 
     states = global_rng_state()

@@ -9,7 +9,6 @@ strategy state to the checkpoint so that a resume is bit-identical.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -28,8 +27,10 @@ from graphdist._numba import expect_calls
 from graphdist.data.memory import peak_rss_bytes
 from graphdist.config import TrainConfig
 from graphdist.config import replace as replace_cfg
+from graphdist.plugins import load_plugins_from_environment
 from graphdist.trainers.heap import frozen_heap
 from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
+from graphdist.trainers.devices import cluster_spec, heterogeneous, resolve_device  # noqa: F401 - heterogeneous: re-exported
 from graphdist.trainers.tensorboard import open_log as open_tensorboard
 
 logger = logging.getLogger("graphdist")
@@ -49,14 +50,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-@functools.lru_cache(maxsize=4)
-def cluster_spec(path: str) -> Any:
-    """``--cluster``'s spec, read and validated once per process (the launcher, then each worker)."""
-    from placement.cluster import load_cluster
-
-    return load_cluster(path)
 
 
 def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainConfig:
@@ -93,15 +86,6 @@ def worker_threads(cfg: TrainConfig, rank: int) -> int:
     if not cfg.cluster:
         return cfg.threads
     return cluster_spec(cfg.cluster).workers[rank].threads
-
-
-def heterogeneous(cfg: TrainConfig) -> bool:
-    """Whether the workers differ (device; or threads or speed in ``--cluster``): ``--placement auto`` profiles them."""
-    if len(set(cfg.devices)) > 1:
-        return True
-    if not cfg.cluster:
-        return False
-    return len({(w.device, w.threads, w.speed) for w in cluster_spec(cfg.cluster).workers}) > 1
 
 
 def local_threads(rank: int, world_size: int, cfg: TrainConfig) -> tuple[int, list[int]]:
@@ -197,7 +181,6 @@ def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
 def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str,
                    model: Optional[torch.nn.Module] = None, run_dir: Optional[str] = None) -> Strategy:
     """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it)."""
-    from graphdist.trainers.minibatch import resolve_device
     from graphdist.trainers.precision import check_precision
 
     topology = comm.discover_topology()
@@ -374,7 +357,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
     best = runlog.best_epoch(history).get(key)
     tensorboard = open_tensorboard(run_path, history) if cfg.tensorboard and main else None
     # Steps x hops: about the sampler's and normalisation's calls that may run compiled loops.
-    expect_calls((cfg.epochs - start_epoch) * strategy.steps_per_epoch * max(1, len(cfg.fanouts)))
+    expect_calls((cfg.epochs - start_epoch) * strategy.steps_per_epoch * max(1, cfg.layers))
     bars = main and draws_bars()
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         comm.reset_byte_counts()
@@ -428,6 +411,9 @@ def worker_main(
     Raises:
         CommError: a collective failed or timed out (names this rank and the operation).
     """
+    # The test hooks this process's environment asks for (GRAPHDIST_TEST_FAULT, GRAPHDIST_TEST_SLOWDOWN):
+    # installed here, by module name, so that neither comm nor the trainers import graphdist.testing.
+    load_plugins_from_environment()
     comm.injection_point("startup", rank)
     # A worker run in the caller's process (one worker; a notebook) hands its logging back as it found it.
     with logging_restored():

@@ -21,7 +21,7 @@ def _graph():
 
 
 def _cfg(model: str, world_size: int, staleness: int = 0, sync: str = "dwbp") -> TrainConfig:
-    return TrainConfig(strategy="fullgraph", model=model, hidden=8, layers=3, fanouts=(-1, -1, -1), dropout=0.0,
+    return TrainConfig(strategy="fullgraph", model=model, hidden=8, layers=3, dropout=0.0,
                        heads=2, lr=0.01, staleness=staleness, sync=sync, num_workers=world_size, seed=4, timeout=20)
 
 
@@ -147,7 +147,7 @@ def test_stale_resume_is_bit_identical(tmp_path):
     from partition.api import partition
 
     part_dir = partition(_graph(), 2, method="metis", out=tmp_path / "parts", seed=0)
-    common = dict(strategy="fullgraph", staleness=1, smoothing=0.3, hidden=8, layers=3, fanouts=(-1, -1, -1),
+    common = dict(strategy="fullgraph", staleness=1, smoothing=0.3, hidden=8, layers=3,
                   dropout=0.2, lr=0.01, num_workers=2, timeout=30, eval_every=0)
     whole = train(None, part_dir, epochs=6, run_dir=str(tmp_path / "whole"), **common)
     train(None, part_dir, epochs=3, run_dir=str(tmp_path / "half"), **common)
@@ -168,7 +168,7 @@ def test_profiled_placement_records_the_halo_plan_and_leaves_training_unchanged(
 
     graph = _graph()
     part_dir = partition(graph, 2, method="metis", out=tmp_path / "parts", seed=0)
-    common = dict(strategy="fullgraph", staleness=1, hidden=8, layers=3, fanouts=(-1, -1, -1), dropout=0.2,
+    common = dict(strategy="fullgraph", staleness=1, hidden=8, layers=3, dropout=0.2,
                   lr=0.01, num_workers=2, timeout=30, eval_every=0, epochs=2)
     profiled = train(None, part_dir, placement="profiled", run_dir=str(tmp_path / "profiled"), **common)
     plain = train(None, part_dir, placement="equal", run_dir=str(tmp_path / "plain"), **common)

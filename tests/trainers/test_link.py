@@ -126,7 +126,7 @@ def test_task_and_partition_must_agree(tmp_path):
         gd.train(None, partitions=str(link_parts), num_workers=2, epochs=1, run_dir=str(tmp_path / "r1"))
     with pytest.raises(ValueError, match="task= link: the partition holds no edge split"):
         gd.train(None, partitions=str(node_parts), num_workers=2, epochs=1, task="link", run_dir=str(tmp_path / "r2"))
-    with pytest.raises(ValueError, match="task= link needs strategy= minibatch"):
+    with pytest.raises(ValueError, match="task= link needs strategy='minibatch'"):
         gd.train(None, partitions=str(link_parts), num_workers=2, epochs=1, task="link", strategy="fullgraph")
 
 

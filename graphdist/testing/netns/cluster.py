@@ -377,7 +377,7 @@ class EmulatedCluster:
 
             c.measure_throughput(0, 1, 30_000_000) / 1e6   # ~95 on a 100mbit link
         """
-        from graphdist.testing.netns import _netprobe
+        import graphdist.testing.netns._netprobe as _netprobe
 
         receiver = self.run(dst, [sys.executable, _netprobe.__file__, "recv", self.addr(dst), str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
