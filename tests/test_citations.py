@@ -20,6 +20,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from graphdist.testing.markdown import slug
+
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = REPO / "docs" / "design.md"
 SELF = Path(__file__).resolve().relative_to(REPO).as_posix()  # holds the patterns it looks for
@@ -30,16 +32,6 @@ SHARED = re.compile(r"\.\./shared/(?!datasets\b)")
 ANCHOR = re.compile(r"docs/design\.md#([\w-]+)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor for a heading (the rule of ``tests/test_docs.py``).
-
-    Example:
-        >>> slug("DWBP's timing model")
-        'dwbps-timing-model'
-    """
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def design_anchors(text: str) -> set[str]:

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from graphdist.testing.markdown import slug
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
@@ -110,16 +112,6 @@ def fenced_blocks(text: str) -> tuple[list[Fenced], list[tuple[int, str]]]:
 
 def runnable_blocks(page: Path) -> list[Fenced]:
     return [b for b in fenced_blocks(page.read_text())[0] if b.runnable]
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor for a heading.
-
-    Example:
-        >>> slug("A dead host takes 15 minutes to notice: `tcp_retries2`")
-        'a-dead-host-takes-15-minutes-to-notice-tcp_retries2'
-    """
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def anchors(page: Path) -> set[str]:
