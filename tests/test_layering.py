@@ -37,7 +37,9 @@ ALLOWED = {
     "graphdist.interop": {"graphdist.data", "partition"},
     # what each strategy, task and sync mode reads: declared below the config, which checks against it
     "graphdist.options": set(),
-    "graphdist.config": {"graphdist.models", "graphdist.sync", "graphdist.options", "partition"},
+    # refusals worded for the CLI or the API, and the refusal of options a run would not read
+    "graphdist.refusals": {"graphdist.options", "graphdist.sync"},
+    "graphdist.config": {"graphdist.models", "graphdist.sync", "graphdist.options", "graphdist.refusals", "partition"},
     # the process launcher, checkpoints and the run directory's records: below the trainers
     "graphdist.launch": set(),
     "graphdist.checkpoint": {"graphdist.comm", "graphdist.data"},

@@ -1,0 +1,154 @@
+"""Refusals worded for whoever reads them, and the refusal of options a run would not read.
+
+``ConfigError`` keeps a refusal's parts apart (the option, the constraint, what it got, the hint,
+the other settings it names), so the CLI words it with flags and the Python API with keywords,
+without rewriting text. ``refuse_inapplicable`` refuses an option that was given but that the
+run's strategy, task and sync mode do not read, from their declarations (``graphdist.options``,
+``graphdist.sync.modes.SYNC_MODES``). ``graphdist.config`` validates with both and re-exports them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from graphdist.options import NEEDS, REPLACED_BY, STRATEGIES, TASKS, scoped_options
+from graphdist.sync.modes import SYNC_MODES, SYNC_OPTIONS
+
+if TYPE_CHECKING:
+    from graphdist.config import TrainConfig
+
+
+class ConfigError(ValueError):
+    """A refused option: which one, the constraint it breaks, what it got, and what to do.
+
+    ``str()`` words it for the command line (``--staleness``, ``--strategy fullgraph``);
+    :meth:`in_words` for the Python API (``staleness=``, ``strategy='fullgraph'``). The settings a
+    constraint or hint mentions are given apart (``mentions``) and put in as ``{0}``, ``{1}``, ...,
+    so each surface names them its own way, without rewriting text.
+
+    Example:
+        >>> err = ConfigError("staleness", "applies to {0} only", 1, "this run: {1}",
+        ...                   mentions=(("strategy", "fullgraph"), ("strategy", "minibatch")))
+        >>> str(err)
+        '--staleness applies to --strategy fullgraph only (got 1); this run: --strategy minibatch'
+        >>> err.in_words("api")
+        "staleness= applies to strategy='fullgraph' only (got 1); this run: strategy='minibatch'"
+    """
+
+    def __init__(self, field: str, constraint: str, got: Any = None, hint: str = "",
+                 mentions: Sequence[tuple[str, Any]] = (), words: str = "cli") -> None:
+        self.field, self.constraint, self.got, self.hint = field, constraint, got, hint
+        self.mentions, self.words = tuple(mentions), words
+        super().__init__(self._render(words))
+
+    def in_words(self, words: str) -> str:
+        """The message for the command line (``"cli"``) or the Python API (``"api"``)."""
+        return self._render(words)
+
+    def for_api(self) -> "ConfigError":
+        """The same refusal, worded for the Python API."""
+        return ConfigError(self.field, self.constraint, self.got, self.hint, self.mentions, words="api")
+
+    def _render(self, words: str) -> str:
+        settings = [_setting(name, value, words) for name, value in self.mentions]
+        got = "" if self.got is None else f" (got {self.got!r})"
+        hint = self.hint.format(*settings)
+        return f"{_option(self.field, words)} {self.constraint.format(*settings)}{got}{'; ' + hint if hint else ''}"
+
+
+def _option(name: str, words: str) -> str:
+    return f"{name}=" if words == "api" else f"--{name.replace('_', '-')}"
+
+
+def _setting(name: str, value: Any, words: str) -> str:
+    """``--strategy fullgraph`` / ``strategy='fullgraph'``; the option alone where ``value`` is None."""
+    if value is None:
+        return _option(name, words)
+    if words == "api":
+        return f"{name}={value!r}"
+    shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    return f"--{name.replace('_', '-')} {shown}"
+
+
+def fail(flag: str, constraint: str, got: Any, hint: str = "", *mentions: tuple[str, Any]) -> ConfigError:
+    """A refusal of ``flag``; other settings the words name go in ``mentions`` (``{0}``, ``{1}``, ...)."""
+    return ConfigError(flag.replace("-", "_"), constraint, got, hint, mentions=mentions)
+
+
+def read_options(cfg: "TrainConfig") -> frozenset[str]:
+    """The scoped options (some runs read them, others not) that this run reads, from the declarations of
+    its strategy, task and sync mode (``graphdist.options``, ``graphdist.sync.modes.SYNC_MODES``)."""
+    strategy, task = STRATEGIES[cfg.strategy], TASKS[cfg.task]
+    read = set(strategy.reads) | set(task.reads)
+    if strategy.syncs_when is None or getattr(cfg, strategy.syncs_when):
+        read |= {"sync", "compress"} | SYNC_MODES[cfg.sync].reads
+    return frozenset(read - task.drops)
+
+
+def scoped() -> frozenset[str]:
+    """The options some runs read and others do not: only these can be refused as inapplicable."""
+    return scoped_options() | SYNC_OPTIONS
+
+
+def refuse_inapplicable(cfg: "TrainConfig", given: Iterable[str]) -> None:
+    """Refuses an option that was given but that this run would not read (it would do nothing in silence).
+
+    Args:
+        given: the options named as a flag, a ``GRAPHDIST_<NAME>`` variable, or a ``--config`` key or API
+            keyword with a value other than the default (a resumed run's own config.yaml gives none).
+
+    Raises:
+        ConfigError: the first such option (in field order), naming what it applies to and this run's setting.
+
+    Example:
+        >>> from graphdist.config import TrainConfig
+        >>> refuse_inapplicable(TrainConfig(strategy="minibatch", staleness=1), {"staleness"})
+        Traceback (most recent call last):
+        ...
+        graphdist.refusals.ConfigError: --staleness applies to --strategy fullgraph only (got 1); this run: --strategy minibatch
+    """
+    wanted = set(given) & scoped()
+    if not wanted:
+        return
+    read = read_options(cfg)
+    for name in (f.name for f in dataclasses.fields(cfg)):
+        if name not in wanted:
+            continue
+        if name not in read:
+            raise _inapplicable(cfg, name)
+        if name in NEEDS and not getattr(cfg, NEEDS[name]):
+            need = NEEDS[name]
+            raise ConfigError(name, "applies only with {0}", getattr(cfg, name), "this run: {1}",
+                              mentions=((need, 1), (need, getattr(cfg, need))))
+        if name in REPLACED_BY and getattr(cfg, REPLACED_BY[name]) is not None:
+            other = REPLACED_BY[name]
+            raise ConfigError(name, "does nothing beside {0}, which replaces it; give one of them",
+                              getattr(cfg, name), mentions=((other, getattr(cfg, other)),))
+
+
+def _inapplicable(cfg: "TrainConfig", name: str) -> ConfigError:
+    """The refusal of option ``name``, which this run does not read: who reads it, and this run's setting."""
+    got = getattr(cfg, name)
+    strategy = STRATEGIES[cfg.strategy]
+    if name in TASKS[cfg.task].drops:
+        others = [t for t, spec in TASKS.items() if name not in spec.drops]
+        return ConfigError(name, "applies to " + " or ".join(f"{{{i}}}" for i in range(len(others))) + " only", got,
+                           f"this run: {{{len(others)}}}", mentions=(*(("task", t) for t in others), ("task", cfg.task)))
+    if name in SYNC_OPTIONS and name not in strategy.reads:
+        if strategy.syncs_when is not None and not getattr(cfg, strategy.syncs_when):
+            return ConfigError(name, "applies where gradients are synced: with {0} only when {1} is given", got,
+                               "this run: {2}", mentions=(("strategy", cfg.strategy), (strategy.syncs_when, "N"),
+                                                          (strategy.syncs_when, getattr(cfg, strategy.syncs_when))))
+        modes = [m for m, mode in SYNC_MODES.items() if name in mode.reads]
+        return ConfigError(name, "applies to " + " or ".join(f"{{{i}}}" for i in range(len(modes))) + " only", got,
+                           f"this run: {{{len(modes)}}}", mentions=(*(("sync", m) for m in modes), ("sync", cfg.sync)))
+    mentions = [("strategy", s) for s, spec in STRATEGIES.items() if name in spec.reads]
+    mentions += [("task", t) for t, spec in TASKS.items() if name in spec.reads]
+    own = ("strategy", cfg.strategy) if any(k == "strategy" for k, _ in mentions) else ("task", cfg.task)
+    who = " or ".join(f"{{{i}}}" for i in range(len(mentions)))
+    return ConfigError(name, f"applies to {who} only", got, f"this run: {{{len(mentions)}}}",
+                       mentions=(*mentions, own))
+
+
+__all__ = ["ConfigError", "fail", "read_options", "refuse_inapplicable", "scoped"]
