@@ -179,13 +179,18 @@ def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
 
 
 def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str,
-                   model: Optional[torch.nn.Module] = None, run_dir: Optional[str] = None) -> Strategy:
-    """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it)."""
+                   model: Optional[torch.nn.Module] = None, run_dir: Optional[str] = None,
+                   checkpoint: Optional[dict[str, Any]] = None) -> Strategy:
+    """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it).
+
+    Args:
+        checkpoint: ``cfg.resume``'s checkpoint when the caller has loaded it (else read here when resuming).
+    """
     from graphdist.trainers.precision import check_precision
 
     topology = comm.discover_topology()
     plan = plan_job(partition_dir, cfg, world_size)
-    decisions = saved_decisions(Path(cfg.resume)) if cfg.resume else {}
+    decisions = saved_decisions(checkpoint if checkpoint is not None else _load(cfg.resume)) if cfg.resume else {}
     if comm.is_main_process():
         logger.debug("topology: %s; plan:\n%s", topology.describe(), plan.describe())
         if decisions:
@@ -235,19 +240,24 @@ def save_best(strategy: Strategy, run_dir: Path, record: dict[str, Any]) -> None
                         **({"best_val_acc": record[key]} if key == "val_acc" else {}))
 
 
-def saved_decisions(resume_dir: Path) -> dict[str, Any]:
-    """The timed and measured choices the checkpoint in ``resume_dir`` recorded (``WorkerContext.decisions``);
-    empty for a checkpoint written before they were recorded."""
+def _load(resume_dir: Any) -> dict[str, Any]:
     from graphdist.checkpoint import load_checkpoint
 
-    return dict(load_checkpoint(resume_dir)["extra"].get("decisions") or {})
+    return load_checkpoint(Path(resume_dir))
 
 
-def resume(strategy: Strategy, resume_dir: Path) -> int:
-    """Restores model, optimizer, this rank's RNGs and strategy state; returns the epochs completed."""
-    from graphdist.checkpoint import load_checkpoint, set_rng_state
+def saved_decisions(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """The timed and measured choices a checkpoint recorded (``WorkerContext.decisions``); empty for a
+    checkpoint written before they were recorded."""
+    return dict(ckpt["extra"].get("decisions") or {})
 
-    ckpt = load_checkpoint(resume_dir)
+
+def resume(strategy: Strategy, resume_dir: Path, ckpt: Optional[dict[str, Any]] = None) -> int:
+    """Restores model, optimizer, this rank's RNGs and strategy state from ``resume_dir``'s checkpoint
+    (``ckpt`` when the caller has loaded it); returns the epochs completed."""
+    from graphdist.checkpoint import set_rng_state
+
+    ckpt = ckpt if ckpt is not None else _load(resume_dir)
     saved_world = int(ckpt["extra"].get("world_size", 1))
     if saved_world != strategy.ctx.world_size:
         raise ValueError(
@@ -334,13 +344,14 @@ def _traffic() -> dict[str, dict[str, int]]:
 
 def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
                between_epochs: Callable[[], None] = lambda: None,
-               cores: Optional[list[int]] = None) -> list[dict[str, Any]]:
-    """Resume if asked, then epochs ``start+1 .. cfg.epochs``: train, record, evaluate, checkpoint;
-    ``between_epochs()`` after each (``frozen_heap``'s settle). Rank 0 prints the banner (``cores``:
-    where it is bound), progress and one line per epoch."""
+               cores: Optional[list[int]] = None, checkpoint: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+    """Resume if asked (from ``checkpoint`` when already loaded), then epochs ``start+1 .. cfg.epochs``: train,
+    record, evaluate, checkpoint; ``between_epochs()`` after each (``frozen_heap``'s settle). Rank 0 prints
+    the banner (``cores``: where it is bound), progress and one line per epoch."""
 
     main = comm.is_main_process()
-    start_epoch = resume(strategy, Path(cfg.resume)) if cfg.resume else 0
+    start_epoch = resume(strategy, Path(cfg.resume), checkpoint) if cfg.resume else 0
+    checkpoint = None  # restored: not kept through training
     if cfg.resume:
         comm.barrier()  # every rank has loaded the checkpoint: only now the resumed run counts as started
         if main:
@@ -426,10 +437,15 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str, run
     """``worker_main`` once the process joined the job: build the strategy, run the epochs, leave the group."""
     try:
         seed_everything(worker_seed(cfg.seed, rank))
-        strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model, run_dir=run_dir)
+        # Read once (the decisions, then the states), and handed on rather than held: run_epochs drops it
+        # once resumed, so a model-sized copy does not live through training.
+        held = [_load(cfg.resume) if cfg.resume else None]
+        strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model, run_dir=run_dir,
+                                  checkpoint=held[0])
         try:
             with frozen_heap() as settle:
-                return run_epochs(strategy, cfg, Path(run_dir), between_epochs=settle, cores=cores)
+                return run_epochs(strategy, cfg, Path(run_dir), between_epochs=settle, cores=cores,
+                                  checkpoint=held.pop())
         finally:
             strategy.close()
     finally:
