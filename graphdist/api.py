@@ -22,7 +22,10 @@ from typing import Any, Optional, Union
 import torch
 
 from graphdist.config import TrainConfig, replace
+from graphdist.models.registry import capabilities
+from graphdist.options import STRATEGIES
 from graphdist.runlog import best_epoch
+from graphdist.section import ConfigError, ConfigPathError, fail, fail_at
 
 logger = logging.getLogger("graphdist")
 
@@ -54,15 +57,14 @@ def check_devices(devices: tuple[str, ...]) -> None:
     if not wanted:
         return
     if not torch.cuda.is_available():
-        raise ValueError(
-            f"--devices asks for {', '.join(wanted)} but this torch build ({torch.__version__}) or machine has no "
-            "CUDA device; use --devices cpu, or install a CUDA build (make TORCH_INDEX=<a CUDA wheel index> ...)"
-        )
+        raise fail("devices", f"asks for {', '.join(wanted)} but this torch build ({torch.__version__}) or machine "
+                   "has no CUDA device", None, "use {0}, or install a CUDA build (make TORCH_INDEX=<a CUDA wheel "
+                   "index> ...)", ("devices", "cpu"))
     count = torch.cuda.device_count()
     for d in wanted:
         index = int(d.split(":")[1]) if ":" in d else 0
         if index >= count:
-            raise ValueError(f"--devices {d}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
+            raise fail_at("devices", d, f"this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
 
 
 MIN_STEPS = 100  # fewer optimizer steps than this rarely train a GNN: the launcher warns
@@ -78,7 +80,8 @@ def warn_short_run(cfg: TrainConfig, steps_per_epoch: int) -> bool:
     total = cfg.epochs * steps_per_epoch
     if total >= MIN_STEPS or cfg.resume:
         return False
-    hint = "raise --epochs" + (f" or lower --batch-size (now {cfg.batch_size})" if cfg.strategy != "fullgraph" else "")
+    batched = STRATEGIES[cfg.strategy].batched
+    hint = "raise --epochs" + (f" or lower --batch-size (now {cfg.batch_size})" if batched else "")
     logger.warning("this run makes only %d optimizer steps (%d epochs x %d steps); a GNN rarely learns in fewer than "
                    "%d: %s", total, cfg.epochs, steps_per_epoch, MIN_STEPS, hint)
     return True
@@ -137,7 +140,7 @@ class Trainer:
         self.config = config
         self.model = model
         self.started = False  # whether a worker ran (errors before it exit 2, after it 1)
-        if model is not None and not hasattr(model, "layer_forward"):
+        if model is not None and not capabilities(model).layerwise:
             logger.info("user model has no layer_forward: evaluation uses full-neighbour blocks on the whole model")
 
     # ----------------------------------------------------------- partitions
@@ -156,19 +159,18 @@ class Trainer:
         if cfg.partitions:
             path = Path(os.path.abspath(Path(cfg.partitions).expanduser()))
             if not path.is_dir():
-                raise FileNotFoundError(f"--partitions {cfg.partitions}: no such directory (looked at {path}); "
-                                        f"make one with graphdist-partition")
+                raise fail_at("partitions", cfg.partitions, f"no such directory (looked at {path}); make one with "
+                              "graphdist-partition", error=ConfigPathError)
             meta = read_meta(path)
             self._check_dataset(cfg, meta, path)
         else:
             path = self._cached_partitions(cfg)
             meta = read_meta(path)
         if int(meta["num_parts"]) < cfg.num_workers:
-            raise ValueError(
-                f"--partitions {path} has {meta['num_parts']} parts but --num-workers is {cfg.num_workers}; "
-                f"use --num-workers {meta['num_parts']} or repartition with --num-parts {cfg.num_workers} "
-                f"(or a multiple of it: a worker trains on the union of several parts)"
-            )
+            raise fail_at("partitions", str(path), f"has {meta['num_parts']} parts but {{0}} is {cfg.num_workers}; "
+                          f"use {{1}} or repartition with graphdist-partition --num-parts {cfg.num_workers} (or a "
+                          "multiple of it: a worker trains on the union of several parts)",
+                          ("num_workers", None), ("num_workers", int(meta["num_parts"])))
         if int(meta["num_parts"]) > cfg.num_workers:
             from graphdist.trainers.run import plan_job
 
@@ -184,8 +186,8 @@ class Trainer:
         if cfg.dataset is None or not meta.get("dataset"):
             return
         if Path(cfg.dataset).stem.lower() != Path(str(meta["dataset"])).stem.lower():
-            raise ValueError(f"--dataset {cfg.dataset} contradicts --partitions {path}, which holds "
-                             f"{meta['dataset']}; give one of them")
+            raise ConfigError("dataset", f"contradicts {{0}}, which holds {meta['dataset']}; give one of them",
+                              mentions=(("partitions", str(path)),), at=cfg.dataset)
 
     @staticmethod
     def _cached_partitions(cfg: TrainConfig) -> Path:
@@ -205,7 +207,8 @@ class Trainer:
         try:
             graph = load_graph(cfg.source)  # first: an unknown name fails before anything is said or made
         except (ValueError, FileNotFoundError) as exc:
-            raise type(exc)(f"--dataset: {exc}") from None
+            error = ConfigPathError if isinstance(exc, FileNotFoundError) else ConfigError
+            raise fail_at("dataset", cfg.source, str(exc), error=error) from None
         if key == "missing":  # fetched just now: key what was fetched
             key = source_key(cfg.source)
             path = default_output(cfg.source, config, key)
@@ -243,11 +246,12 @@ class Trainer:
         cfg = self.config = self._elastic_resume(cfg, env)
         run_dir = Path(os.path.abspath(Path(cfg.resume or cfg.run_dir or runlog.default_run_dir(env.run_id)).expanduser()))
         if cfg.resume and not (run_dir / runlog.CONFIG_NAME).exists():
-            raise FileNotFoundError(f"--resume {cfg.resume}: no {runlog.CONFIG_NAME} at {run_dir}; "
-                                    f"it is not a graphdist run directory")
+            raise fail_at("resume", cfg.resume, f"no {runlog.CONFIG_NAME} at {run_dir}; it is not a graphdist run "
+                          "directory", error=ConfigPathError)
         if env.kind != "local":
             if cfg.partitions is None:
-                raise ValueError("under torchrun/SLURM pass --partitions DIR (partition once, before the job)")
+                raise fail("partitions", "is needed under torchrun/SLURM (partition once, before the job)", None,
+                           "pass {0}", ("partitions", "DIR"))
             self.config = self._job_size(cfg, env)
         part_dir = self.prepare_partitions()
         cfg = self.config = replace(self.config, run_dir=str(run_dir), resume=str(run_dir) if cfg.resume else None)
@@ -451,7 +455,7 @@ def train(
         options.setdefault("layers", len(options["fanouts"]))
     if "devices" in options and isinstance(options["devices"], str):
         options["devices"] = tuple(options["devices"].split(","))
-    from graphdist.config import ConfigError, refuse_inapplicable
+    from graphdist.config import refuse_inapplicable
 
     trainer = None
     try:
@@ -463,27 +467,6 @@ def train(
         trainer = Trainer(cfg, model=model)
         return trainer.fit()
     except ConfigError as exc:
-        raise exc.for_api() from None
-    except (ValueError, FileNotFoundError) as exc:
         if trainer is not None and trainer.started:
             raise
-        raise type(exc)(in_api_words(str(exc))) from None
-
-
-def in_api_words(message: str) -> str:
-    """A refusal worded for the command line (``--batch-size``) in the API's words (``batch_size=``).
-
-    Example:
-        >>> in_api_words("--batch-size must be >= 1 (got 0); see --help")
-        'batch_size= must be >= 1 (got 0); see help(graphdist.train)'
-    """
-    import re
-
-    from graphdist.config import FIELD_NAMES
-
-    def keyword(match: "re.Match[str]") -> str:
-        name = match.group(1).replace("-", "_")
-        return f"{name}=" if name in FIELD_NAMES else match.group(0)
-
-    message = message.replace("--help", "help(graphdist.train)")
-    return re.sub(r"--([a-z][a-z-]*)", keyword, message)
+        raise exc.for_api() from None

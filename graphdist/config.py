@@ -1,47 +1,50 @@
 """``TrainConfig``: the one resolved, validated, frozen description of a training run.
 
+It is composed of sections, one per component, each validated by the component it configures
+(``graphdist.section.Section``): data, model (``graphdist.models.registry``), optimisation, sync
+(``graphdist.sync.modes``), full graph and aggregation (their strategies, ``graphdist.options``),
+placement (``placement.options``), link prediction (``partition.edges``) and runtime. The options
+keep one flat name each (``cfg.staleness``, ``--staleness``, ``GRAPHDIST_STALENESS``, a
+``config.yaml`` key); ``SECTIONS`` says which section holds each, and ``Section.of(cfg)`` is a
+component's view of its own. The rules that join two sections are :func:`check_across`.
+
 Precedence: CLI flag > ``GRAPHDIST_<FIELD>`` environment variable > ``--config``
 YAML file > the default here. Each field's comment says why it has its default.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from graphdist.models.registry import DECODERS, MODELS
-from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, SACP_MODES, SYNC_MODES,  # noqa: F401 - the CLI
-                                  parse_sacp_overrides)
-from graphdist.options import STRATEGIES, TASKS
+from graphdist.models.registry import DECODERS, MODELS, ModelSection  # noqa: F401 - the CLI
+from graphdist.options import STRATEGIES, TASKS, AggregationSection, FullGraphSection
 from graphdist.refusals import ConfigError, read_options, refuse_inapplicable, scoped  # noqa: F401 - re-exported
-from graphdist.refusals import fail as _fail
-from partition.edges import NEGATIVES, check_fractions
+from graphdist.section import Section
+from graphdist.section import fail as _fail
+from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, COMPRESSIONS, SACP_MODES,  # noqa: F401 - the CLI
+                                  SYNC_MODES, SyncSection, parse_sacp_overrides)
+from partition.edges import NEGATIVES, LinkSection  # noqa: F401 - the CLI
 from partition.methods import METHODS as PARTITION_METHODS
+from placement.options import PLACEMENTS, REPLICATE, PlacementSection  # noqa: F401 - re-exported
 
 # The choices of each option are declared once, where the implementations register (none of
-# these imports torch); only --feature-norm's live here, as they are a config matter.
+# these imports torch); only these live here, as they are the config's own sections'.
 FEATURE_NORMS = ("none", "row")
 PRECISIONS = ("fp32", "bf16", "fp16")  # graphdist.trainers.precision says what each computes in
-REPLICATE = ("none", "structure", "graph")
-PLACEMENTS = ("auto", "profiled", "equal")
 DEFAULT_NUM_WORKERS = 2
 DEFAULT_DATASET = "synthetic-100k"
 CHECKPOINTS = ("best", "last")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything a training run needs; validated on construction.
+class DataSection(Section):
+    """What is trained on, and for which task."""
 
-    Example:
-        >>> TrainConfig(layers=2, fanouts=(10, 5)).fanouts
-        (10, 5)
-    """
-
-    # --- Data
     # None: the partition directory's own dataset with --partitions, else DEFAULT_DATASET (generated, no
     # download: the quickstart works offline, ~1 min). The run directory records the one trained on.
     dataset: Optional[str] = None
@@ -50,22 +53,19 @@ class TrainConfig:
     # Node classification (single or multi-label, as the data's y has it) or link prediction; a partition
     # directory is made for one of them (link: held-out edges removed from the message-passing graph).
     task: str = "node"
-    # --- Link prediction (--task link)
-    edge_split: tuple[float, ...] = (0.85, 0.05, 0.10)  # train, val, test edges: the PyG/OGB examples' split
-    eval_negatives: int = 100  # stored negatives per held-out edge: MRR and Hits@10 need a few dozen at least
-    num_negatives: int = 1  # negatives per positive edge in training (PyG's and DGL's examples use 1)
-    neg_sampling: str = "uniform"  # "degree": negatives drawn ~ degree^0.75 (harder, closer to evaluation on hubs)
-    decoder: str = "mlp"  # h_u * h_v through a 2-layer MLP: 0.92-0.93 test AUC on cora in 5 epochs, dot 0.89
-    hits_k: int = 10  # Hits@K of the held-out edges against their stored negatives
-    # --- Model
-    model: str = "sage"
-    hidden: int = 128  # wide enough for the datasets here; small enough for 2 CPU cores
-    layers: int = 2
-    fanouts: tuple[int, ...] = (10, 5)  # from the seeds outward; one per layer; -1 = all
-    dropout: float = 0.5
-    heads: int = 4  # GAT only
     feature_norm: str = "none"  # "row": divide each feature row by its L1 norm (its sum for non-negative features: Planetoid's usual preprocessing)
-    # --- Optimisation
+
+    def check(self) -> None:
+        for flag, value, choices in (("task", self.task, TASKS), ("feature-norm", self.feature_norm, FEATURE_NORMS),
+                                     ("partition-method", self.partition_method, PARTITION_METHODS)):
+            if value not in choices:
+                raise _fail(flag, f"must be one of {', '.join(choices)}", value)
+
+
+@dataclass(frozen=True)
+class OptimSection(Section):
+    """The optimisation: batch, epochs, learning rate, numeric precision."""
+
     batch_size: int = 512  # per step, across all workers (split by batch share)
     epochs: int = 5
     max_steps: int = 0  # steps per epoch cap (0 = a full pass over the train nodes): benchmarks, smoke runs
@@ -75,44 +75,27 @@ class TrainConfig:
     # no loss scaling): products 1.2-2.3x faster on CPUs with AVX512_BF16/AMX. "fp16": float16 with
     # dynamic loss scaling, for GPUs without bfloat16 (V100, T4). Off by default: exact float32.
     precision: str = "fp32"
-    # --- Sync
+
+    def check(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise _fail("precision", f"must be one of {', '.join(PRECISIONS)}", self.precision)
+        for name in ("batch_size", "epochs"):
+            if getattr(self, name) < 1:
+                raise _fail(name, "must be >= 1", getattr(self, name))
+        if self.lr <= 0:
+            raise _fail("lr", "must be > 0", self.lr)
+
+
+@dataclass(frozen=True)
+class RuntimeSection(Section):
+    """The job: its workers and devices, the sampler's runtime, logging, the run directory."""
+
     strategy: str = "minibatch"
-    sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
-    # ring on one host or NCCL (nothing to gain); across hosts the fastest of ring, hd and hier,
-    # timed once at start on the largest layer's gradient
-    allreduce: str = "auto"
-    compress: str = "none"  # exact by default; fp16/bf16/int8 trade accuracy for bytes on slow links
-    sacp: str = "auto"  # exact either way; sufficient factors only where they send fewer bytes
-    sacp_override: Optional[str] = None  # "LAYER=dense|sfb,...": force a scheme per layer (debugging)
-    # --- Full graph (--strategy fullgraph)
-    staleness: int = 0  # 0: exact halo exchange; 1: wait-free, halo embeddings/gradients one step stale
-    smoothing: float = 0.0  # PipeGCN's g for stale buffers: h <- g*h_old + (1-g)*h_new (0: none)
-    boundary_sample: float = 1.0  # BNS-GCN: share of boundary nodes kept each epoch (1: all, exact)
-    max_memory: Optional[float] = None  # GiB per worker for the memory check; None: machine memory / local workers
-    # --- Model aggregation (--strategy aggregation)
-    avg_every: int = 10  # steps between parameter averages (and always at the end of an epoch)
-    avg_seconds: Optional[float] = None  # average every T seconds instead (ranks agree on the step)
-    avg_optimizer: bool = False  # average Adam's moments too (default: optimizer state stays local)
-    # Land each mid-epoch average one step late, its all-reduce hidden behind that step (off: the
-    # plain synchronous averaging the accuracy figures were first measured with)
-    avg_overlap: bool = False
-    correction_steps: int = 0  # LLCG: global mini-batch steps after each average (0: plain averaging)
-    # --- Placement
-    cluster: Optional[str] = None  # a cluster spec (YAML): per worker its device, threads, memory, speed
-    placement: str = "auto"  # start shares: "profiled" (probe steps), "equal" (by train nodes), "auto" (profiled
-    # when the workers' devices differ; equal, and deterministic, when they are alike)
-    rebalance_every: int = 0  # steps between share rebalancing from measured busy times (0: fixed shares)
-    rebalance_eps: float = 0.05  # tolerated imbalance of predicted busy times (max/min - 1)
-    # --- System
     num_workers: int = DEFAULT_NUM_WORKERS
     devices: tuple[str, ...] = ("cpu",)  # one entry for all workers, or one per worker
     threads: int = 1  # torch threads per worker: N workers x 1 thread fill N cores
     seed: int = 0
     timeout: float = 180.0  # seconds before a collective fails instead of hanging
-    # What every worker holds beyond its part: "none"; "structure" (the whole CSR: sampling is
-    # local, features stay partitioned); "graph" (CSR and features: data-parallel, no exchange but
-    # gradients). Needs the graph to fit each worker; lets the rebalancer move all of a seed's work.
-    replicate: str = "none"
     # Remote-feature cache rows per worker, by the probability a batch reads them (sampling/inclusion.py):
     # -1 every remote node a batch may read within 512 MiB (sampling.dist_features' AUTO_CACHE_MIB: all of
     # them on small graphs, a bounded cache on large ones), 0 none, n the n likeliest.
@@ -138,9 +121,56 @@ class TrainConfig:
     # A new run into a --run-dir that holds a run's record (checkpoint, metrics) moves that record aside to
     # RUN.old-<time> instead of being refused; never saved in config.yaml (a resume must not move its own run)
     overwrite: bool = False
+    # Continue a run that cannot resume bit for bit (graphdist.resume.INEXACT_ON_RESUME: --avg-seconds) from its
+    # checkpoint anyway; without it such a resume is refused, naming why
+    inexact_resume: bool = False
 
-    def __post_init__(self) -> None:
-        validate(self)
+    def check(self) -> None:
+        for flag, value, choices in (("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS)):
+            if value not in choices:
+                raise _fail(flag, f"must be one of {', '.join(choices)}", value)
+        for name in ("num_workers", "threads", "log_interval", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise _fail(name, "must be >= 1", getattr(self, name))
+        if self.cache_rows < -1:
+            raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", self.cache_rows)
+        if self.timeout <= 0:
+            raise _fail("timeout", "must be > 0 seconds", self.timeout)
+        if self.overwrite and (self.resume or self.predict):
+            raise _fail("overwrite", "starts a new run: it cannot go with {0} or {1}", True,
+                        "drop it to continue the run, or drop {0} to start anew", ("resume", "RUN"), ("predict", "RUN"))
+        if len(self.devices) not in (1, self.num_workers):
+            raise _fail("devices", f"needs 1 entry or one per worker ({self.num_workers})", ",".join(self.devices),
+                        "e.g. {0} or {1}", ("devices", "cpu"), ("devices", "cpu,cuda:0"))
+        for dev in self.devices:
+            if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:") and dev[5:].isdigit()):
+                raise _fail("devices", "entries must be cpu, cuda or cuda:<i>", dev)
+
+
+# section name -> the section. In this order: the saved config.yaml lists the options so.
+SECTIONS: dict[str, type[Section]] = {
+    "data": DataSection, "model": ModelSection, "optimisation": OptimSection, "sync": SyncSection,
+    "fullgraph": FullGraphSection, "aggregation": AggregationSection, "placement": PlacementSection,
+    "link": LinkSection, "runtime": RuntimeSection,
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig(RuntimeSection, LinkSection, PlacementSection, AggregationSection, FullGraphSection, SyncSection,
+                  OptimSection, ModelSection, DataSection):
+    """Everything a training run needs: the sections' options under their flat names; validated on construction.
+
+    Example:
+        >>> TrainConfig(layers=2, fanouts=(10, 5)).fanouts
+        (10, 5)
+        >>> SyncSection.of(TrainConfig(sync="ddp")).sync
+        'ddp'
+    """
+
+    def check(self) -> None:
+        for section in SECTIONS.values():
+            section.check(self)  # each section's own rules, on its fields of this config
+        check_across(self)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -158,107 +188,45 @@ class TrainConfig:
         return self.devices[0] if len(self.devices) == 1 else self.devices[rank]
 
 
-def validate(cfg: TrainConfig) -> None:
-    """Raises ``ValueError`` naming the flag, the constraint, the value and what to do."""
-    for flag, value, choices in (("model", cfg.model, MODELS), ("checkpoint", cfg.checkpoint, CHECKPOINTS),
-                                 ("task", cfg.task, TASKS),
-                                 ("replicate", cfg.replicate, REPLICATE), ("strategy", cfg.strategy, STRATEGIES),
-                                 ("sync", cfg.sync, SYNC_MODES), ("allreduce", cfg.allreduce, ALLREDUCE_MODES),
-                                 ("compress", cfg.compress, COMPRESS_MODES), ("sacp", cfg.sacp, SACP_MODES),
-                                 ("feature-norm", cfg.feature_norm, FEATURE_NORMS),
-                                 ("precision", cfg.precision, PRECISIONS),
-                                 ("partition-method", cfg.partition_method, PARTITION_METHODS)):
-        if value not in choices:
-            raise _fail(flag, f"must be one of {', '.join(choices)}", value)
-    for flag, value, choices in (("decoder", cfg.decoder, DECODERS), ("neg-sampling", cfg.neg_sampling, NEGATIVES)):
-        if value not in choices:
-            raise _fail(flag, f"must be one of {', '.join(choices)}", value)
-    _validate_link(cfg)
-    if cfg.replicate != "none" and cfg.strategy != "minibatch":
-        raise _fail("replicate", "applies to {0} only", cfg.replicate, "", ("strategy", "minibatch"))
-    if cfg.cache_rows < -1:
-        raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", cfg.cache_rows)
-    if cfg.sacp_override:
-        parse_sacp_overrides(cfg.sacp_override)
-    if cfg.overwrite and (cfg.resume or cfg.predict):
-        raise _fail("overwrite", "starts a new run: it cannot go with {0} or {1}", True,
-                    "drop it to continue the run, or drop {0} to start anew", ("resume", "RUN"), ("predict", "RUN"))
-    if cfg.compress == "bf16" and cfg.sync == "ddp" and not all(d.startswith("cuda") for d in cfg.devices):
-        raise _fail("compress", "bf16 under {0} is torch's bf16 hook, which needs NCCL: every worker on a GPU",
-                    cfg.compress, "on CPUs use {1} (graphdist's own bf16 cast) or {2}", ("sync", "ddp"),
-                    ("sync", "dwbp"), ("compress", "fp16"))
-    if cfg.compress == "int8" and cfg.sync == "ddp":
-        raise _fail("compress", "int8 needs {0} or blocking (torch DDP has fp16 and bf16 hooks only)", cfg.compress,
-                    "", ("sync", "dwbp"))
-    for name in ("hidden", "layers", "batch_size", "epochs", "num_workers", "threads", "log_interval"):
-        if getattr(cfg, name) < 1:
-            raise _fail(name.replace("_", "-"), "must be >= 1", getattr(cfg, name))
+def section_of(name: str) -> str:
+    """The section that holds option ``name``.
+
+    Example:
+        >>> section_of("staleness"), section_of("lr")
+        ('fullgraph', 'optimisation')
+    """
+    return next(title for title, section in SECTIONS.items() if name in section.names())
+
+
+def check_across(cfg: TrainConfig) -> None:
+    """The rules that join two sections: what a strategy, a task or the devices make of other options."""
     if "fanouts" in STRATEGIES[cfg.strategy].reads and len(cfg.fanouts) != cfg.layers:
         example = tuple((15, 10, 5, 5, 5, 5)[: cfg.layers])
         raise _fail("fanouts", f"has {len(cfg.fanouts)} entries but {{0}} is {cfg.layers}", None,
                     "give one fan-out per layer, e.g. {1}", ("layers", None), ("fanouts", example))
-    if any(f == 0 or f < -1 for f in cfg.fanouts):
-        raise _fail("fanouts", "entries must be positive or -1 (all neighbours)", list(cfg.fanouts))
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise _fail("dropout", "must lie in [0, 1)", cfg.dropout)
-    if cfg.staleness not in (0, 1):
-        raise _fail("staleness", "must be 0 (exact) or 1 (wait-free, one step stale)", cfg.staleness)
-    if not 0.0 <= cfg.smoothing < 1.0:
-        raise _fail("smoothing", "must lie in [0, 1)", cfg.smoothing)
-    if not 0.0 < cfg.boundary_sample <= 1.0:
-        raise _fail("boundary-sample", "must lie in (0, 1]", cfg.boundary_sample)
-    if cfg.boundary_sample < 1.0 and cfg.staleness:
-        raise _fail("boundary-sample", "< 1 needs {0} (stale buffers assume every boundary row)",
-                    cfg.boundary_sample, "", ("staleness", 0))
-    if cfg.max_memory is not None and cfg.max_memory <= 0:
-        raise _fail("max-memory", "must be > 0 GiB", cfg.max_memory)
-    if cfg.avg_every < 1:
-        raise _fail("avg-every", "must be >= 1 step", cfg.avg_every)
-    if cfg.avg_seconds is not None and cfg.avg_seconds <= 0:
-        raise _fail("avg-seconds", "must be > 0 seconds", cfg.avg_seconds)
-    if cfg.correction_steps < 0:
-        raise _fail("correction-steps", "must be >= 0", cfg.correction_steps)
-    if cfg.avg_overlap and cfg.correction_steps:
-        raise _fail("avg-overlap", "lands each average one step late, but {0} must start from the averaged model",
-                    None, "use one of them", ("correction_steps", cfg.correction_steps))
-    if cfg.placement not in PLACEMENTS:
-        raise _fail("placement", f"must be one of {', '.join(PLACEMENTS)}", cfg.placement)
-    if cfg.rebalance_every < 0:
-        raise _fail("rebalance-every", "must be >= 0 steps (0: never)", cfg.rebalance_every)
-    if not 0.0 < cfg.rebalance_eps <= 10.0:
-        raise _fail("rebalance-eps", "must lie in (0, 10]", cfg.rebalance_eps)
-    if cfg.rebalance_every and cfg.strategy != "minibatch":
-        raise _fail("rebalance-every", "applies to {0} only (other strategies have no batch shares to move)",
-                    cfg.rebalance_every, "", ("strategy", "minibatch"))
-    if cfg.checkpoint_every < 1:
-        raise _fail("checkpoint-every", "must be >= 1", cfg.checkpoint_every)
-    if cfg.lr <= 0:
-        raise _fail("lr", "must be > 0", cfg.lr)
-    if cfg.timeout <= 0:
-        raise _fail("timeout", "must be > 0 seconds", cfg.timeout)
-    if len(cfg.devices) not in (1, cfg.num_workers):
-        raise _fail(
-            "devices", f"needs 1 entry or one per worker ({cfg.num_workers})", ",".join(cfg.devices),
-            "e.g. {0} or {1}", ("devices", "cpu"), ("devices", "cpu,cuda:0"),
-        )
-    for dev in cfg.devices:
-        if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:") and dev[5:].isdigit()):
-            raise _fail("devices", "entries must be cpu, cuda or cuda:<i>", dev)
+    for name, unset, why in (("replicate", "none", ""),
+                             ("rebalance_every", 0, " (other strategies have no batch shares to move)")):
+        if getattr(cfg, name) != unset and name not in STRATEGIES[cfg.strategy].reads:
+            readers = [s for s, spec in STRATEGIES.items() if name in spec.reads]
+            raise _fail(name, "applies to " + " or ".join(f"{{{i}}}" for i in range(len(readers))) + f" only{why}",
+                        getattr(cfg, name), "", *(("strategy", s) for s in readers))
+    compression = COMPRESSIONS.get(cfg.compress)
+    if (compression and compression.ddp_needs_gpu and SYNC_MODES[cfg.sync].owns_allreduce
+            and not all(d.startswith("cuda") for d in cfg.devices)):
+        cpu_able = [name for name, c in COMPRESSIONS.items() if c.cast and c.ddp_wrapper and not c.ddp_needs_gpu]
+        raise _fail("compress", f"{cfg.compress} under {{0}} is torch's {compression.ddp_wrapper} hook, which needs "
+                    "NCCL: every worker on a GPU", cfg.compress, "on CPUs use {1} (graphdist's own cast) or {2}",
+                    ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
+    if cfg.task == "link":
+        _check_link(cfg)
 
 
-def _validate_link(cfg: TrainConfig) -> None:
-    """The link-prediction settings, and what link prediction cannot be combined with."""
-    check_fractions(cfg.edge_split)
-    for name in ("eval_negatives", "hits_k"):
-        if getattr(cfg, name) < 1:
-            raise _fail(name.replace("_", "-"), "must be >= 1", getattr(cfg, name))
-    if cfg.num_negatives < 0:
-        raise _fail("num-negatives", "must be >= 0", cfg.num_negatives)
-    if cfg.task != "link":
-        return
-    if cfg.strategy != "minibatch":
-        raise _fail("task", "link needs {0} (full-graph and aggregation train node labels)", cfg.task, "",
-                    ("strategy", "minibatch"))
+def _check_link(cfg: TrainConfig) -> None:
+    """What link prediction cannot be combined with."""
+    able = sorted(TASKS["link"].strategies)
+    if cfg.strategy not in able:
+        raise _fail("task", "link needs " + " or ".join(f"{{{i}}}" for i in range(len(able))) + " (the others train "
+                    "node labels)", cfg.task, "", *(("strategy", s) for s in able))
     if cfg.rebalance_every:
         raise _fail("rebalance-every", "applies to {0} only (link batches are edges of each worker's own parts, "
                     "which do not migrate)", cfg.rebalance_every, "", ("task", "node"))
@@ -437,8 +405,10 @@ def resolve_with_origin(
         cfg = TrainConfig(**values)
         refuse_inapplicable(cfg, given)
         return cfg, origin
-    except ValueError as exc:
-        raise ValueError(with_origin(str(exc), origin)) from None
+    except ConfigError as exc:
+        told = copy.copy(exc)
+        told.args = (with_origin(exc, origin),)
+        raise told from None
 
 
 def _merge(
@@ -476,17 +446,22 @@ def _merge(
     return values, origin
 
 
-def with_origin(message: str, origin: Mapping[str, str]) -> str:
-    """Prefixes a refusal worded with flags by where the values it names came from, when not a flag.
+def with_origin(exc: BaseException, origin: Mapping[str, str]) -> str:
+    """A refusal's message, prefixed by where the options it names came from, where not from a flag.
 
     Example:
-        >>> with_origin("--avg-every must be >= 1 step (got 0)", {"avg_every": "GRAPHDIST_AVG_EVERY"})
+        >>> err = ConfigError("avg_every", "must be >= 1 step", 0)
+        >>> with_origin(err, {"avg_every": "GRAPHDIST_AVG_EVERY"})
         'GRAPHDIST_AVG_EVERY: --avg-every must be >= 1 step (got 0)'
     """
-    import re
-
-    named = [where for name, where in origin.items()
-             if re.search(rf"--{name.replace('_', '-')}(?![\w-])", message) and where not in message]
+    message = str(exc)
+    if not isinstance(exc, ConfigError):
+        return message  # worded where it was raised (a value's source names itself)
+    named: list[str] = []
+    for name in (exc.field, *(name for name, _ in exc.mentions)):
+        where = origin.get(name)
+        if where and where not in named and where not in message:
+            named.append(where)
     return f"{', '.join(named)}: {message}" if named else message
 
 
@@ -494,5 +469,5 @@ def replace(cfg: TrainConfig, **changes: Any) -> TrainConfig:
     return dataclasses.replace(cfg, **changes)
 
 
-__all__ = ["DEFAULT_DATASET", "TrainConfig", "resolve", "resolve_with_origin", "with_origin", "load_config_file",
-           "env_overrides", "replace"]
+__all__ = ["DEFAULT_DATASET", "SECTIONS", "DataSection", "OptimSection", "RuntimeSection", "TrainConfig", "check_across",
+           "env_overrides", "load_config_file", "replace", "resolve", "resolve_with_origin", "section_of", "with_origin"]

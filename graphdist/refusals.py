@@ -1,8 +1,6 @@
-"""Refusals worded for whoever reads them, and the refusal of options a run would not read.
+"""The refusal of options a run would not read.
 
-``ConfigError`` keeps a refusal's parts apart (the option, the constraint, what it got, the hint,
-the other settings it names), so the CLI words it with flags and the Python API with keywords,
-without rewriting text. ``refuse_inapplicable`` refuses an option that was given but that the
+``refuse_inapplicable`` refuses an option that was given but that the
 run's strategy, task and sync mode do not read, from their declarations (``graphdist.options``,
 ``graphdist.sync.modes.SYNC_MODES``). ``graphdist.config`` validates with both and re-exports them.
 """
@@ -10,70 +8,14 @@ run's strategy, task and sync mode do not read, from their declarations (``graph
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable
 
 from graphdist.options import NEEDS, REPLACED_BY, STRATEGIES, TASKS, scoped_options
+from graphdist.section import ConfigError, fail  # noqa: F401 - re-exported
 from graphdist.sync.modes import SYNC_MODES, SYNC_OPTIONS
 
 if TYPE_CHECKING:
     from graphdist.config import TrainConfig
-
-
-class ConfigError(ValueError):
-    """A refused option: which one, the constraint it breaks, what it got, and what to do.
-
-    ``str()`` words it for the command line (``--staleness``, ``--strategy fullgraph``);
-    :meth:`in_words` for the Python API (``staleness=``, ``strategy='fullgraph'``). The settings a
-    constraint or hint mentions are given apart (``mentions``) and put in as ``{0}``, ``{1}``, ...,
-    so each surface names them its own way, without rewriting text.
-
-    Example:
-        >>> err = ConfigError("staleness", "applies to {0} only", 1, "this run: {1}",
-        ...                   mentions=(("strategy", "fullgraph"), ("strategy", "minibatch")))
-        >>> str(err)
-        '--staleness applies to --strategy fullgraph only (got 1); this run: --strategy minibatch'
-        >>> err.in_words("api")
-        "staleness= applies to strategy='fullgraph' only (got 1); this run: strategy='minibatch'"
-    """
-
-    def __init__(self, field: str, constraint: str, got: Any = None, hint: str = "",
-                 mentions: Sequence[tuple[str, Any]] = (), words: str = "cli") -> None:
-        self.field, self.constraint, self.got, self.hint = field, constraint, got, hint
-        self.mentions, self.words = tuple(mentions), words
-        super().__init__(self._render(words))
-
-    def in_words(self, words: str) -> str:
-        """The message for the command line (``"cli"``) or the Python API (``"api"``)."""
-        return self._render(words)
-
-    def for_api(self) -> "ConfigError":
-        """The same refusal, worded for the Python API."""
-        return ConfigError(self.field, self.constraint, self.got, self.hint, self.mentions, words="api")
-
-    def _render(self, words: str) -> str:
-        settings = [_setting(name, value, words) for name, value in self.mentions]
-        got = "" if self.got is None else f" (got {self.got!r})"
-        hint = self.hint.format(*settings)
-        return f"{_option(self.field, words)} {self.constraint.format(*settings)}{got}{'; ' + hint if hint else ''}"
-
-
-def _option(name: str, words: str) -> str:
-    return f"{name}=" if words == "api" else f"--{name.replace('_', '-')}"
-
-
-def _setting(name: str, value: Any, words: str) -> str:
-    """``--strategy fullgraph`` / ``strategy='fullgraph'``; the option alone where ``value`` is None."""
-    if value is None:
-        return _option(name, words)
-    if words == "api":
-        return f"{name}={value!r}"
-    shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-    return f"--{name.replace('_', '-')} {shown}"
-
-
-def fail(flag: str, constraint: str, got: Any, hint: str = "", *mentions: tuple[str, Any]) -> ConfigError:
-    """A refusal of ``flag``; other settings the words name go in ``mentions`` (``{0}``, ``{1}``, ...)."""
-    return ConfigError(flag.replace("-", "_"), constraint, got, hint, mentions=mentions)
 
 
 def read_options(cfg: "TrainConfig") -> frozenset[str]:
@@ -106,7 +48,7 @@ def refuse_inapplicable(cfg: "TrainConfig", given: Iterable[str]) -> None:
         >>> refuse_inapplicable(TrainConfig(strategy="minibatch", staleness=1), {"staleness"})
         Traceback (most recent call last):
         ...
-        graphdist.refusals.ConfigError: --staleness applies to --strategy fullgraph only (got 1); this run: --strategy minibatch
+        graphdist.section.ConfigError: --staleness applies to --strategy fullgraph only (got 1); this run: --strategy minibatch
     """
     wanted = set(given) & scoped()
     if not wanted:

@@ -10,7 +10,7 @@ resumed run has loaded its checkpoint on every rank.
 Example:
     >>> from graphdist.config import TrainConfig
     >>> refused_changes(TrainConfig(model="sage").to_dict(), TrainConfig(model="gcn", epochs=9))
-    ['--model gcn (the run has sage: it shapes the parameters in the checkpoint)']
+    [('model', 'gcn', 'the run has sage: it shapes the parameters in the checkpoint')]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from graphdist.config import TrainConfig
+from graphdist.section import ConfigError, fail_at
 
 # field -> what it fixes in the checkpoint (the reason the refusal gives)
 FIXED_ON_RESUME: dict[str, str] = {
@@ -36,14 +37,15 @@ FIXED_ON_RESUME: dict[str, str] = {
     "replicate": "it decides which sampler state each rank saved",
     "staleness": "the stale halo buffers are saved (or not) with it",
 }
+# field -> why a run with it set cannot continue bit for bit (a resume of one is refused without
+# --inexact-resume, which continues it as a run of its own from the checkpoint)
+INEXACT_ON_RESUME: dict[str, str] = {
+    "avg_seconds": "it averages at wall-clock times, which no second run repeats (--avg-every K steps does)",
+}
 
 
-class ResumeRefused(ValueError):
+class ResumeRefused(ConfigError):
     """``--resume`` cannot continue this run as asked; nothing was started or written."""
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _shown(value: Any) -> str:
@@ -52,17 +54,18 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def refused_changes(saved: dict[str, Any], cfg: TrainConfig) -> list[str]:
-    """One line per option in ``FIXED_ON_RESUME`` whose value differs from the saved run's."""
+def refused_changes(saved: dict[str, Any], cfg: TrainConfig) -> list[tuple[str, Any, str]]:
+    """Per option in ``FIXED_ON_RESUME`` whose value differs from the saved run's: its name, the value asked
+    for, and the words after it (``the run has X: why``)."""
     wanted = cfg.to_dict()
-    lines = []
+    out = []
     for name, why in FIXED_ON_RESUME.items():
         if name not in saved or saved[name] is None:
             continue  # a run directory written before the option existed
         before, now = _shown(saved[name]), _shown(wanted[name])
         if before != now:
-            lines.append(f"{_flag(name)} {now} (the run has {before}: {why})")
-    return lines
+            out.append((name, wanted[name], f"the run has {before}: {why}"))
+    return out
 
 
 def checkpoint_epoch(run_dir: Path) -> Optional[int]:
@@ -95,27 +98,34 @@ def check_resume(cfg: TrainConfig, part_checksum: Optional[str] = None) -> int:
     from graphdist import runlog
 
     run_dir = Path(cfg.resume)
-    hint = f"graphdist-train --resume {run_dir}"
     try:
         saved = runlog.read_config(run_dir)
     except FileNotFoundError as exc:
-        raise ResumeRefused(f"--resume {run_dir}: {exc}") from None
+        raise fail_at("resume", run_dir, str(exc), error=ResumeRefused) from None
     done = checkpoint_epoch(run_dir)
     if done is None:
-        raise ResumeRefused(f"--resume {run_dir}: no checkpoint there (the run ended before its first checkpoint); "
-                            f"start it again without --resume")
+        raise fail_at("resume", run_dir, "no checkpoint there (the run ended before its first checkpoint); "
+                      "start it again without {0}", ("resume", None), error=ResumeRefused)
     changes = refused_changes(saved, cfg)
     status = runlog.read_status(run_dir)
     if part_checksum and status.get("partitions_checksum") not in (None, part_checksum):
-        changes.append(f"--partitions {cfg.partitions} (it holds other partitions than the run's "
-                       f"{saved.get('partitions')}: checksum {part_checksum[:12]}, the run's "
-                       f"{status['partitions_checksum'][:12]})")
+        changes.append(("partitions", cfg.partitions, f"it holds other partitions than the run's "
+                        f"{saved.get('partitions')}: checksum {part_checksum[:12]}, the run's "
+                        f"{status['partitions_checksum'][:12]}"))
     if changes:
-        raise ResumeRefused(f"--resume {run_dir} cannot change " + "; ".join(changes)
-                            + f". Resume without those flags ({hint}), or start a new run")
+        says = "cannot change " + "; ".join(f"{{{i}}} ({words})" for i, (_, _, words) in enumerate(changes))
+        raise ResumeRefused("resume", ": " + says + ". Resume without them ({%d}), or start a new run" % len(changes),
+                            mentions=(*((name, now) for name, now, _ in changes), ("resume", run_dir)), at=run_dir)
+    inexact = [name for name in INEXACT_ON_RESUME if getattr(cfg, name) is not None]
+    if inexact and not cfg.inexact_resume:
+        name = inexact[0]
+        raise ResumeRefused("resume", f": cannot continue bit for bit: the run has {{0}}, and {INEXACT_ON_RESUME[name]}",
+                            hint="continue it anyway (from its checkpoint, averaging at other steps than an "
+                                 "uninterrupted run would) with {1}",
+                            mentions=((name, getattr(cfg, name)), ("inexact_resume", None)), at=run_dir)
     if done >= cfg.epochs:
-        raise ResumeRefused(f"--resume {run_dir}: the run is complete ({done} of {cfg.epochs} epochs); "
-                            f"to train further: {hint} --epochs {done + max(1, done // 2)}")
+        raise fail_at("resume", run_dir, f"the run is complete ({done} of {cfg.epochs} epochs); to train further: "
+                      f"{{0}} {{1}}", ("resume", run_dir), ("epochs", done + max(1, done // 2)), error=ResumeRefused)
     return done
 
 

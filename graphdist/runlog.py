@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from graphdist.section import ConfigError, fail_at
+
 logger = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.jsonl"
@@ -125,7 +127,7 @@ def locked(run_dir: Path, flag: str = "--run-dir") -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
-class RunDirTaken(ValueError):
+class RunDirTaken(ConfigError):
     """A new run was asked for in a run directory that holds another run's record; nothing was changed."""
 
 
@@ -165,9 +167,9 @@ def claim_for_new_run(run_dir: Path, overwrite: bool) -> Optional[Path]:
     if not held:
         return None
     if not overwrite:
-        raise RunDirTaken(f"--run-dir {run_dir} holds a run ({held}); continue it with graphdist-train --resume "
-                          f"{run_dir}, or start a new run there with --overwrite (which moves that run to "
-                          f"{run_dir}.old-<time>; nothing is deleted)")
+        raise fail_at("run-dir", run_dir, f"holds a run ({held}); continue it with {{0}}, or start a new run there "
+                      f"with {{1}} (which moves that run to {run_dir}.old-<time>; nothing is deleted)",
+                      ("resume", run_dir), ("overwrite", True), error=RunDirTaken)
     aside = Path(f"{run_dir}.old-{time.strftime('%Y%m%d-%H%M%S')}")
     n = 1
     while aside.exists():

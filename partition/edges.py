@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
+from graphdist.section import Section, fail
+
 if TYPE_CHECKING:  # imported where used: the config reads this module's names without torch
     import torch
 
@@ -56,6 +58,32 @@ DEFAULT_EVAL_NEGATIVES = 100  # per held-out edge: enough for MRR and Hits@10 to
 NEGATIVES = ("uniform", "degree")
 _REDRAWS = 20  # rounds of redrawing negatives that hit a neighbour before keeping what is left
 SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class LinkSection(Section):
+    """Link prediction's options (``--task link``): the edge split, the negatives, the metric.
+
+    Example:
+        >>> LinkSection(edge_split=(0.8, 0.1, 0.1)).edge_split
+        (0.8, 0.1, 0.1)
+    """
+
+    edge_split: tuple[float, ...] = DEFAULT_FRACTIONS  # train, val, test edges: the PyG/OGB examples' split
+    eval_negatives: int = DEFAULT_EVAL_NEGATIVES  # stored negatives per held-out edge: MRR and Hits@10 need a few dozen
+    num_negatives: int = 1  # negatives per positive edge in training (PyG's and DGL's examples use 1)
+    neg_sampling: str = "uniform"  # "degree": negatives drawn ~ degree^0.75 (harder, closer to evaluation on hubs)
+    hits_k: int = 10  # Hits@K of the held-out edges against their stored negatives
+
+    def check(self) -> None:
+        check_fractions(self.edge_split)
+        if self.neg_sampling not in NEGATIVES:
+            raise fail("neg-sampling", f"must be one of {', '.join(NEGATIVES)}", self.neg_sampling)
+        for name in ("eval_negatives", "hits_k"):
+            if getattr(self, name) < 1:
+                raise fail(name, "must be >= 1", getattr(self, name))
+        if self.num_negatives < 0:
+            raise fail("num-negatives", "must be >= 0", self.num_negatives)
 
 
 @dataclass
@@ -91,8 +119,8 @@ def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     """
     values = tuple(float(f) for f in fractions)
     if len(values) != 3 or min(values) < 0 or abs(sum(values) - 1.0) > 1e-6 or values[1] <= 0 or values[2] <= 0:
-        raise ValueError(f"--edge-split: expected train,val,test shares summing to 1 with val and test above 0, "
-                         f"e.g. 0.85,0.05,0.10 (got {','.join(map(str, values))})")
+        raise fail("edge-split", "expects train,val,test shares summing to 1 with val and test above 0, e.g. "
+                   "0.85,0.05,0.10", ",".join(map(str, values)))
     return values  # type: ignore[return-value]
 
 
@@ -291,5 +319,5 @@ def load_degree(path: Any) -> "torch.Tensor":
     return torch.from_numpy(np.array(_load(Path(path), DEGREE_FILE)))
 
 
-__all__ = ["DEFAULT_EVAL_NEGATIVES", "DEFAULT_FRACTIONS", "NEGATIVES", "EdgeSplit", "LinkEdges", "check_fractions",
+__all__ = ["DEFAULT_EVAL_NEGATIVES", "DEFAULT_FRACTIONS", "NEGATIVES", "EdgeSplit", "LinkEdges", "LinkSection", "check_fractions",
            "link_files", "load_degree", "load_link_edges", "split_edges", "write_split"]

@@ -12,9 +12,32 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from placement.shares import LinearCost
-from placement.simulator import FullGraphCosts, ModelShape, Pipelined, WorkerCosts
+from placement.simulator import (COST_MODELS, EpochPrediction, FullGraphCosts, Layout, ModelShape, Pipelined, Wire,
+                                 WorkerCosts, simulate, simulate_fullgraph)
 
-__all__ = ["costs_from_profile", "fullgraph_costs_from_profile"]
+__all__ = ["costs_from_profile", "fullgraph_costs_from_profile", "predict_from_profile"]
+
+
+def predict_from_profile(profile: dict[str, Any], cost_model: str, layout: Layout, shares: list[int], steps: int,
+                         wire: Wire = Wire(), **options: Any) -> Optional[EpochPrediction]:
+    """The epoch of a strategy with ``cost_model`` (``simulator.COST_MODELS``) on ``layout``, from a profile.
+
+    ``options``: the model's own settings (``staleness=1``, ``avg_overlap=True``). None where the profile
+    has no measures of the kind the model needs (a full-graph profile has no per-seed costs, and the
+    reverse).
+
+    Raises:
+        ValueError: an unknown cost model; a profile of the right kind too old to simulate.
+    """
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"Expected a cost model of {', '.join(COST_MODELS)} (got {cost_model!r})")
+    if (COST_MODELS[cost_model] == "fullgraph") != bool(profile.get("fullgraph")):
+        return None
+    if COST_MODELS[cost_model] == "fullgraph":
+        full, shape = fullgraph_costs_from_profile(profile)
+        return simulate_fullgraph(full, layout, model=shape, wire=wire, **options)
+    workers, shape = costs_from_profile(profile)
+    return simulate(workers, shares, layout, steps, model=shape, strategy=cost_model, wire=wire, **options)
 
 
 def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], ModelShape]:

@@ -163,8 +163,15 @@ class EpochPrediction:
                 f"{self.bottleneck}; gradient wait {1e3 * self.sync_s:.1f} ms)")
 
 
+# cost model -> the profile it predicts from: "seeds" (per-seed costs of sampled steps, a --strategy
+# minibatch or aggregation profile) or "fullgraph" (whole-part steps, a --strategy fullgraph profile).
+# A strategy names its model (graphdist.options.StrategySpec.cost_model); placement.profiled.predict_from_profile
+# runs it.
+COST_MODELS: dict[str, str] = {"minibatch": "seeds", "aggregation": "seeds", "fullgraph": "fullgraph"}
+
+
 def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, steps: int,
-             model: ModelShape = ModelShape(), sync: str = "dwbp", sacp: bool = True, prefetch: bool = True,
+             model: ModelShape = ModelShape(), overlap: bool = True, sacp: bool = True, prefetch: bool = True,
              slowdown: Optional[Sequence[float]] = None, profiled_layout: Optional[Layout] = None,
              strategy: str = "minibatch", avg_every: int = 10, avg_overlap: bool = False,
              wire: Wire = Wire()) -> EpochPrediction:
@@ -177,8 +184,10 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         steps: steps per epoch.
         model: the Linear shapes (the gradient exchange's bytes); empty: no gradient term beyond
             the measured wait.
-        sync: ``dwbp``, ``blocking`` or ``ddp``.
-        sacp: SACP's sufficient factors where Poseidon's rule picks them (never under ``ddp``).
+        overlap: the sync hides each layer's exchange behind the rest of backward (DWBP:
+            ``graphdist.sync.modes.SyncMode.overlaps_backward``); False: every exchange after backward.
+        sacp: SACP's sufficient factors where Poseidon's rule picks them (the caller passes False
+            where the sync does not send layer by layer: ``SyncMode.layerwise``).
         prefetch: the loader overlaps the next batch with compute.
         slowdown: per worker a factor >= 1 on its own work (default 1).
         profiled_layout: where the profile was measured (default one host): the gradient wait it
@@ -209,8 +218,8 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         exposed = 0.0 if avg_overlap else average / max(1, avg_every)
         net = [0.0] * n
     else:
-        slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, sync, sacp, stretch, wire)
-                          - _sync_exposed(workers, shares, base, model, sync, sacp, stretch, wire))
+        slower_link = max(0.0, _sync_exposed(workers, shares, layout, model, overlap, sacp, stretch, wire)
+                          - _sync_exposed(workers, shares, base, model, overlap, sacp, stretch, wire))
         # The least wait: a rank that waited longer was waiting for a later one, and each rank's
         # measured step already holds its own wait (the largest counted it twice: +0.9 ms a step).
         exposed = min(grad_s) + slower_link
@@ -255,7 +264,7 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
 
 
 def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model: ModelShape = ModelShape(),
-                       staleness: int = 0, sync: str = "dwbp", profiled_layout: Optional[Layout] = None,
+                       staleness: int = 0, overlap: bool = True, profiled_layout: Optional[Layout] = None,
                        wire: Wire = Wire()) -> EpochPrediction:
     """The predicted full-graph epoch (one step) of ``workers`` on ``layout`` (see the module doc).
 
@@ -264,7 +273,7 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
         layout: hosts, links and cores to predict for.
         model: the Linear shapes (the gradient exchange); empty: the measured gradient wait only.
         staleness: 0 (each layer waits for its exchange) or 1 (the exchanges travel during the step).
-        sync: the gradient sync (``dwbp``, ``blocking``, ``ddp``).
+        overlap: the gradient sync hides its exchanges behind backward (see :func:`simulate`).
         profiled_layout: where the profile was measured (default one host): the waits it measured
             are kept, the simulated difference between the two layouts added.
         wire: bytes a halo value and a gradient value cost (``--compress``); float32 by default.
@@ -290,8 +299,8 @@ def simulate_fullgraph(workers: Sequence[FullGraphCosts], layout: Layout, model:
                             compute=LinearCost(w.compute_s, 0.0),
                             rows=tuple(LinearCost(float(w.inner), 0.0) for _ in model.linears)) for w in workers]
     ones = [1] * n
-    slower_sync = max(0.0, _sync_exposed(per_step, ones, layout, model, sync, False, (), wire)
-                      - _sync_exposed(per_step, ones, base, model, sync, False, (), wire))
+    slower_sync = max(0.0, _sync_exposed(per_step, ones, layout, model, overlap, False, (), wire)
+                      - _sync_exposed(per_step, ones, base, model, overlap, False, (), wire))
     exposed = max(w.sync_wait_s for w in workers) + slower_sync
     if staleness == 0:
         # Every exchange blocks its layer: the profiled wait (transfer, and the peers' imbalance)
@@ -376,7 +385,7 @@ def _network_s(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: La
 
 
 def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layout, model: ModelShape,
-                  sync: str, sacp: bool, stretch: Sequence[float] = (), wire: Wire = Wire()) -> float:
+                  overlap: bool, sacp: bool, stretch: Sequence[float] = (), wire: Wire = Wire()) -> float:
     """Seconds the gradient exchange runs past the end of backward on ``layout`` (transfer only).
 
     ``stretch``: per worker the factor on its own work (default 1): the slowest worker's compute
@@ -387,20 +396,20 @@ def _sync_exposed(workers: Sequence[WorkerCosts], shares: Sequence[int], layout:
         return 0.0
     factors = list(stretch) or [1.0] * n
     compute = max(w.compute.time(b) * f for w, b, f in zip(workers, shares, factors))
-    sent = [_layer_seconds(workers, shares, layout, model, i, sacp and sync != "ddp", wire)
+    sent = [_layer_seconds(workers, shares, layout, model, i, sacp, wire)
             for i in reversed(range(len(model.linears)))]  # in the order they go out: the last layer first
     # The token bucket refills while the link idles: through compute, less what the link carries
     # meanwhile (the step's sampling and feature traffic; under DWBP every layer's gradients but
     # the last to go out). With short steps on a slow link it never fills (measured on
     # synthetic-100k at 20 Mbit/s: a 56 KiB bucket, 13 ms steps, every gradient byte at the
     # link's rate), with long ones it always does (at 100 Mbit/s the full bucket's 4 ms were seen).
-    busy = max(_network_s(workers, shares, layout)) + (sum(sent[:-1]) if sync == "dwbp" else 0.0)
+    busy = max(_network_s(workers, shares, layout)) + (sum(sent[:-1]) if overlap else 0.0)
     layers = _burst(sent, layout, refill_s=max(0.0, compute - busy))[::-1]
     # (param_bytes counts float32: the other parameters' values, at the wire's bytes each)
     other = max(0, model.param_bytes - sum(4 * (out * inp + out) for _, out, inp in model.linears)) * wire.grad / 4
     ring_bps = layout.ring_bps()
     other_s = _ring_s(other, n, ring_bps, layout.latency_s) if other else 0.0
-    if sync != "dwbp":
+    if not overlap:
         return sum(layers) + other_s
     backward = BACKWARD_FRACTION * compute
     work = [_layer_work(workers, shares, model, i) for i in range(len(model.linears))]

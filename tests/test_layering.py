@@ -13,8 +13,9 @@ PACKAGES = ("graphdist", "partition", "sampling", "placement")
 # Modules every layer may import: they import nothing of the project themselves (checked below).
 # graphdist/__init__.py exports its public names lazily (graphdist._lazy) and imports nothing else,
 # so `from graphdist import comm` adds no cycle; graphdist.plugins holds the hooks that comm and the
-# trainers call and that graphdist.testing installs (fault injection, the emulated slow worker).
-FLOOR = {"graphdist", "graphdist._lazy", "graphdist.plugins"}
+# trainers call and that graphdist.testing installs (fault injection, the emulated slow worker);
+# graphdist.section is what every component's config section stands on (Section, ConfigError).
+FLOOR = {"graphdist", "graphdist._lazy", "graphdist.plugins", "graphdist.section"}
 
 # layer -> layers it may import (besides itself and FLOOR). Every module of the four packages has a
 # layer here: a new one gets a row. The rows point down only (the table itself has no cycle, checked
@@ -25,6 +26,7 @@ ALLOWED = {
     "graphdist": set(),
     "graphdist._lazy": set(),
     "graphdist.plugins": set(),
+    "graphdist.section": set(),
     # numba's loader (the compiled loops of sampling and the models): its cache lives under graphdist.data.paths
     "graphdist._numba": {"graphdist.data"},
     "graphdist.comm": set(),
@@ -39,7 +41,8 @@ ALLOWED = {
     "graphdist.options": set(),
     # refusals worded for the CLI or the API, and the refusal of options a run would not read
     "graphdist.refusals": {"graphdist.options", "graphdist.sync"},
-    "graphdist.config": {"graphdist.models", "graphdist.sync", "graphdist.options", "graphdist.refusals", "partition"},
+    "graphdist.config": {"graphdist.models", "graphdist.sync", "graphdist.options", "graphdist.refusals", "partition",
+                         "placement"},
     # the process launcher, checkpoints and the run directory's records: below the trainers
     "graphdist.launch": set(),
     "graphdist.checkpoint": {"graphdist.comm", "graphdist.data"},
@@ -250,7 +253,8 @@ def test_only_trainers_import_placement_and_only_comm_touches_torch_distributed(
                                                     for m in tree_imports):
             wrong.append(f"{module} imports torch.distributed")
         # graphdist-plan (graphdist.cli.plan) is placement's own tool: it prints plans, trains nothing.
+        # placement.options is its config section (the config composes it), not a planner.
         if layer not in ("graphdist.trainers", "placement", "graphdist.testing", "graphdist.cli") and any(
-                _layer(m) == "placement" for m in graph[module]):
+                _layer(m) == "placement" and m != "placement.options" for m in graph[module]):
             wrong.append(f"{module} imports placement")
     assert not wrong, "\n".join(wrong)

@@ -140,49 +140,48 @@ def print_described(res: dict[str, Any]) -> None:
 
 
 def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[str, Any]]:
-    """Per strategy the simulator's epoch on the spec's hosts and links (None: an older profile)."""
-    from placement.profiled import costs_from_profile, fullgraph_costs_from_profile
-    from placement.simulator import Layout, simulate, simulate_fullgraph
+    """Per strategy (and each variant it declares) the simulator's epoch on the spec's hosts and links
+    (None: an older profile). Strategies without a cost model, or whose model needs another kind of
+    profile (a full-graph one against per-seed ones), are left out."""
+    from graphdist.options import STRATEGIES
+    from placement.profiled import predict_from_profile
+    from placement.simulator import Layout
 
     wire = _wire(profile.get("key", {}).get("compress", "none"))
     hosts = {h.name: i for i, h in enumerate(spec.hosts)}
     layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),
                     link_bps=tuple(h.link_bps for h in spec.hosts), local_bps=spec.local_link_bps,
                     duplex=spec.duplex, duplex_stream=spec.duplex_stream, burst_bytes=spec.burst_bytes)
-    out: dict[str, Any] = {}
-    if profile.get("fullgraph"):
-        full, shape = fullgraph_costs_from_profile(profile)
-        for s in (0, 1):
-            pred = simulate_fullgraph(full, layout, model=shape, staleness=s, wire=wire)
-            out[f"fullgraph s={s}"] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
-                                       "line": pred.line()}
-        return out
-    try:
-        workers, shape = costs_from_profile(profile)
-    except ValueError:
-        return None
     shares = [r.batch_share for r in plan.ranks]
-    for name, strategy, overlap in (("minibatch", "minibatch", False), ("aggregation", "aggregation", False),
-                                    ("aggregation --avg-overlap", "aggregation", True)):
-        pred = simulate(workers, shares, layout, plan.steps_per_epoch, model=shape, strategy=strategy,
-                        avg_overlap=overlap, wire=wire)
-        out[name] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s, "bottleneck": pred.bottleneck,
-                         "line": pred.line()}
-    return out
+    out: dict[str, Any] = {}
+    for name, strategy in STRATEGIES.items():
+        for flags, settings in strategy.variants if strategy.cost_model else ():
+            try:
+                pred = predict_from_profile(profile, strategy.cost_model, layout, shares, plan.steps_per_epoch,
+                                            wire=wire, **dict(settings))
+            except ValueError:
+                return None
+            if pred is not None:
+                out[f"{name} {flags}".strip()] = {"epoch_s": pred.epoch_s, "step_s": pred.step_s,
+                                                  "bottleneck": pred.bottleneck, "line": pred.line()}
+    return out or None
 
 
 def _wire(compress: str) -> Any:
-    """The simulator's bytes a value under the profiled run's ``--compress`` (``auto``: fp16's, the
-    cheaper-to-run of its two choices; int8 would move about half as many gradient bytes)."""
-    from graphdist.sync.compress import CAST_DTYPES, wire_bytes
+    """The simulator's bytes a value under the profiled run's ``--compress`` (``auto``: the first
+    candidate's, fp16, the cheaper-to-run of its two choices; int8 would move about half as many
+    gradient bytes)."""
+    from graphdist.sync.compress import wire_bytes
+    from graphdist.sync.modes import AUTO_CANDIDATES, COMPRESSIONS
     from placement.simulator import Wire
 
-    compress = "fp16" if compress == "auto" else compress
-    try:
-        grad = wire_bytes(compress)
-    except ValueError as exc:
-        raise ValueError(f"--profile: the profiled run's compress is not one graphdist knows ({exc})") from None
-    cast = grad if compress in CAST_DTYPES else 4.0  # factors and halo rows travel cast, never int8
+    compress = AUTO_CANDIDATES[0] if compress == "auto" else compress
+    if compress not in COMPRESSIONS:
+        raise ValueError(f"--profile: the profiled run's compress {compress!r} is not one graphdist knows "
+                         f"({', '.join(COMPRESSIONS)})")
+    spec = COMPRESSIONS[compress]
+    grad = wire_bytes(compress)
+    cast = grad if spec.cast else 4.0  # factors and halo rows travel cast, never int8
     return Wire(grad=grad, factor=cast, halo=cast)
 
 
@@ -206,11 +205,11 @@ def print_plan(res: dict[str, Any]) -> None:
         print(f"simulated epoch on this cluster's links (placement/simulator.py; cores not bounded; bytes as "
               f"--compress {res.get('compress') or 'none'}, as profiled; a --strategy fullgraph profile predicts "
               f"fullgraph, any other minibatch and aggregation):")
+        width = max(map(len, res["simulated"]))
         for strategy, pred in res["simulated"].items():
-            print(f"  {strategy:<14} {pred['line']}")
+            print(f"  {strategy:<{width}} {pred['line']}")
         best = min(res["simulated"], key=lambda k: res["simulated"][k]["epoch_s"])
-        flags = best.replace("fullgraph s=", "fullgraph --staleness ")
-        print(f"recommended: --strategy {flags} (aggregation and staleness trade accuracy for speed: see "
+        print(f"recommended: --strategy {best} (aggregation and staleness trade accuracy for speed: see "
               f"docs/strategies.md#how-to-choose)")
     elif res["predicted_epoch_s"] is not None:
         print(f"predicted minibatch epoch (compute-bound, from the profile): {res['predicted_epoch_s']:.2f} s")

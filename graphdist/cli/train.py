@@ -222,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start a new run in a --run-dir that holds another run's checkpoint or metrics: that "
                              "record moves aside to RUN_DIR.old-<time> (nothing is deleted); without it such a "
                              "run is refused")
+    system.add_argument("--inexact-resume", action="store_const", const=True, default=None,
+                        help="with --resume: continue a run that cannot resume bit for bit (--avg-seconds averages at "
+                             "wall-clock times no second run repeats) from its checkpoint anyway; without it such "
+                             "a resume is refused")
     _add(system, "--predict", metavar="RUN_DIR", help="write predictions and embeddings of RUN_DIR's model")
     _add(system, "--checkpoint", choices=("best", "last"),
          help="what --predict loads: best (default; the best-validation epoch's model, best.pt) or last")
@@ -328,9 +332,10 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         started = trainer is not None and trainer.started
         if not started and not _expected_refusal(exc):
             raise  # a bug, not a refusal: keep the traceback
-        from graphdist.config import with_origin
+        from graphdist.config import ConfigError, with_origin
 
-        lines = [f"graphdist-train: error: {line if started else with_origin(line, origin)}" for line in error_lines(exc)]
+        told = [with_origin(exc, origin)] if isinstance(exc, ConfigError) and not started else error_lines(exc)
+        lines = [f"graphdist-train: error: {line}" for line in told]
         hint = _resume_hint(trainer) if started else ""
         if hint:
             lines.append(f"graphdist-train:{hint.lstrip(';')}")

@@ -76,19 +76,20 @@ def ddp_wrap(
     return ddp
 
 
-def torch_compress_wrapper(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
-    """torch's own ``fp16_compress_wrapper`` or ``bf16_compress_wrapper`` (``name``: fp16, bf16) around ``hook``.
+def torch_compress_wrapper(wrapper: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's DDP hook wrapper named ``wrapper`` (``fp16_compress_wrapper``, ``bf16_compress_wrapper``: what
+    ``graphdist.sync.modes.COMPRESSIONS`` declares as each compression's ``ddp_wrapper``) around ``hook``.
 
     Example:
-        >>> torch_compress_wrapper("fp16", lambda state, bucket: None).__name__
+        >>> torch_compress_wrapper("fp16_compress_wrapper", lambda state, bucket: None).__name__
         'fp16_compress_wrapper_hook'
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    wrappers = {"fp16": default_hooks.fp16_compress_wrapper, "bf16": default_hooks.bf16_compress_wrapper}
-    if name not in wrappers:
-        raise ValueError(f"Expected fp16 or bf16 (got {name!r})")
-    return wrappers[name](hook)
+    if not wrapper.endswith("_compress_wrapper") or not hasattr(default_hooks, wrapper):
+        raise ValueError(f"Expected a compress wrapper of torch's default DDP hooks, e.g. fp16_compress_wrapper "
+                         f"(got {wrapper!r})")
+    return getattr(default_hooks, wrapper)(hook)
 
 
 __all__ = ["ddp_wrap", "torch_compress_wrapper"]

@@ -1,5 +1,8 @@
 """Compressed gradient payloads (``--compress fp16|bf16|int8``), as hooks that wrap or replace the allreduce.
 
+What each compression is (its cast, its bytes on the wire, its DDP wrapper, the hook that replaces the
+allreduce) is declared once in ``graphdist.sync.modes.COMPRESSIONS``; this module builds the hooks.
+
 - ``fp16`` / ``bf16``: :func:`cast_compress_wrapper` wraps any hook (torch's
   ``fp16_compress_wrapper`` shape): the bucket is cast down, the inner hook sums it through
   whatever ``--allreduce`` chose, the sum is cast back. Half the bytes; sums in 16 bits.
@@ -35,8 +38,10 @@ import torch
 
 from graphdist import comm
 from graphdist.sync.hooks import CommHook, SeedWeights, seed_weighted_allreduce
+from graphdist.sync.modes import AUTO_CANDIDATES, COMPRESSIONS, Compression
 
-CAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# name -> the dtype a cast compression sends (fp16, bf16)
+CAST_DTYPES = {name: getattr(torch, c.cast) for name, c in COMPRESSIONS.items() if c.cast}
 DEFAULT_BLOCK = 512  # ZeRO++ uses 256-2048 values per scale: 0.8% of the payload for the scales
 
 
@@ -202,9 +207,6 @@ def _int8_sum(state: Int8State, key: Any, buf: torch.Tensor) -> torch.Tensor:
     return out[:n].view_as(buf).to(buf.dtype)
 
 
-COMPRESSIONS = ("none", "fp16", "bf16", "int8")
-# What --compress auto chooses between: bf16 costs what fp16 costs, "none" twice the bytes.
-AUTO_CANDIDATES = ("fp16", "int8")
 PROBE_MIN_VALUES, PROBE_MAX_VALUES = 1 << 14, 1 << 22  # 64 KB to 16 MB of float32
 # int8 is chosen only when its probe costs under this share of fp16's. The probe (no compute
 # beside it) flatters int8, whose quantising and summing take CPU from backward in training:
@@ -313,6 +315,17 @@ def _probe_costs(fns: dict[str, Any], probe: torch.Tensor, repeats: int) -> dict
     return {name: float(v) for name, v in zip(names, medians.tolist())}
 
 
+def compression(name: str) -> Compression:
+    """The declaration of ``--compress name`` (``auto`` is resolved before anything is sent).
+
+    Raises:
+        ValueError: a name no declaration has.
+    """
+    if name not in COMPRESSIONS:
+        raise ValueError(f"Expected --compress one of {', '.join(COMPRESSIONS)} (got {name!r}; auto is resolved first)")
+    return COMPRESSIONS[name]
+
+
 def wire_bytes(name: str, block: int = DEFAULT_BLOCK) -> float:
     """Bytes a gradient value costs on the wire under ``--compress name``: 4 (``none``), 2 (``fp16``,
     ``bf16``), ``1 + 4 / block`` (``int8``: the value and its share of its block's float32 scale).
@@ -323,36 +336,40 @@ def wire_bytes(name: str, block: int = DEFAULT_BLOCK) -> float:
         >>> wire_bytes("none"), wire_bytes("bf16"), wire_bytes("int8", block=512)
         (4.0, 2.0, 1.0078125)
     """
-    if name not in COMPRESSIONS:
-        raise ValueError(f"Expected --compress one of {', '.join(COMPRESSIONS)} (got {name!r}; auto is resolved first)")
-    if name == "int8":
-        return 1.0 + 4.0 / block
-    return float(CAST_DTYPES[name].itemsize) if name in CAST_DTYPES else 4.0
+    return compression(name).wire_bytes(block)
 
 
 def compressed_hook(name: str, algorithm: Any = None, group: Any = None, tag: str = "grad",
                     seed_weighted: bool = True, block: int = DEFAULT_BLOCK) -> tuple[CommHook, Any]:
     """``(hook, state)`` for ``--compress name`` (``none``: the plain seed-weighted allreduce).
 
+    A compression with a ``collective`` of its own (int8) replaces the allreduce; a cast wraps it.
     Collective for ``int8`` (a group of its own). Example:
         >>> hook, state = compressed_hook("bf16")
         >>> hook.__name__, type(state).__name__
         ('seed_weighted_allreduce_bfloat16', 'AllreduceState')
     """
+    import importlib
+
     from graphdist.sync.hooks import AllreduceState
 
-    if name not in COMPRESSIONS:
-        raise ValueError(f"Expected --compress one of {', '.join(COMPRESSIONS)} (got {name!r})")
-    if name == "int8":
+    spec = compression(name)
+    if spec.collective:
         if group is not None:
-            raise ValueError("int8 compression runs over all ranks on its own group (got a group)")
-        return int8_allreduce, Int8State(block=block, tag=tag, seed_weighted=seed_weighted)
+            raise ValueError(f"{name} compression runs over all ranks on its own group (got a group)")
+        module, function = spec.collective.split(":")
+        return getattr(importlib.import_module(module), function)(block=block, tag=tag, seed_weighted=seed_weighted)
     state = AllreduceState.create(algorithm, group, tag, seed_weighted)
-    if name == "none":
+    if spec.cast is None:
         return seed_weighted_allreduce, state
     return cast_compress_wrapper(seed_weighted_allreduce, CAST_DTYPES[name]), state
 
 
+def int8_hook(block: int = DEFAULT_BLOCK, tag: str = "grad", seed_weighted: bool = True) -> tuple[CommHook, Int8State]:
+    """``--compress int8``'s ``(hook, state)``: :func:`int8_allreduce` and its error-feedback state (collective)."""
+    return int8_allreduce, Int8State(block=block, tag=tag, seed_weighted=seed_weighted)
+
+
 __all__ = ["AUTO_CANDIDATES", "COMPRESSIONS", "CAST_DTYPES", "CompressionChoice", "INT8_MARGIN", "Int8State",
-           "cast_compress_wrapper", "choose_compression", "compressed_hook", "pick_compression",
+           "cast_compress_wrapper", "choose_compression", "compressed_hook", "compression", "int8_hook", "pick_compression",
            "dequantize_blocks", "int8_allreduce", "quantize_blocks", "wire_bytes"]

@@ -27,6 +27,7 @@ from torch import nn
 from graphdist import comm
 from graphdist.sync.base import GradientSync
 from graphdist.sync.hooks import AllreduceState, seed_weighted_allreduce
+from graphdist.sync.modes import COMPRESSIONS, SYNC_MODES
 from graphdist.sync.stats import StepStats
 
 
@@ -63,12 +64,12 @@ class DdpSync(GradientSync):
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__()
-        if compress not in ("none", "fp16", "bf16"):
-            raise ValueError(f"--compress {compress} needs --sync dwbp or blocking: torch DDP has fp16 and bf16 "
-                             f"compression hooks only")
+        if not SYNC_MODES["ddp"].sends(compress) or compress == "auto":
+            raise ValueError(f"--compress {compress} needs --sync dwbp or blocking: torch DDP sends "
+                             f"{', '.join(SYNC_MODES['ddp'].compressions)} only (auto resolved first)")
         self.hook_state = AllreduceState.create(algorithm, group, tag, seed_weighted)
-        hook = seed_weighted_allreduce if compress == "none" else comm.torch_compress_wrapper(compress,
-                                                                                               seed_weighted_allreduce)
+        wrapper = COMPRESSIONS[compress].ddp_wrapper
+        hook = comm.torch_compress_wrapper(wrapper, seed_weighted_allreduce) if wrapper else seed_weighted_allreduce
         self._step = 0
         self._t_begin = 0.0
         self._active = False

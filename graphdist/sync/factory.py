@@ -10,7 +10,7 @@ from torch import nn
 from graphdist.sync.base import GradientSync
 from graphdist.sync.ddp import DdpSync
 from graphdist.sync.layerwise import LayerwiseSync
-from graphdist.sync.modes import SYNC_MODES
+from graphdist.sync.modes import SYNC_MODES, auto_without_probe
 
 
 def make_sync(
@@ -59,7 +59,7 @@ def make_sync(
     if compress == "auto":
         compress = resolve_compression(mode, model, algorithm, group)
         choices.append(f"compress {compress} (auto)")
-    if mode == "ddp":
+    if not SYNC_MODES[mode].layerwise:  # torch DDP: its own buckets, its own allreduce
         if sacp:
             warnings.warn("sacp is ignored under --sync ddp (DDP sends its own buckets); use --sync dwbp",
                           stacklevel=2)
@@ -102,14 +102,15 @@ def _layerwise(mode: str, model: nn.Module, group: Any, algorithm: Optional[Any]
 
 
 def resolve_compression(mode: str, model: nn.Module, algorithm: Optional[Any] = None, group: Any = None) -> str:
-    """``--compress auto``'s choice (timed, collective: every rank, same point); fp16 under ddp (torch's
-    hooks have no int8)."""
+    """``--compress auto``'s choice (timed, collective: every rank, same point); under a mode that can send
+    one candidate only, that one (ddp: fp16, torch's hooks have no int8)."""
     import logging
 
     from graphdist.sync.compress import choose_compression
 
-    if mode == "ddp":
-        return "fp16"
+    fixed = auto_without_probe(mode)
+    if fixed is not None:
+        return fixed
     if group is not None:
         raise ValueError("--compress auto times int8, which runs over all ranks on its own group (got a group)")
     choice = choose_compression(model, algorithm)

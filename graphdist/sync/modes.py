@@ -8,7 +8,12 @@ Example:
     (['dwbp', 'blocking', 'ddp'], ['auto', 'ring', 'hd', 'hier'])
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import Optional
+
+from graphdist.section import Section, fail
 
 
 @dataclass(frozen=True)
@@ -19,13 +24,24 @@ class SyncMode:
         summary: what it does, for ``--help``.
         owns_allreduce: it runs its own allreduce (torch DDP's buckets): ``--allreduce`` does not apply.
         layerwise: it sends each layer through graphdist's hooks: ``--sacp`` and ``--sacp-override`` apply.
-        compressions: the ``--compress`` values it can send.
+            A mode that owns its allreduce sends the compressions torch's DDP has a hook for
+            (``Compression.ddp_wrapper``); a layer-wise mode sends them all.
     """
 
     summary: str
     owns_allreduce: bool = False
     layerwise: bool = True
-    compressions: tuple[str, ...] = ("none", "fp16", "bf16", "int8", "auto")
+
+    def sends(self, compress: str) -> bool:
+        """Whether this mode can send gradients as ``compress`` (``auto``: it can send one of the candidates)."""
+        if compress == "auto":
+            return any(self.sends(name) for name in AUTO_CANDIDATES)
+        return not self.owns_allreduce or COMPRESSIONS[compress].ddp_wrapper is not None
+
+    @property
+    def compressions(self) -> tuple[str, ...]:
+        """The ``--compress`` values it can send."""
+        return tuple(name for name in (*COMPRESSIONS, "auto") if self.sends(name))
 
     @property
     def reads(self) -> frozenset[str]:
@@ -39,7 +55,7 @@ SYNC_MODES: dict[str, SyncMode] = {
     "dwbp": SyncMode("wait-free layer-wise: each layer's allreduce starts as soon as backward has its gradients"),
     "blocking": SyncMode("the same allreduce per layer, launched after backward (compute, then communicate)"),
     "ddp": SyncMode("torch DistributedDataParallel with the same seed-weighting hook", owns_allreduce=True,
-                    layerwise=False, compressions=("none", "fp16", "bf16", "auto")),
+                    layerwise=False),
 }
 # What any mode may read: the options that apply only while gradients are synced.
 SYNC_OPTIONS = frozenset({"sync", "compress", "allreduce", "sacp", "sacp_override"})
@@ -52,17 +68,72 @@ ALLREDUCE_MODES: dict[str, str] = {
     "hier": "reduce to each host's first rank, allreduce among those, send back: S per host link for 2 hosts",
 }
 
-# name -> what a gradient bucket becomes on the wire (``graphdist.sync.compress.COMPRESSIONS``)
-COMPRESS_MODES: dict[str, str] = {
-    "none": "fp32 as computed",
-    "fp16": "cast to float16 around the allreduce (half the bytes; under --sync ddp torch's fp16_compress_wrapper)",
-    "bf16": "cast to bfloat16 around the allreduce (half the bytes, fp32's range; under ddp torch's wrapper)",
-    "int8": "block-quantised int8 with one scale per 512 values and error feedback, ZeRO++ style: an "
-            "all-to-all, a local fp32 sum, an all-gather (about a quarter of the bytes; bypasses --allreduce; "
-            "not under ddp)",
-    "auto": "fp16 or int8, whichever sums a probe the size of the largest gradient faster on this job's links "
-            "(timed once at start, the slowest rank deciding; int8 pays on slow links); fp16 under ddp",
+@dataclass(frozen=True)
+class Compression:
+    """A ``--compress`` value: what a gradient bucket becomes on the wire, and what can send it.
+
+    Attributes:
+        summary: what it does, for ``--help``.
+        cast: the torch dtype (by name) the bucket is cast to around the allreduce, if it is a cast;
+            SACP's factors and the full-graph halo rows travel in it too.
+        value_bytes: bytes a gradient value costs on the wire, scales aside.
+        block_scale: one float32 scale per block of values travels with them (int8).
+        collective: ``"module:function"`` of a hook that replaces the allreduce (it bypasses
+            ``--allreduce`` and runs over all ranks on its own group); None: the allreduce sums it.
+        ddp_wrapper: the name of torch's DDP hook wrapper that sends it (``torch.distributed.
+            algorithms.ddp_comm_hooks.default_hooks``); ``""``: DDP sends it as it is; None: torch DDP cannot.
+        ddp_needs_gpu: torch's wrapper runs on NCCL only.
+    """
+
+    summary: str
+    cast: Optional[str] = None
+    value_bytes: float = 4.0
+    block_scale: bool = False
+    collective: Optional[str] = None
+    ddp_wrapper: Optional[str] = None
+    ddp_needs_gpu: bool = False
+
+    def wire_bytes(self, block: int) -> float:
+        """Bytes per gradient value on the wire, its share of its block's scale included."""
+        return self.value_bytes + (4.0 / block if self.block_scale else 0.0)
+
+
+# name -> compression. The one declaration: a new compression is an entry here and, for one that is not a
+# cast, its hook's module (``collective``). ``auto`` (below) is a choice among AUTO_CANDIDATES, not a payload.
+COMPRESSIONS: dict[str, Compression] = {
+    "none": Compression("fp32 as computed", ddp_wrapper=""),
+    "fp16": Compression("cast to float16 around the allreduce (half the bytes; under --sync ddp torch's "
+                        "fp16_compress_wrapper)", cast="float16", value_bytes=2.0, ddp_wrapper="fp16_compress_wrapper"),
+    "bf16": Compression("cast to bfloat16 around the allreduce (half the bytes, fp32's range; under ddp torch's "
+                        "wrapper)", cast="bfloat16", value_bytes=2.0, ddp_wrapper="bf16_compress_wrapper",
+                        ddp_needs_gpu=True),
+    "int8": Compression("block-quantised int8 with one scale per 512 values and error feedback, ZeRO++ style: an "
+                        "all-to-all, a local fp32 sum, an all-gather (about a quarter of the bytes; bypasses "
+                        "--allreduce; not under ddp)", value_bytes=1.0, block_scale=True,
+                        collective="graphdist.sync.compress:int8_hook"),
 }
+# What --compress auto chooses between, cheapest to run first: bf16 costs what fp16 costs, "none" twice the bytes.
+AUTO_CANDIDATES = ("fp16", "int8")
+
+# name -> what a gradient bucket becomes on the wire: the --compress choices
+COMPRESS_MODES: dict[str, str] = {
+    **{name: c.summary for name, c in COMPRESSIONS.items()},
+    "auto": "fp16 or int8, whichever sums a probe the size of the largest gradient faster on this job's links "
+            "(timed once at start, the slowest rank deciding; int8 pays on slow links); under a mode that sends "
+            "one of them only (ddp: fp16), that one",
+}
+
+
+def auto_without_probe(sync: str) -> Optional[str]:
+    """``--compress auto`` under a sync mode that can send one candidate only: that one, no probe (None: probe).
+
+    Example:
+        >>> auto_without_probe("ddp"), auto_without_probe("dwbp")
+        ('fp16', None)
+    """
+    able = [name for name in AUTO_CANDIDATES if SYNC_MODES[sync].sends(name)]
+    return able[0] if len(able) == 1 else None
+
 
 # --sacp: per Linear, dense allreduce or sufficient factors, whichever sends less
 SACP_MODES: dict[str, str] = {
@@ -76,11 +147,46 @@ SACP_MODES: dict[str, str] = {
 SACP_SCHEMES = ("dense", "sfb", "sparse")  # what one layer can be sent as (graphdist.sync.sacp)
 
 
+@dataclass(frozen=True)
+class SyncSection(Section):
+    """The gradient sync's options (``--sync``, ``--allreduce``, ``--compress``, ``--sacp``): the sync's own checks.
+
+    Example:
+        >>> SyncSection(sync="ddp", compress="int8")
+        Traceback (most recent call last):
+        ...
+        graphdist.section.ConfigError: --compress int8 needs --sync dwbp or --sync blocking (got 'int8'); \
+--sync ddp sends none, fp16, bf16, auto
+    """
+
+    sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
+    # ring on one host or NCCL (nothing to gain); across hosts the fastest of ring, hd and hier,
+    # timed once at start on the largest layer's gradient
+    allreduce: str = "auto"
+    compress: str = "none"  # exact by default; fp16/bf16/int8 trade accuracy for bytes on slow links
+    sacp: str = "auto"  # exact either way; sufficient factors only where they send fewer bytes
+    sacp_override: Optional[str] = None  # "LAYER=dense|sfb,...": force a scheme per layer (debugging)
+
+    def check(self) -> None:
+        for flag, value, choices in (("sync", self.sync, SYNC_MODES), ("allreduce", self.allreduce, ALLREDUCE_MODES),
+                                     ("compress", self.compress, COMPRESS_MODES), ("sacp", self.sacp, SACP_MODES)):
+            if value not in choices:
+                raise fail(flag, f"must be one of {', '.join(choices)}", value)
+        mode = SYNC_MODES[self.sync]
+        if not mode.sends(self.compress):
+            able = [name for name, other in SYNC_MODES.items() if self.compress in other.compressions]
+            raise fail("compress", f"{self.compress} needs " + " or ".join(f"{{{i}}}" for i in range(len(able))),
+                       self.compress, f"{{{len(able)}}} sends {', '.join(mode.compressions)}",
+                       *(("sync", name) for name in able), ("sync", self.sync))
+        if self.sacp_override:
+            parse_sacp_overrides(self.sacp_override)
+
+
 def parse_sacp_overrides(text: str) -> dict[str, str]:
     """``"layers.1.lin=sfb,layers.0.lin=dense"`` as a dict (``--sacp-override``; ``sparse`` for tables).
 
     Raises:
-        ValueError: an entry that is not ``NAME=dense``, ``NAME=sfb`` or ``NAME=sparse``.
+        ConfigError: an entry that is not ``NAME=dense``, ``NAME=sfb`` or ``NAME=sparse``.
 
     Example:
         >>> parse_sacp_overrides("layers.1.lin=sfb")
@@ -90,11 +196,10 @@ def parse_sacp_overrides(text: str) -> dict[str, str]:
     for entry in filter(None, (e.strip() for e in text.split(","))):
         name, _, scheme = entry.partition("=")
         if not name or scheme not in SACP_SCHEMES:
-            raise ValueError(f"--sacp-override: expected LAYER=dense, LAYER=sfb or LAYER=sparse, e.g. "
-                             f"layers.1.lin=sfb (got {entry!r})")
+            raise fail("sacp-override", "expects LAYER=dense, LAYER=sfb or LAYER=sparse, e.g. layers.1.lin=sfb", entry)
         out[name.strip()] = scheme
     return out
 
 
-__all__ = ["ALLREDUCE_MODES", "COMPRESS_MODES", "SACP_MODES", "SACP_SCHEMES", "SYNC_MODES", "SYNC_OPTIONS", "SyncMode",
+__all__ = ["ALLREDUCE_MODES", "AUTO_CANDIDATES", "COMPRESSIONS", "COMPRESS_MODES", "Compression", "auto_without_probe", "SACP_MODES", "SACP_SCHEMES", "SYNC_MODES", "SYNC_OPTIONS", "SyncMode", "SyncSection",
            "parse_sacp_overrides"]

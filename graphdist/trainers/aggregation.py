@@ -39,6 +39,7 @@ from graphdist.trainers.minibatch import (
     sampler_seed,
     use_prefetch,
 )
+from graphdist.models.registry import capabilities
 from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.steps import reporter, train_steps
 
@@ -109,7 +110,7 @@ class AggregationStrategy(Strategy):
         self.device = resolve_device(mine.device)
         self.partition = part = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
-        self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
+        self.with_degrees = capabilities(model).global_degrees
         # Training sees the induced subgraph only: its own degrees (GCN) in the table's last column.
         table = feature_table(part, cfg.feature_norm, with_degrees=False)
         self.local_graph = induced_graph(part, table)

@@ -209,10 +209,12 @@ def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module") -> Any:
 
     from graphdist import comm
 
+    from graphdist.sync.modes import SYNC_MODES
+
     name = ctx.cfg.allreduce
-    if ctx.cfg.sync == "ddp":
+    if SYNC_MODES[ctx.cfg.sync].owns_allreduce:
         if name not in ("auto", "ring"):
-            warnings.warn(f"--allreduce {name} is ignored under --sync ddp (torch DDP keeps its own allreduce); "
+            warnings.warn(f"--allreduce {name} is ignored under --sync {ctx.cfg.sync} (it keeps its own allreduce); "
                           f"use --sync dwbp to sum gradients with it", stacklevel=2)
         name = "ring"
     kwargs: dict[str, Any] = {}
@@ -260,9 +262,9 @@ def sync_options(cfg: "TrainConfig") -> dict[str, Any]:
         >>> sync_options(TrainConfig(sync="dwbp"))
         {'compress': 'none', 'sacp': True, 'sacp_overrides': {}}
     """
-    from graphdist.sync.modes import parse_sacp_overrides
+    from graphdist.sync.modes import SYNC_MODES, parse_sacp_overrides
 
-    sacp = cfg.sacp == "on" or (cfg.sacp == "auto" and cfg.sync != "ddp")
+    sacp = cfg.sacp == "on" or (cfg.sacp == "auto" and SYNC_MODES[cfg.sync].layerwise)
     return {"compress": cfg.compress, "sacp": sacp, "sacp_overrides": parse_sacp_overrides(cfg.sacp_override or "")}
 
 

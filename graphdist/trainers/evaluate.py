@@ -16,6 +16,7 @@ from typing import Any, Optional
 import torch
 
 from graphdist import comm
+from graphdist.models.registry import capabilities
 from graphdist.trainers.features import model_inputs
 from partition.part import Partition
 from sampling.owners import OwnerMap
@@ -83,12 +84,12 @@ def exact_inference(
         pending = fetch_rows_async(part, rows.cpu(), halo_ids, group=None, tag="eval", owners=owners)
         return SimpleNamespace(wait=lambda: pending.wait().to(device))
 
-    layer_with_halo = getattr(model, "layer_forward_with_halo", None)
+    with_halo = capabilities(model).halo_layer
     hidden = h
     for i in range(model.num_layers):
         hidden = h
-        if layer_with_halo is not None:  # the model chooses what crosses the network (LayerwiseGNN)
-            h = layer_with_halo(i, h.to(device), block, fetch_halo).cpu()
+        if with_halo:  # the model chooses what crosses the network (LayerwiseGNN)
+            h = model.layer_forward_with_halo(i, h.to(device), block, fetch_halo).cpu()
             continue
         halo = fetch_halo(h).wait()  # a model of a user's: its layer's input, halo rows after inner ones
         x = torch.cat([h.to(device), halo]) if halo.shape[0] else h.to(device)

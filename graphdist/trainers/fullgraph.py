@@ -28,6 +28,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from graphdist import comm
+from graphdist.models.registry import MODELS, capabilities
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
 from graphdist.trainers.devices import resolve_device
@@ -108,7 +109,7 @@ def check_memory(cfg: Any, meta: dict[str, Any], part_ids: Sequence[int], local_
     counts = {k: sum(int(meta["parts"][p][k]) for p in part_ids)
               for k in ("num_inner", "num_halo", "num_inner_edges")}
     which = f"part {part_ids[0]}" if len(part_ids) == 1 else f"parts {list(part_ids)}"
-    widen = cfg.heads if cfg.model == "gat" else 1
+    widen = MODELS[cfg.model].width_factor(cfg) if cfg.model in MODELS else 1
     dims = [int(meta["feature_dim"])] + [cfg.hidden * widen] * (cfg.layers - 1) + [int(meta.get("num_classes") or 1)]
     estimate = memory_estimate(counts["num_inner"], counts["num_halo"], counts["num_inner_edges"],
                                dims, cfg.staleness, widen)
@@ -144,7 +145,7 @@ class FullGraphStrategy(Strategy):
         self.partition = part = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         _check_layerwise(model)
-        self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
+        self.with_degrees = capabilities(model).global_degrees
         # Under torchrun no launcher checked before the workers started: each rank checks its part.
         self.memory = check_memory(cfg, part.meta, part.parts, int(os.environ.get("LOCAL_WORLD_SIZE",
                                                                                     cfg.num_workers)))
@@ -339,7 +340,7 @@ def sampled_block(block: Any, kept_halo: torch.Tensor, num_inner: int, p: float)
 
 
 def _check_layerwise(model: torch.nn.Module) -> None:
-    if not (hasattr(model, "layer_forward") and hasattr(model, "num_layers")):
+    if not capabilities(model).layerwise:
         raise ValueError(
             f"--strategy fullgraph runs the model layer by layer, with a halo exchange between layers: "
             f"{type(model).__name__} needs num_layers and layer_forward(i, x, block) (wrap PyG layers with "

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
+from graphdist.models.registry import capabilities
 from graphdist.trainers.features import model_inputs
 from graphdist.trainers.task_base import Task
 
@@ -176,7 +177,7 @@ class LinkPrediction(Task):
         from graphdist.trainers.evaluate import exact_inference, sampled_inference
 
         model.eval()
-        if hasattr(model, "layer_forward"):
+        if capabilities(model).layerwise:
             return exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
         return sampled_inference(model.encoder, batches.neighbor_source, batches.features, part.inner_global_ids(),
                                  self.cfg.layers, device, with_degrees)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
+from graphdist.models.registry import MODELS, capabilities
 from graphdist.plugins import call as call_hook
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
@@ -116,8 +117,8 @@ def build_model(ctx: WorkerContext, in_dim: int, num_classes: int) -> torch.nn.M
         return ctx.model
     cfg = ctx.cfg
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
-    extra = {"heads": cfg.heads} if cfg.model == "gat" else {}
-    return build_reference(cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers, dropout=cfg.dropout, **extra)
+    return build_reference(cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers, dropout=cfg.dropout,
+                           **MODELS[cfg.model].constructor_options(cfg))
 
 
 def broadcast_parameters(model: torch.nn.Module) -> None:
@@ -232,7 +233,7 @@ class MinibatchStrategy(Strategy):
         self.device = resolve_device(mine.device)
         self.partition = load_parts(ctx.partition_dir, mine.parts)
         model = build_model(ctx, int(self.partition.x.shape[1]), self.task.out_dim(self.partition.meta, cfg.hidden))
-        self.with_degrees = bool(getattr(model, "needs_global_degrees", False))
+        self.with_degrees = capabilities(model).global_degrees
         self.stretch = emulated_slowdown(rank)
         self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch, task=self.task,
                                           replicate=cfg.replicate)
@@ -431,7 +432,7 @@ class MinibatchStrategy(Strategy):
 def predictions(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,
                 with_degrees: bool) -> Predictions:
     """Logits and last hidden layer of this rank's inner nodes, keyed by original id."""
-    if not hasattr(model, "layer_forward"):
+    if not capabilities(model).layerwise:
         raise ValueError("--predict needs a model with layer_forward (num_layers, layer_forward(i, x, block))")
     logits, hidden = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners,
                                      keep_hidden=True)

@@ -28,6 +28,7 @@ from graphdist.data.memory import peak_rss_bytes
 from graphdist.config import TrainConfig
 from graphdist.config import replace as replace_cfg
 from graphdist.plugins import load_plugins_from_environment
+from graphdist.section import fail_at
 from graphdist.trainers.heap import frozen_heap
 from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
 from graphdist.trainers.devices import cluster_spec, heterogeneous, resolve_device  # noqa: F401 - heterogeneous: re-exported
@@ -67,15 +68,14 @@ def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainCo
         return cfg
     spec = cluster_spec(cfg.cluster)
     if world_size is None and len(spec.hosts) > 1:
-        raise ValueError(f"--cluster {cfg.cluster} has {len(spec.hosts)} hosts; the local launcher runs one host's "
-                         f"workers: start each host with torchrun (see docs/multi-node.md#2-torchrun)")
+        raise fail_at("cluster", cfg.cluster, f"has {len(spec.hosts)} hosts; the local launcher runs one host's "
+                      "workers: start each host with torchrun (see docs/multi-node.md#2-torchrun)")
     if world_size is not None and world_size != spec.num_workers:
-        raise ValueError(f"--cluster {cfg.cluster} lists {spec.num_workers} workers but the job has "
-                         f"WORLD_SIZE={world_size}")
+        raise fail_at("cluster", cfg.cluster, f"lists {spec.num_workers} workers but the job has WORLD_SIZE={world_size}")
     devices = tuple(w.device for w in spec.workers)
     if cfg.devices not in (("cpu",), devices):
-        raise ValueError(f"--devices {','.join(cfg.devices)} contradicts --cluster {cfg.cluster} "
-                         f"({','.join(devices)}); give one of them")
+        raise fail_at("devices", cfg.devices, f"contradicts {{0}} ({','.join(devices)}); give one of them",
+                      ("cluster", cfg.cluster))
     memory = min(w.memory_bytes for w in spec.workers) / 2**30
     return replace_cfg(cfg, num_workers=spec.num_workers, devices=devices,
                        max_memory=cfg.max_memory if cfg.max_memory is not None else memory)

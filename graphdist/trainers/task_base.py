@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import torch
 
+from graphdist.models.registry import capabilities
 from graphdist.trainers.features import model_inputs
 from partition.part import Partition
 
@@ -89,7 +90,7 @@ class Task(abc.ABC):
         models without ``layer_forward``."""
         from graphdist.trainers.evaluate import evaluated_nodes, exact_inference, sampled_inference
 
-        if hasattr(model, "layer_forward"):
+        if capabilities(model).layerwise:
             out = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
             return self.metrics(self.predict(out), part)
         nodes = evaluated_nodes(part)

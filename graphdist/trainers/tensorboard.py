@@ -29,11 +29,13 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from graphdist.section import fail
+
 logger = logging.getLogger(__name__)
 
 TENSORBOARD_DIR = "tensorboard"
 STEP_LOSS_TAG = "step/loss"
-MISSING = "--tensorboard needs the tensorboard package: pip install 'graphdist[tensorboard]'"
+MISSING = "needs the tensorboard package: pip install 'graphdist[tensorboard]'"
 
 
 def require_tensorboard(enabled: bool) -> None:
@@ -46,7 +48,7 @@ def require_tensorboard(enabled: bool) -> None:
         >>> require_tensorboard(False)  # not asked for: nothing to check
     """
     if enabled and importlib.util.find_spec("tensorboard") is None:
-        raise ValueError(MISSING)
+        raise fail("tensorboard", MISSING, None)
 
 
 def epoch_scalars(record: Mapping[str, Any]) -> dict[str, float]:

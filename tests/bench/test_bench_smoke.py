@@ -27,7 +27,7 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py",
           "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py",
-          "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_resume.py", "bench_sampler.py",
+          "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
           "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_train.py",
           "check_cuda.py")
 
@@ -450,3 +450,26 @@ def test_bench_resume(tmp_path):
     assert row["id"] == combo and row["outcome"] == "equal", row
     assert sorted(row["runs_s"]) == ["first epoch", "resume", "straight"]
     assert (tmp_path / "resume-workers.log").exists()  # the workers' banners went there, not into the table
+
+
+def test_bench_same_runs_compares_records_and_catches_a_difference(tmp_path):
+    out = tmp_path / "same.json"
+    res = _bench("bench_same_runs.py", "--before", "HEAD", "--cases", "tiny", "--out", out, timeout=300)
+    doc = _read(out, "before", "rows")
+    # The working tree against its own last commit: equal unless this checkout has uncommitted training changes.
+    assert [r["case"] for r in doc["rows"]] == ["tiny"] and res.returncode == (0 if doc["rows"][0]["same"] else 1)
+    if os.environ.get("CI") == "true":  # a clean clone: the tree is its commit, so the runs are the same
+        assert doc["rows"][0]["same"], doc["rows"][0]["differences"]
+    import torch
+
+    sys.path.insert(0, str(BENCH))
+    from bench_same_runs import compare
+
+    for side, (loss, weight) in {"a": (0.5, 1.0), "b": (0.5, 1.0), "c": (0.25, 2.0)}.items():
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "loss": loss, "epoch_time_s": weight})
+                                                       + "\n")
+        torch.save({"model": {"w": torch.full((2,), weight)}}, tmp_path / side / "checkpoint.pt")
+    assert compare(tmp_path / "a", tmp_path / "b") == []
+    assert compare(tmp_path / "a", tmp_path / "c") == ["epoch 1 loss: 0.5 before, 0.25 after", "parameter w differs"]
+

@@ -96,9 +96,9 @@ def test_gradient_exchange_overlaps_backward_under_dwbp_only():
     w = _worker(compute_ms=30.0, rows_per_seed=1000.0)  # K large: SACP keeps every layer dense
     lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
     dense = 4 * (256 * 512 + 256) + 4 * (16 * 256 + 16)
-    blocking = simulate([w, w], [100, 100], lay, steps=1, model=SHAPE, sync="blocking")
+    blocking = simulate([w, w], [100, 100], lay, steps=1, model=SHAPE, overlap=False)
     assert blocking.sync_s == pytest.approx(8 * dense / 100e6, rel=0.02)  # 2 (P-1)/P = 1 of the bytes
-    dwbp = simulate([w, w], [100, 100], lay, steps=1, model=SHAPE, sync="dwbp")
+    dwbp = simulate([w, w], [100, 100], lay, steps=1, model=SHAPE, overlap=True)
     assert 0 < dwbp.sync_s < blocking.sync_s
 
 
@@ -112,8 +112,8 @@ def test_dwbp_sends_a_middle_layer_after_its_weight_gradient_half_way_through_it
     linears = (("layers.0.lin", 2, 2), ("layers.1.lin", 1024, 1024), ("layers.2.lin", 2, 1024))
     shape = ModelShape(linears=linears, param_bytes=sum(4 * (o * i + o) for _, o, i in linears))
     lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
-    blocking = simulate([w, w], [100, 100], lay, steps=1, model=shape, sync="blocking", sacp=False)
-    dwbp = simulate([w, w], [100, 100], lay, steps=1, model=shape, sync="dwbp", sacp=False)
+    blocking = simulate([w, w], [100, 100], lay, steps=1, model=shape, overlap=False, sacp=False)
+    dwbp = simulate([w, w], [100, 100], lay, steps=1, model=shape, overlap=True, sacp=False)
     assert dwbp.sync_s == pytest.approx(blocking.sync_s - 0.010, abs=2e-4)
 
 
@@ -121,8 +121,8 @@ def test_a_links_burst_carries_the_first_bytes_of_each_steps_gradients_at_once()
     w = _worker(compute_ms=30.0, rows_per_seed=1000.0)
     dense = 4 * (256 * 512 + 256) + 4 * (16 * 256 + 16)
     plain, burst = (Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0, burst_bytes=b) for b in (0.0, 64 * 1024))
-    a = simulate([w, w], [100, 100], plain, steps=1, model=SHAPE, sync="blocking")
-    b = simulate([w, w], [100, 100], burst, steps=1, model=SHAPE, sync="blocking")
+    a = simulate([w, w], [100, 100], plain, steps=1, model=SHAPE, overlap=False)
+    b = simulate([w, w], [100, 100], burst, steps=1, model=SHAPE, overlap=False)
     assert a.sync_s - b.sync_s == pytest.approx(8 * 64 * 1024 / 100e6)  # the bucket's bytes cost nothing
     assert b.sync_s == pytest.approx(8 * (dense - 64 * 1024) / 100e6, rel=0.02)
 
@@ -135,7 +135,7 @@ def test_the_bucket_refills_only_while_the_link_idles():
     plain = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
     for sent, idle in ((0.0, 0.003), (80.0, 0.003 - 8 * 8000 / 100e6)):
         w = _worker(compute_ms=3.0, sent_per_seed=sent, rows_per_seed=1000.0)
-        a, b = (simulate([w, w], [100, 100], x, steps=1, model=SHAPE, sync="blocking") for x in (plain, lay))
+        a, b = (simulate([w, w], [100, 100], x, steps=1, model=SHAPE, overlap=False) for x in (plain, lay))
         assert a.sync_s - b.sync_s == pytest.approx(idle), sent
 
 
@@ -146,7 +146,7 @@ def test_the_bucket_refills_through_the_slowest_workers_stretched_compute():
     lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0, burst_bytes=64 * 1024)
     plain = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
     w = _worker(compute_ms=3.0, sent_per_seed=0.0, rows_per_seed=1000.0)
-    a, b = (simulate([w, w], [100, 100], x, steps=1, model=SHAPE, sync="blocking", slowdown=[1.0, 2.0])
+    a, b = (simulate([w, w], [100, 100], x, steps=1, model=SHAPE, overlap=False, slowdown=[1.0, 2.0])
             for x in (plain, lay))
     assert a.sync_s - b.sync_s == pytest.approx(8 * 64 * 1024 / 100e6)
 
@@ -154,8 +154,8 @@ def test_the_bucket_refills_through_the_slowest_workers_stretched_compute():
 def test_sacp_sends_factors_when_poseidons_rule_picks_them():
     few = _worker(rows_per_seed=0.2)  # K = 20 rows: 20 (256 + 512) < 2 * 256 * 512 / 2
     lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
-    dense = simulate([few, few], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=False)
-    sfb = simulate([few, few], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=True)
+    dense = simulate([few, few], [100, 100], lay, steps=1, model=SHAPE, overlap=False, sacp=False)
+    sfb = simulate([few, few], [100, 100], lay, steps=1, model=SHAPE, overlap=False, sacp=True)
     assert sfb.sync_s < dense.sync_s / 5
 
 
@@ -163,16 +163,16 @@ def test_compression_moves_fewer_bytes_and_sacp_weighs_its_factors_against_them(
     lay = Layout.hosts_of([1, 1], link_bps=100e6, latency_s=0.0)
     int8 = Wire(grad=1 + 4 / 512)
     many = _worker(compute_ms=30.0, rows_per_seed=1000.0)  # dense either way
-    fp32 = simulate([many, many], [100, 100], lay, steps=1, model=SHAPE, sync="blocking")
-    half = simulate([many, many], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", wire=Wire(2.0, 2.0))
+    fp32 = simulate([many, many], [100, 100], lay, steps=1, model=SHAPE, overlap=False)
+    half = simulate([many, many], [100, 100], lay, steps=1, model=SHAPE, overlap=False, wire=Wire(2.0, 2.0))
     assert half.sync_s == pytest.approx(fp32.sync_s / 2, rel=0.02)
     # K = 60 rows: float32 factors (60 x 768 x 4 bytes) beat the float32 ring (256 x 512 x 4) but
     # not int8's (256 x 512 x 1.008): the layer goes dense, as the sync's rule decides.
     mid = _worker(rows_per_seed=0.6)
-    exact = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=True)
-    quarter = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=True, wire=int8)
-    dense = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=False)
-    dense_int8 = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, sync="blocking", sacp=False, wire=int8)
+    exact = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, overlap=False, sacp=True)
+    quarter = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, overlap=False, sacp=True, wire=int8)
+    dense = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, overlap=False, sacp=False)
+    dense_int8 = simulate([mid, mid], [100, 100], lay, steps=1, model=SHAPE, overlap=False, sacp=False, wire=int8)
     assert exact.sync_s < dense.sync_s / 2 and quarter.sync_s == pytest.approx(dense_int8.sync_s)
     from graphdist.sync.sacp_capture import sacp_choice
     assert sacp_choice([60, 60], 256, 512) == "sfb" and sacp_choice([60, 60], 256, 512, 2, 4.0, 1 + 4 / 512) == "dense"
@@ -334,19 +334,19 @@ def test_plan_predicts_fullgraph_from_a_fullgraph_profile_with_the_spec_duplex(t
         assert main(["--partitions", str(out), "--cluster", str(spec), "--profile", str(profile),
                      "--json", str(doc)]) == 0
         text = capsys.readouterr().out
-        assert "fullgraph s=0" in text and "fullgraph s=1" in text and "recommended: --strategy fullgraph" in text
+        assert "fullgraph --staleness 0" in text and "fullgraph --staleness 1" in text and "recommended: --strategy fullgraph" in text
         epochs[duplex] = {k: v["epoch_s"] for k, v in json.loads(doc.read_text())["simulated"].items()}
     # Both hosts send 100k rows x 64 per exchange: at half duplex the blocking exchanges take twice as long.
     exchange = 4 * 8.0 * 4 * 100_000 * 64 / 100e6
-    assert epochs[1.0]["fullgraph s=1"] == pytest.approx(exchange, rel=0.01)
-    assert epochs[0.5]["fullgraph s=0"] - epochs[1.0]["fullgraph s=0"] == pytest.approx(exchange, rel=0.01)
+    assert epochs[1.0]["fullgraph --staleness 1"] == pytest.approx(exchange, rel=0.01)
+    assert epochs[0.5]["fullgraph --staleness 0"] - epochs[1.0]["fullgraph --staleness 0"] == pytest.approx(exchange, rel=0.01)
     # Profiled under --compress bf16: the halo travels in 2 bytes a value, half the stale step's exchange.
     doc = json.loads(profile.read_text())
     profile.write_text(json.dumps({**doc, "key": {"compress": "bf16"}}))
     assert main(["--partitions", str(out), "--cluster", str(spec), "--profile", str(profile),
                  "--json", str(tmp_path / "bf16.json")]) == 0
     assert "bytes as --compress bf16, as profiled" in capsys.readouterr().out
-    bf16 = json.loads((tmp_path / "bf16.json").read_text())["simulated"]["fullgraph s=1"]["epoch_s"]
+    bf16 = json.loads((tmp_path / "bf16.json").read_text())["simulated"]["fullgraph --staleness 1"]["epoch_s"]
     assert bf16 == pytest.approx(exchange / 2, rel=0.01)
     bad = tmp_path / "bad.yaml"
     bad.write_text("duplex: 1.5\nhosts:\n  - {name: h0, workers: [{device: cpu}]}\n")

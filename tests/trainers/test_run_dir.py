@@ -342,7 +342,7 @@ def test_api_refusals_name_the_api_keyword(tmp_path, parts):
 
     with pytest.raises(ValueError, match=r"^batch_size= must be >= 1 \(got 0\)"):
         train(None, parts["a"], num_workers=1, batch_size=0, run_dir=str(tmp_path / "r"))
-    with pytest.raises(FileNotFoundError, match=r"^partitions= .*nope: no such directory"):
+    with pytest.raises(FileNotFoundError, match=r"^partitions='.*nope': no such directory"):
         train(None, tmp_path / "nope", num_workers=1, run_dir=str(tmp_path / "r"))
 
 
