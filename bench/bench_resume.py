@@ -432,6 +432,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pairwise", action="store_true", help="the pairwise-covering subset (the suite's), not all")
     p.add_argument("--limit", type=int, default=0, help="the first N combinations only (0: all)")
+    p.add_argument("--sample", type=int, default=0,
+                   help="N combinations drawn at random (seeded by --seed) from the valid ones not in the pairwise "
+                        "subset, when the full matrix takes longer than there is (0: none drawn)")
+    p.add_argument("--seed", type=int, default=0, help="--sample's draw")
     p.add_argument("--where", nargs="+", default=[], metavar="OPTION=V1,V2",
                    help="only combinations with these values, e.g. --where compress=int8,auto sync=dwbp")
     p.add_argument("--only", default="", help="combinations whose id contains this text, e.g. "
@@ -441,8 +445,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--list", action="store_true", help="print the combinations and exit (nothing trained)")
     p.add_argument("--out", default=str(RESULTS / "resume.json"))
     args = p.parse_args(argv)
-    if args.limit < 0:
-        p.error(f"--limit must be >= 0 (got {args.limit})")
+    if args.limit < 0 or args.sample < 0:
+        p.error(f"--limit and --sample must be >= 0 (got {args.limit}, {args.sample})")
+    if args.sample and args.pairwise:
+        p.error("--sample draws from outside the pairwise subset: give one of --sample and --pairwise")
     where: dict[str, set[str]] = {}
     for item in args.where:
         name, _, values = item.partition("=")
@@ -454,6 +460,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     valid = valid_combinations(space)
     subset = pairwise(valid)
     chosen = subset if args.pairwise else valid
+    if args.sample:
+        import random
+
+        rest = [c for c in valid if c not in subset]
+        chosen = random.Random(args.seed).sample(rest, min(args.sample, len(rest)))
     chosen = [c for c in chosen if args.only in combo_id(c) and all(c[k] in v for k, v in where.items())]
     chosen = chosen[: args.limit] if args.limit else chosen
     total = 1
@@ -473,7 +484,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
                               "space": {k: list(v) for k, v in space.items()}, "run": RUN,
                               "aggregation": AGGREGATION, "valid": len(valid),
-                              "pairwise": len(subset), "mode": "pairwise" if args.pairwise else "full"}
+                              "pairwise": len(subset),
+                              "mode": ("pairwise" if args.pairwise else f"sample of {len(chosen)} (seed {args.seed})"
+                                       if args.sample else "full")}
     rows: list[dict[str, Any]] = []
     width = max([len(combo_id(c)) for c in chosen] + [11])
     print(f"\n{'combination':<{width}}  {'outcome':<8} {'s':>6}  detail")
