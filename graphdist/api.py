@@ -26,6 +26,7 @@ from graphdist.models.registry import capabilities
 from graphdist.options import STRATEGIES
 from graphdist.runlog import best_epoch
 from graphdist.section import ConfigError, ConfigPathError, fail, fail_at
+from partition.handle import PartitionDir
 
 logger = logging.getLogger("graphdist")
 
@@ -140,6 +141,7 @@ class Trainer:
         self.config = config
         self.model = model
         self.started = False  # whether a worker ran (errors before it exit 2, after it 1)
+        self.partitions: Optional[PartitionDir] = None  # opened by prepare_partitions
         if model is not None and not capabilities(model).layerwise:
             logger.info("user model has no layer_forward: evaluation uses full-neighbour blocks on the whole model")
 
@@ -174,10 +176,11 @@ class Trainer:
         if int(meta["num_parts"]) > cfg.num_workers:
             from graphdist.trainers.run import plan_job
 
-            plan = plan_job(str(path), cfg, cfg.num_workers)  # refused here, before any worker starts
+            plan = plan_job(PartitionDir(path, meta), cfg, cfg.num_workers)  # refused here, before any worker starts
             logger.info("%s parts on %d workers: %s", meta["num_parts"], cfg.num_workers,
                         "; ".join(f"rank {r.rank} parts {list(r.parts)}" for r in plan.ranks))
         self.config = replace(cfg, partitions=str(path), dataset=str(meta.get("dataset") or cfg.source))
+        self.partitions = PartitionDir(path, meta)  # opened once: the checks, the launcher and the workers share it
         return path
 
     @staticmethod
@@ -253,27 +256,26 @@ class Trainer:
                 raise fail("partitions", "is needed under torchrun/SLURM (partition once, before the job)", None,
                            "pass {0}", ("partitions", "DIR"))
             self.config = self._job_size(cfg, env)
-        part_dir = self.prepare_partitions()
+        self.prepare_partitions()
+        partitions = self.partitions
         cfg = self.config = replace(self.config, run_dir=str(run_dir), resume=str(run_dir) if cfg.resume else None)
-        from partition.api import content_checksum, read_meta
-
-        checksum = content_checksum(read_meta(part_dir))
+        checksum = partitions.checksum
         if cfg.resume:
             from graphdist.resume import check_resume
 
             check_resume(cfg, checksum)
-        self._check_strategy(cfg, part_dir, env)
+        self._check_strategy(cfg, partitions, env)
         if env.kind != "local":
             if not cfg.resume and not cfg.overwrite and runlog.recorded_run(run_dir):
                 runlog.claim_for_new_run(run_dir, overwrite=False)  # every rank refuses, before any joins
-            return self._run_job_rank(cfg, env, run_dir, part_dir, checksum)
+            return self._run_job_rank(cfg, env, run_dir, partitions, checksum)
         existed = run_dir.exists()
         with runlog.locked(run_dir):
             if not cfg.resume:  # refused, or moved aside with --overwrite: a run's record is never lost
                 runlog.claim_for_new_run(run_dir, cfg.overwrite)
             self._start_record(cfg, run_dir, checksum, env.run_id)
             try:
-                history = self._spawn(cfg, run_dir, part_dir)
+                history = self._spawn(cfg, run_dir, partitions)
             except BaseException as exc:
                 self._record_failure(run_dir, exc, created=not existed)
                 raise
@@ -295,7 +297,7 @@ class Trainer:
                             error=None, **new)
         logger.debug("config: %s", cfg.to_dict())
 
-    def _spawn(self, cfg: TrainConfig, run_dir: Path, part_dir: Path) -> list[dict[str, Any]]:
+    def _spawn(self, cfg: TrainConfig, run_dir: Path, partitions: PartitionDir) -> list[dict[str, Any]]:
         from graphdist import runlog
         from graphdist.launch import spawn
         from graphdist.trainers.run import spawned_worker
@@ -310,9 +312,9 @@ class Trainer:
             if cfg.num_workers == 1:
                 from graphdist.trainers.run import worker_main
 
-                return worker_main(0, 1, cfg, str(part_dir), str(run_dir), init, model=self.model)
+                return worker_main(0, 1, cfg, partitions, str(run_dir), init, model=self.model)
             spawn(spawned_worker, cfg.num_workers,
-                  args=(cfg.num_workers, cfg, str(part_dir), str(run_dir), init, self.model))
+                  args=(cfg.num_workers, cfg, partitions, str(run_dir), init, self.model))
             return runlog.read_metrics(run_dir)
 
     @staticmethod
@@ -331,7 +333,7 @@ class Trainer:
         runlog.write_status(run_dir, status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
                             error=first)
 
-    def _run_job_rank(self, cfg: TrainConfig, env: Any, run_dir: Path, part_dir: Path,
+    def _run_job_rank(self, cfg: TrainConfig, env: Any, run_dir: Path, partitions: PartitionDir,
                       checksum: str) -> TrainResult:
         """Under torchrun/SLURM: rank 0 locks and records the run directory, then every rank trains."""
         import contextlib
@@ -346,21 +348,19 @@ class Trainer:
                     runlog.claim_for_new_run(run_dir, cfg.overwrite)
                 self._start_record(cfg, run_dir, checksum, env.run_id)
             self.started = True
-            history = worker_main(env.rank, env.world_size, cfg, str(part_dir), str(run_dir), env.init_method,
+            history = worker_main(env.rank, env.world_size, cfg, partitions, str(run_dir), env.init_method,
                                   model=self.model)
             if env.rank == 0:
                 runlog.write_status(run_dir, status="complete")
         return self._result(history, run_dir)
 
-    def _check_strategy(self, cfg: TrainConfig, part_dir: Path, env: Any) -> None:
+    def _check_strategy(self, cfg: TrainConfig, partitions: PartitionDir, env: Any) -> None:
         """The strategy's own refusals (model kind, memory), before any worker starts; then the
         warnings about a run that cannot go well (too few steps to learn, more local workers than cores)."""
         from graphdist.trainers.base import strategy_class
-        from partition.api import read_meta
-
         from graphdist.trainers.tasks import make_task
 
-        meta = read_meta(part_dir)
+        meta = partitions.meta
         make_task(cfg.task, meta, cfg)  # a partition made for the other task is refused here
         strategy = strategy_class(cfg.strategy)
         strategy.check(cfg, meta, self.model)

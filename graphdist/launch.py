@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
-from graphdist.section import fail
+from graphdist.section import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -170,9 +170,9 @@ def worker_cores(usable: Sequence[int], threads: Sequence[int], local_rank: int,
         return None
     if wanted > len(usable):
         if setting:
-            raise fail("bind-cores", f"is on but {len(threads)} workers with {wanted} threads in all need {wanted} "
-                       f"cores; this machine lets the job use {len(usable)}", None,
-                       "fewer {0} or {1}, or {2}", ("num_workers", None), ("threads", None), ("bind_cores", False))
+            raise ConfigError("bind_cores", f": {len(threads)} workers with {wanted} threads in all need {wanted} "
+                              f"cores; this machine lets the job use {len(usable)} (fewer {{0}} or {{1}}, or {{2}})",
+                              mentions=(("num_workers", None), ("threads", None), ("bind_cores", False)))
         return None
     if setting is None and wanted < len(usable):
         return None

@@ -139,6 +139,8 @@ def _setting(name: str, value: Any, words: str) -> str:
         value = os.fspath(value)
     if words == "api":
         return f"{name}={value!r}"
+    if isinstance(value, bool):  # a switch: --overwrite, --no-bind-cores
+        return f"--{'' if value else 'no-'}{name.replace('_', '-')}"
     shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
     return f"--{name.replace('_', '-')} {shown}"
 

@@ -326,13 +326,14 @@ def part_files(meta: dict, part_id: int) -> list[str]:
     return sorted(f for f in meta.get("files", {}) if f.startswith(prefix)) + ["orig_ids.npy"]
 
 
-def load_partition(path: PathLike, part_id: int, verify: bool = True) -> Partition:
+def load_partition(path: PathLike, part_id: int, verify: bool = True, meta: Optional[dict] = None) -> Partition:
     """Opens part ``part_id`` of a partition directory, memory-mapped.
 
     Args:
         path: the partition directory.
         part_id: which part, ``0 <= part_id < num_parts``.
         verify: check sha256 of the files this part reads (default True; False for speed).
+        meta: the directory's ``meta.json`` when the caller has read it (``partition.handle.PartitionDir``).
 
     Returns:
         The `Partition`; arrays are copy-on-write memory maps (nothing large read eagerly).
@@ -350,7 +351,7 @@ def load_partition(path: PathLike, part_id: int, verify: bool = True) -> Partiti
         (True, True)
     """
     root = Path(path)
-    meta = read_meta(root)
+    meta = meta if meta is not None else read_meta(root)
     num_parts = int(meta["num_parts"])
     if not 0 <= int(part_id) < num_parts:
         raise ValueError(f"part_id: expected 0 <= part_id < {num_parts} (got {part_id})")

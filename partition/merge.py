@@ -82,7 +82,7 @@ def merge_partitions(parts: Sequence[Partition]) -> Partition:
     )
 
 
-def load_parts(path: object, part_ids: Sequence[int], verify: bool = True) -> Partition:
+def load_parts(path: object, part_ids: Sequence[int], verify: bool = True, meta: Optional[dict] = None) -> Partition:
     """The parts ``part_ids`` of a partition directory as one ``Partition`` (memory-mapped when one).
 
     Example:
@@ -95,7 +95,7 @@ def load_parts(path: object, part_ids: Sequence[int], verify: bool = True) -> Pa
     """
     from partition.format import load_partition
 
-    return merge_partitions([load_partition(path, p, verify=verify) for p in part_ids])
+    return merge_partitions([load_partition(path, p, verify=verify, meta=meta) for p in part_ids])
 
 
 def _append_rows(part: Partition, rows: torch.Tensor, ptrs: list[torch.Tensor], cols: list[torch.Tensor]) -> None:

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from graphdist.data.paths import human_bytes
 from placement.plan import Plan, RankPlan, steps_per_epoch
@@ -110,6 +110,49 @@ def assign_parts(work: Sequence[float], memory: Sequence[float], part_edges: Seq
     if empty_workers:
         raise PlacementError(f"workers {empty_workers} got no part (memory or balance); use more parts")
     return [sorted(ps) for ps in on]
+
+
+def job_plan(meta: dict, world_size: int, batch_size: int, devices: Sequence[str], max_steps: int,
+             part_edges: Callable[[], Sequence[Sequence[int]]], workers: Sequence[object] = (),
+             where: str = "the partition") -> Plan:
+    """The job's start ``Plan`` from a partition directory's ``meta.json`` (pure: every rank gets the same).
+
+    One part per worker: part ``i`` on rank ``i``. More parts than workers: :func:`assign_parts`
+    groups them (each worker's memory holds its parts, train nodes follow the workers' speeds,
+    connected parts together) and every worker trains on the union of its parts. Shares follow
+    each worker's train nodes, so an epoch still visits every train node once.
+
+    Args:
+        part_edges: the parts' edge counts between them, read only where parts are grouped.
+        workers: the cluster's workers (``speed``, ``memory_bytes``); default: ``world_size`` alike.
+        where: the partition as messages name it (its directory).
+
+    Raises:
+        ValueError: fewer parts than workers; ``PlacementError`` (a ValueError): the parts fit no
+            worker's memory, naming the part, the worker and the shortfall.
+
+    Example:
+        >>> meta = {"num_parts": 2, "parts": [{"num_train": 8, "num_inner": 10, "num_halo": 2, "num_edges": 30},
+        ...                                   {"num_train": 8, "num_inner": 10, "num_halo": 2, "num_edges": 30}],
+        ...         "feature_dim": 4}
+        >>> job_plan(meta, 2, 4, ("cpu",), 0, part_edges=lambda: []).steps_per_epoch
+        4
+    """
+    from placement.plan import default_plan, grouped_plan
+
+    num_parts = int(meta["num_parts"])
+    counts, memory = part_loads(meta)
+    if num_parts == world_size:
+        return default_plan(counts, batch_size, devices, max_steps)
+    if num_parts < world_size:
+        raise ValueError(f"{where} has {num_parts} parts but the job has {world_size} workers; repartition "
+                         f"with --num-parts {world_size} (or a multiple of it) or run --num-workers {num_parts}")
+    if not workers:
+        from placement.cluster import local_cluster
+
+        workers = local_cluster(world_size).workers
+    groups = assign_parts(counts, memory, part_edges(), [w.speed for w in workers], [w.memory_bytes for w in workers])
+    return grouped_plan(groups, counts, batch_size, devices, max_steps)
 
 
 def cut_between_workers(assignment: Sequence[Sequence[int]], part_edges: Sequence[Sequence[int]]) -> int:

@@ -258,3 +258,16 @@ def test_only_trainers_import_placement_and_only_comm_touches_torch_distributed(
                 _layer(m) == "placement" and m != "placement.options" for m in graph[module]):
             wrong.append(f"{module} imports placement")
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_strategy_imports_another_or_the_loop():
+    # The loop (trainers/run.py) knows the Strategy interface only; what strategies share is the kit
+    # (trainers/kit.py, trainers/batches.py), never another strategy.
+    from graphdist.options import STRATEGIES
+
+    graph = _import_graph()
+    strategies = {spec.target.split(":")[0] for spec in STRATEGIES.values()}
+    wrong = [f"{module} imports {target} (line {line})" for module in sorted(strategies)
+             for target, line in graph[module].items() if target in strategies or target == "graphdist.trainers.run"]
+    wrong += [f"graphdist.trainers.run imports {target}" for target in graph["graphdist.trainers.run"] if target in strategies]
+    assert not wrong, "\n".join(wrong)

@@ -26,20 +26,13 @@ from typing import Any, Optional, Sequence
 import torch
 
 from graphdist import comm
+from graphdist.models.registry import capabilities
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      gradient_allreduce, job_sync)
+from graphdist.trainers.batches import DistributedBatches
 from graphdist.trainers.devices import resolve_device
 from graphdist.trainers.features import feature_table
-from graphdist.trainers.minibatch import (
-    DistributedBatches,
-    broadcast_parameters,
-    build_model,
-    loader_seed,
-    predictions,
-    sampler_seed,
-    use_prefetch,
-)
-from graphdist.models.registry import capabilities
+from graphdist.trainers.kit import broadcast_parameters, build_model, loader_seed, predictions, sampler_seed, use_prefetch
 from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.steps import reporter, train_steps
 
@@ -101,14 +94,13 @@ class AggregationStrategy(Strategy):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        from partition.merge import load_parts
         from sampling import NeighborSampler, NodeLoader
         from graphdist.sync import NoSync
 
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
-        self.partition = part = load_parts(ctx.partition_dir, mine.parts)
+        self.partition = part = ctx.partitions.load(mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         self.with_degrees = capabilities(model).global_degrees
         # Training sees the induced subgraph only: its own degrees (GCN) in the table's last column.

@@ -64,8 +64,6 @@ def start_banner(strategy: Any, run_dir: Any, cores: Optional[Sequence[int]] = N
     """
     from importlib.metadata import PackageNotFoundError, version
 
-    from partition.api import read_meta
-
     try:
         title = f"graphdist {version('graphdist')}"
     except PackageNotFoundError:  # run from a source tree that was never installed
@@ -73,7 +71,7 @@ def start_banner(strategy: Any, run_dir: Any, cores: Optional[Sequence[int]] = N
 
     ctx = strategy.ctx
     cfg = ctx.cfg
-    meta = read_meta(ctx.partition_dir)
+    meta = ctx.partitions.meta
     rows = [
         ("data", _data_row(meta, cfg.task)),
         ("partitions", _partition_row(meta, ctx.world_size)),

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py r
 
     from graphdist.comm.topology import Topology
     from graphdist.config import TrainConfig
+    from partition.handle import PartitionDir
     from placement.plan import Plan
 
 # The strategies and tasks, and what each reads, are declared in ``graphdist.options`` (a floor
@@ -41,7 +42,7 @@ class WorkerContext:
     Attributes:
         rank, world_size: this worker and the job's size.
         cfg: the resolved config.
-        partition_dir: the partition directory.
+        partitions: the partition directory, opened once (``partition.handle.PartitionDir``).
         plan: who holds what (parts, device, batch share per rank).
         topology: which ranks share a host (None: unknown).
         model: the user's model, or None to build ``cfg.model``.
@@ -55,7 +56,7 @@ class WorkerContext:
     rank: int
     world_size: int
     cfg: "TrainConfig"
-    partition_dir: str
+    partitions: "PartitionDir"
     plan: "Plan"
     topology: Optional["Topology"] = None
     model: Optional["torch.nn.Module"] = None
@@ -128,7 +129,6 @@ class Strategy(abc.ABC):
 
     def __init__(self, ctx: WorkerContext) -> None:
         from graphdist.trainers.tasks import make_task
-        from partition.api import read_meta
 
         self.ctx = ctx
         self.model: "torch.nn.Module"
@@ -136,7 +136,7 @@ class Strategy(abc.ABC):
         # --precision fp16's loss scalers by name (``precision.loss_scaler``; disabled ones otherwise),
         # each rank's in its checkpoint state.
         self.scalers: dict[str, Any] = {}
-        self.task = make_task(ctx.cfg.task, read_meta(ctx.partition_dir), ctx.cfg)  # the loss and the metrics
+        self.task = make_task(ctx.cfg.task, ctx.partitions.meta, ctx.cfg)  # the loss and the metrics
 
     @property
     def steps_per_epoch(self) -> int:

@@ -35,7 +35,7 @@ from graphdist.trainers.devices import resolve_device
 from graphdist.trainers.evaluate import exact_inference, full_block
 from graphdist.trainers.features import feature_table
 from graphdist.trainers.fullgraph_net import FullGraphNet
-from graphdist.trainers.minibatch import broadcast_parameters, build_model, class_labels
+from graphdist.trainers.kit import broadcast_parameters, build_model, class_labels
 from graphdist.trainers.precision import autocast, loss_scaler
 
 logger = logging.getLogger(__name__)
@@ -136,13 +136,12 @@ class FullGraphStrategy(Strategy):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        from partition.merge import load_parts
         from sampling.owners import OwnerMap
 
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
-        self.partition = part = load_parts(ctx.partition_dir, mine.parts)
+        self.partition = part = ctx.partitions.load(mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         _check_layerwise(model)
         self.with_degrees = capabilities(model).global_degrees

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.models.registry import capabilities
+from graphdist.section import fail_at
 from graphdist.trainers.features import model_inputs
 from graphdist.trainers.task_base import Task
 
@@ -83,9 +84,9 @@ class LinkPrediction(Task):
 
     def __init__(self, meta: dict[str, Any], cfg: Any) -> None:
         if meta.get("task") != "link":
-            raise ValueError("--task link: the partition holds no edge split (its graph still has every edge); "
-                             "partition with graphdist-partition --task link, or let graphdist-train partition "
-                             "--dataset on the fly")
+            raise fail_at("task", "link", "the partition holds no edge split (its graph still has every edge); "
+                          "partition with graphdist-partition --task link, or let graphdist-train partition "
+                          "{0} on the fly", ("dataset", None))
         self.meta, self.cfg = meta, cfg
         self._edges: Optional[Any] = None
 
@@ -135,7 +136,7 @@ class LinkPrediction(Task):
         if self._edges is None:
             from partition.edges import load_link_edges
 
-            self._edges = load_link_edges(ctx.partition_dir, ctx.plan.of(ctx.rank).parts, self.meta)
+            self._edges = load_link_edges(ctx.partitions, ctx.plan.of(ctx.rank).parts, self.meta)
         return self._edges
 
     def train_items(self, ctx: Any, part: Any) -> torch.Tensor:
@@ -150,7 +151,7 @@ class LinkPrediction(Task):
         if self.cfg.neg_sampling == "degree":
             from partition.edges import load_degree
 
-            degree = load_degree(ctx.partition_dir)
+            degree = load_degree(ctx.partitions)
         return LinkSampler(sampler, self.edges(ctx).train, int(self.meta["num_nodes"]),
                            num_negatives=self.cfg.num_negatives, negative=self.cfg.neg_sampling, degree=degree,
                            seed=seed)

@@ -18,61 +18,18 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import torch
-
 from graphdist import comm
-from graphdist.models.registry import MODELS, capabilities
-from graphdist.plugins import call as call_hook
+from graphdist.models.registry import capabilities
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
-from graphdist.trainers.devices import heterogeneous, resolve_device  # resolve_device: re-exported too
+from graphdist.trainers.batches import DistributedBatches
+from graphdist.trainers.devices import heterogeneous, resolve_device
 from graphdist.trainers.evaluate import exact_inference
-from graphdist.trainers.features import feature_table
+from graphdist.trainers.kit import broadcast_parameters, build_model, emulated_slowdown, predictions
 from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.steps import reporter, train_steps
 
 logger = logging.getLogger(__name__)
-
-
-def sampler_seed(seed: int, rank: int) -> int:
-    """Seed of a rank's neighbour sampler (its own draws; other ranks' requests use the serving seed).
-
-    Example:
-        >>> sampler_seed(0, 1), sampler_seed(3, 0)
-        (1, 3000)
-    """
-    return int(seed) * 1000 + int(rank)
-
-
-def loader_seed(seed: int, rank: int) -> int:
-    """Seed of a rank's loader (shuffle and padding), apart from its sampler's.
-
-    Example:
-        >>> loader_seed(0, 1)
-        18
-    """
-    return sampler_seed(seed, rank) + 17
-
-
-def use_prefetch(setting: Optional[bool], threads: int, remote: bool = False) -> bool:
-    """``--prefetch`` as given, or (None) whether a background loading thread pays.
-
-    It does when the batches wait on other ranks (``remote``: the thread's sampling and fetches
-    wait for their replies while this thread computes, even on one core: a 2-worker job bound to
-    one core each ran its epoch in 0.37 s with it, 0.45 s without), or when this process may run
-    on a core beyond its ``threads``. Otherwise the thread only steals time from the step it overlaps.
-
-    Example:
-        >>> use_prefetch(False, 1), use_prefetch(None, 1, remote=True)
-        (False, True)
-    """
-    if setting is not None:
-        return setting
-    if remote:
-        return True
-    from graphdist.launch import usable_cores
-
-    return len(usable_cores()) > threads
 
 
 def use_profile(placement: str, heterogeneous: bool) -> bool:
@@ -83,135 +40,6 @@ def use_profile(placement: str, heterogeneous: bool) -> bool:
         (True, False, True)
     """
     return placement == "profiled" or (placement == "auto" and heterogeneous)
-
-
-def replicated_feature_table(partition_dir: str, how: str, with_degrees: bool, own: Any, own_table: torch.Tensor
-                             ) -> torch.Tensor:
-    """Every part's feature table (``feature_table``) in global-id order: ``--replicate graph``.
-
-    ``own`` is this worker's part, whose table ``own_table`` is already built.
-    """
-    from partition.api import load_partition, read_meta
-
-    mine = dict(zip(own.parts, torch.split(own_table, [b - a for a, b in own.inner_ranges])))
-    parts = range(int(read_meta(partition_dir)["num_parts"]))
-    return torch.cat([mine[p] if p in mine else
-                      feature_table(load_partition(partition_dir, p, verify=False), how, with_degrees) for p in parts])
-
-
-def emulated_slowdown(rank: int) -> Optional[Any]:
-    """This rank's emulated slowdown (a stretch), or None: what the ``slowdown`` hook of ``graphdist.plugins``
-    answers; ``graphdist.testing.slowdown`` installs it in a worker whose ``GRAPHDIST_TEST_SLOWDOWN`` is set."""
-    return call_hook("slowdown", rank)
-
-
-def build_model(ctx: WorkerContext, in_dim: int, num_classes: int) -> torch.nn.Module:
-    """The user's model, or ``cfg.model`` built with the same initial weights on every rank.
-
-    ``num_classes`` is the model's output width (the task's ``out_dim``: classes, labels, or the
-    embedding width of link prediction).
-    """
-    from graphdist.models import build_model as build_reference
-
-    if ctx.model is not None:
-        return ctx.model
-    cfg = ctx.cfg
-    torch.manual_seed(cfg.seed)  # same initial weights on every rank
-    return build_reference(cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers, dropout=cfg.dropout,
-                           **MODELS[cfg.model].constructor_options(cfg))
-
-
-def broadcast_parameters(model: torch.nn.Module) -> None:
-    """Rank 0's initial weights everywhere (a user model may have been built with any seed)."""
-    with torch.no_grad():
-        for p in model.state_dict().values():
-            if torch.is_floating_point(p):
-                comm.broadcast(p, src=0, tag="init")
-
-
-class DistributedBatches:
-    """The distributed half of mini-batch training on one part: sampler, features, loader.
-
-    Set-up (collective, the same order on every rank): a sampling group, the owner map, the
-    neighbour source and sampler, the feature table and its remote-row cache, the train seeds
-    and the loader at the plan's batch share. ``MinibatchStrategy`` trains on it every step;
-    ``AggregationStrategy`` uses it for its global correction steps. ``replicate`` is
-    ``--replicate`` (the minibatch strategy's; the correction steps replicate nothing).
-    """
-
-    def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None,
-                 stretch: Optional[Any] = None, task: Optional[Any] = None, replicate: str = "none") -> None:
-        from sampling import LocalFeatureSource, NeighborSampler, NodeLoader
-        from sampling.distributed import DistFeatureSource, DistNeighborSource
-        from sampling.owners import OwnerMap
-
-        from graphdist.trainers.tasks import SingleLabel
-
-        cfg = ctx.cfg
-        task = task if task is not None else SingleLabel()
-        self.ctx, self.partition = ctx, part
-        # Sampling and feature fetch may run in the prefetch thread: their collectives get a
-        # group of their own, so they never interleave with gradient sync on the default group.
-        self.group = comm.new_group(cfg.timeout)
-        self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
-        if replicate in ("structure", "graph"):
-            from graphdist.data.graph import Graph
-            from partition.api import load_structure
-            from sampling.neighbor import CSRNeighborSource
-
-            indptr, indices = load_structure(ctx.partition_dir)
-            self.neighbor_source = CSRNeighborSource(Graph(indptr=indptr, indices=indices))
-        else:
-            self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
-        self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
-        if stretch is not None:  # GRAPHDIST_TEST_SLOWDOWN: this rank emulates a slower worker
-            self.sampler = stretch.wrap_sampler(self.sampler)
-        # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
-        self.train_seeds = task.train_items(ctx, part)
-        table = feature_table(part, cfg.feature_norm, with_degrees)
-        self.features = DistFeatureSource(part, group=self.group, cache_rows=cfg.cache_rows, features=table,
-                                          owners=self.owners, inclusion=self._inclusion(ctx, part, task))
-        # Training gathers from every part's rows when the whole graph is replicated: no fetch,
-        # no collective per batch. Evaluation keeps the partitioned source.
-        loader_features = self.features
-        if replicate == "graph":
-            loader_features = LocalFeatureSource(replicated_feature_table(ctx.partition_dir, cfg.feature_norm,
-                                                                          with_degrees, part, table))
-        self.labels = task.train_labels(part)
-        self.loader = NodeLoader(
-            loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
-            batch_size=ctx.plan.of(ctx.rank).batch_share,
-            shuffle=True, labels=self.labels,
-            num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
-            prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(),
-                                  remote=ctx.world_size > 1 and replicate != "graph"),
-            seed=loader_seed(cfg.seed, ctx.rank),
-        )
-
-    def _inclusion(self, ctx: WorkerContext, part: Any, task: Any) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        """How likely one of this rank's batches reads each node (``sampling.inclusion``, collective), which
-        the feature cache is chosen by; None where there is nothing to cache or batches are not seeds."""
-        from sampling.inclusion import inclusion_probability
-
-        cfg = ctx.cfg
-        if cfg.cache_rows == 0 or ctx.world_size == 1 or task.items != "seeds":
-            return None
-        return inclusion_probability(part, self.train_seeds, ctx.plan.of(ctx.rank).batch_share, cfg.fanouts,
-                                     owners=self.owners, group=self.group)
-
-    def state_dict(self) -> dict[str, Any]:
-        # The loader's state holds its shuffle generator and its sampler's; the neighbour
-        # source's serving generator answers other ranks' requests.
-        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state["loader"])
-        self.neighbor_source.set_state(state["serve"])
-
-
-def class_labels(y: torch.Tensor) -> torch.Tensor:
-    """Labels as training reads them: class ids as int64, a multi-label ``[N, C]`` matrix as it is."""
-    return y if y.dim() == 2 else y.to(torch.int64)
 
 
 class MinibatchStrategy(Strategy):
@@ -226,12 +54,10 @@ class MinibatchStrategy(Strategy):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        from partition.merge import load_parts
-
         cfg, rank = ctx.cfg, ctx.rank
         mine = ctx.plan.of(rank)
         self.device = resolve_device(mine.device)
-        self.partition = load_parts(ctx.partition_dir, mine.parts)
+        self.partition = ctx.partitions.load(mine.parts)
         model = build_model(ctx, int(self.partition.x.shape[1]), self.task.out_dim(self.partition.meta, cfg.hidden))
         self.with_degrees = capabilities(model).global_degrees
         self.stretch = emulated_slowdown(rank)
@@ -429,16 +255,4 @@ class MinibatchStrategy(Strategy):
         self.rebalancer = None
 
 
-def predictions(model: torch.nn.Module, part: Any, batches: DistributedBatches, device: torch.device,
-                with_degrees: bool) -> Predictions:
-    """Logits and last hidden layer of this rank's inner nodes, keyed by original id."""
-    if not capabilities(model).layerwise:
-        raise ValueError("--predict needs a model with layer_forward (num_layers, layer_forward(i, x, block))")
-    logits, hidden = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners,
-                                     keep_hidden=True)
-    orig = part.orig_ids.index_select(0, part.global_ids[: part.num_inner])
-    return Predictions(orig_ids=orig, logits=logits, embeddings=hidden)
-
-
-__all__ = ["DistributedBatches", "MinibatchStrategy", "broadcast_parameters", "build_model", "class_labels",
-           "loader_seed", "predictions", "resolve_device", "sampler_seed", "use_prefetch"]
+__all__ = ["MinibatchStrategy", "use_profile"]

@@ -10,7 +10,6 @@ strategy state to the checkpoint so that a resume is bit-identical.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import sys
@@ -22,17 +21,21 @@ import numpy as np
 import torch
 
 from graphdist import comm, runlog
-from graphdist.console import EpochProgress, bars_and_logs, draws_bars, logging_restored, setup_logging
 from graphdist._numba import expect_calls
-from graphdist.data.memory import peak_rss_bytes
 from graphdist.config import TrainConfig
 from graphdist.config import replace as replace_cfg
+from graphdist.console import EpochProgress, bars_and_logs, draws_bars, logging_restored, setup_logging
+from graphdist.data.memory import peak_rss_bytes
 from graphdist.plugins import load_plugins_from_environment
-from graphdist.section import fail_at
-from graphdist.trainers.heap import frozen_heap
-from graphdist.trainers.base import EpochStats, Strategy, WorkerContext, strategy_class
+from graphdist.section import ConfigError, fail_at
+from graphdist.trainers.base import Strategy, WorkerContext, strategy_class
+from graphdist.trainers.checkpoints import load as load_checkpoint
+from graphdist.trainers.checkpoints import resume, save, save_best, saved_decisions
 from graphdist.trainers.devices import cluster_spec, heterogeneous, resolve_device  # noqa: F401 - heterogeneous: re-exported
+from graphdist.trainers.heap import frozen_heap
+from graphdist.trainers.records import epoch_line, reduce_epoch, traffic
 from graphdist.trainers.tensorboard import open_log as open_tensorboard
+from partition.handle import PartitionDir, opened
 
 logger = logging.getLogger("graphdist")
 
@@ -74,8 +77,8 @@ def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainCo
         raise fail_at("cluster", cfg.cluster, f"lists {spec.num_workers} workers but the job has WORLD_SIZE={world_size}")
     devices = tuple(w.device for w in spec.workers)
     if cfg.devices not in (("cpu",), devices):
-        raise fail_at("devices", cfg.devices, f"contradicts {{0}} ({','.join(devices)}); give one of them",
-                      ("cluster", cfg.cluster))
+        raise ConfigError("devices", f"contradicts {{0}} ({','.join(devices)}); give one of them",
+                          mentions=(("cluster", cfg.cluster),), at=cfg.devices)
     memory = min(w.memory_bytes for w in spec.workers) / 2**30
     return replace_cfg(cfg, num_workers=spec.num_workers, devices=devices,
                        max_memory=cfg.max_memory if cfg.max_memory is not None else memory)
@@ -143,42 +146,22 @@ def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> 
     return cores
 
 
-def plan_job(partition_dir: str, cfg: TrainConfig, world_size: int) -> Any:
-    """The placement ``Plan`` from the partition's ``meta.json`` (pure: every rank gets the same).
-
-    One part per worker: part ``i`` on rank ``i``. More parts than workers: ``placement.assign``
-    groups them (each worker's memory holds its parts, train nodes follow the workers' speeds,
-    connected parts together) and every worker trains on the union of its parts. Shares follow
-    each worker's train nodes, so an epoch still visits every train node once.
+def plan_job(partitions: PartitionDir | str, cfg: TrainConfig, world_size: int) -> Any:
+    """The placement ``Plan`` for ``partitions`` (``placement.assign.job_plan``: pure, every rank gets the same).
 
     Raises:
-        ValueError: fewer parts than workers; ``PlacementError`` (a ValueError): the parts fit no
-            worker's memory, naming the part, the worker and the shortfall.
+        ValueError: fewer parts than workers, naming the directory; ``PlacementError`` (a ValueError):
+            the parts fit no worker's memory.
     """
-    from partition.api import read_meta
-    from placement.assign import part_loads
-    from placement.plan import default_plan, grouped_plan
+    from placement.assign import job_plan
 
-    meta = read_meta(partition_dir)
-    num_parts = int(meta["num_parts"])
-    counts, memory = part_loads(meta)
-    if num_parts == world_size:
-        return default_plan(counts, cfg.batch_size, cfg.devices, cfg.max_steps)
-    if num_parts < world_size:
-        raise ValueError(f"{partition_dir} has {num_parts} parts but the job has {world_size} workers; repartition "
-                         f"with --num-parts {world_size} (or a multiple of it) or run --num-workers {num_parts}")
-    from partition.api import part_edges
-    from placement.assign import assign_parts
-    from placement.cluster import local_cluster
-
-    # Deterministic: the launcher checks the grouping before any worker starts, each worker gets the same.
-    spec = cluster_spec(cfg.cluster) if cfg.cluster else local_cluster(world_size)
-    groups = assign_parts(counts, memory, part_edges(partition_dir), [w.speed for w in spec.workers],
-                          [w.memory_bytes for w in spec.workers])
-    return grouped_plan(groups, counts, cfg.batch_size, cfg.devices, cfg.max_steps)
+    partitions = opened(partitions)
+    workers = cluster_spec(cfg.cluster).workers if cfg.cluster else ()
+    return job_plan(partitions.meta, world_size, cfg.batch_size, cfg.devices, cfg.max_steps,
+                    part_edges=partitions.part_edges, workers=workers, where=str(partitions.path))
 
 
-def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str,
+def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str,
                    model: Optional[torch.nn.Module] = None, run_dir: Optional[str] = None,
                    checkpoint: Optional[dict[str, Any]] = None) -> Strategy:
     """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it).
@@ -189,8 +172,9 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: 
     from graphdist.trainers.precision import check_precision
 
     topology = comm.discover_topology()
-    plan = plan_job(partition_dir, cfg, world_size)
-    decisions = saved_decisions(checkpoint if checkpoint is not None else _load(cfg.resume)) if cfg.resume else {}
+    partitions = opened(partitions)  # meta.json read once per process, here
+    plan = plan_job(partitions, cfg, world_size)
+    decisions = saved_decisions(checkpoint if checkpoint is not None else load_checkpoint(cfg.resume)) if cfg.resume else {}
     if comm.is_main_process():
         logger.debug("topology: %s; plan:\n%s", topology.describe(), plan.describe())
         if decisions:
@@ -198,145 +182,9 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partition_dir: 
                         ", ".join(f"{k} {v}" for k, v in sorted(decisions.items())))
     # Every strategy's steps run under --precision: refused here, once, where this rank's device cannot run it.
     check_precision(cfg.precision, resolve_device(plan.of(rank).device))
-    ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partition_dir=partition_dir, plan=plan,
+    ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partitions=partitions, plan=plan,
                         topology=topology, model=model, run_dir=run_dir, decisions=decisions)
     return strategy_class(cfg.strategy)(ctx)
-
-
-# ----------------------------------------------------------------- checkpoint
-
-
-def _rank_state(strategy: Strategy) -> dict[str, Any]:
-    from graphdist.checkpoint import rng_state
-
-    return {"rng": rng_state(), "scalers": {k: s.state_dict() for k, s in strategy.scalers.items()},
-            **strategy.state_dict()}
-
-
-def save(strategy: Strategy, run_dir: Path, epoch: int) -> None:
-    """Every rank's states gathered to rank 0, which writes one atomic checkpoint."""
-    from graphdist.checkpoint import save_checkpoint
-
-
-    ranks = comm.all_gather_object(_rank_state(strategy))
-    if comm.is_main_process():
-        save_checkpoint(run_dir, strategy.model, strategy.optimizer, epoch,
-                        extra={"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
-                               "decisions": strategy.ctx.decisions})
-        runlog.write_status(run_dir, checkpoint_epoch=epoch)
-
-
-def save_best(strategy: Strategy, run_dir: Path, record: dict[str, Any]) -> None:
-    """Rank 0 keeps the best-validation epoch's model as ``best.pt`` (atomic, like the checkpoint).
-
-    No collective: every rank holds the same parameters after an epoch (the strategies sync them).
-    """
-    from graphdist.checkpoint import BEST_NAME, save_checkpoint
-
-    key = strategy.task.best_key
-    save_checkpoint(run_dir, strategy.model, strategy.optimizer, record["epoch"], name=BEST_NAME,
-                    extra={key: record[key], "strategy": strategy.name})
-    runlog.write_status(run_dir, best_epoch=record["epoch"], best_metric=key, best_value=record[key],
-                        **({"best_val_acc": record[key]} if key == "val_acc" else {}))
-
-
-def _load(resume_dir: Any) -> dict[str, Any]:
-    from graphdist.checkpoint import load_checkpoint
-
-    return load_checkpoint(Path(resume_dir))
-
-
-def saved_decisions(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """The timed and measured choices a checkpoint recorded (``WorkerContext.decisions``); empty for a
-    checkpoint written before they were recorded."""
-    return dict(ckpt["extra"].get("decisions") or {})
-
-
-def resume(strategy: Strategy, resume_dir: Path, ckpt: Optional[dict[str, Any]] = None) -> int:
-    """Restores model, optimizer, this rank's RNGs and strategy state from ``resume_dir``'s checkpoint
-    (``ckpt`` when the caller has loaded it); returns the epochs completed."""
-    from graphdist.checkpoint import set_rng_state
-
-    ckpt = ckpt if ckpt is not None else _load(resume_dir)
-    saved_world = int(ckpt["extra"].get("world_size", 1))
-    if saved_world != strategy.ctx.world_size:
-        raise ValueError(
-            f"--resume {resume_dir}: the checkpoint was written by {saved_world} workers, "
-            f"this job has {strategy.ctx.world_size}; resume with --num-workers {saved_world}"
-        )
-    saved_strategy = ckpt["extra"].get("strategy", "minibatch")
-    if saved_strategy != strategy.name:
-        raise ValueError(f"--resume {resume_dir}: the checkpoint was written by --strategy {saved_strategy}, "
-                         f"this job runs --strategy {strategy.name}; resume with --strategy {saved_strategy}")
-    strategy.model.load_state_dict(ckpt["model"])
-    strategy.optimizer.load_state_dict(ckpt["optimizer"])
-    saved = ckpt["extra"]["ranks"][strategy.ctx.rank]
-    set_rng_state(saved["rng"])
-    for name, scaler_state in saved.get("scalers", {}).items():  # (older checkpoints have none)
-        if name in strategy.scalers:
-            strategy.scalers[name].load_state_dict(scaler_state)
-    strategy.load_state_dict({k: v for k, v in saved.items() if k not in ("rng", "scalers")})
-    return int(ckpt["epoch"])
-
-
-# --------------------------------------------------------------------- record
-
-
-def reduce_epoch(stats: EpochStats) -> dict[str, Any]:
-    """The epoch's record over all workers: counts and sync totals summed, the slowest rank's time,
-    strategy extras averaged over ranks, per-rank numbers as lists in rank order."""
-    from graphdist.sync import SyncSummary
-
-    keys = sorted(stats.extras)
-    sync = stats.sync or SyncSummary().as_list()
-    sums = torch.tensor([stats.loss_sum, stats.seeds, stats.correct, *sync, *(stats.extras[k] for k in keys)],
-                        dtype=torch.float64)
-    comm.all_reduce(sums, tag="eval")
-    times = torch.tensor([stats.time_s], dtype=torch.float64)
-    comm.all_reduce(times, op="max", tag="eval")
-    ranks = comm.get_world_size()
-    values = sums.tolist()
-    loss_sum, seeds, correct = values[:3]
-    summary = SyncSummary.from_list(values[3 : 3 + len(sync)])
-    extras = {k: v / ranks for k, v in zip(keys, values[3 + len(sync) :])}
-    epoch_time = float(times[0])
-    record: dict[str, Any] = {
-        "loss": loss_sum / max(1.0, seeds),
-        "train_acc": correct / max(1.0, seeds),
-        "seeds": int(seeds),
-        "steps": stats.steps,
-        "epoch_time_s": epoch_time,
-        "seeds_per_s": seeds / max(1e-9, epoch_time),
-        # DWBP (docs/design.md#dwbps-timing-model), all steps and ranks; None where unmeasured (ddp, 1 worker).
-        "hidden_fraction": _finite(summary.hidden_fraction),
-        "predicted_hidden_fraction": _finite(summary.predicted_hidden_fraction),
-        "backward_s": summary.backward_s / ranks,  # per rank, summed over the epoch's steps
-        "grad_comm_s": summary.comm_s / ranks,  # T_comm: the layers' collective service times, per rank
-        # This rank's (rank 0's) split of its epoch time.
-        "time_sample_s": stats.sample_wait_s,
-        "time_compute_s": stats.compute_s,
-        "time_comm_s": stats.comm_exposed_s,
-    }
-    record.update(extras)
-    if stats.per_rank:
-        gathered = comm.all_gather_object(stats.per_rank)
-        record.update({k: [g.get(k) for g in gathered] for k in sorted(stats.per_rank)})
-    return record
-
-
-def _finite(x: float) -> Optional[float]:
-    return None if math.isnan(x) else x
-
-
-def _traffic() -> dict[str, dict[str, int]]:
-    """Bytes sent this epoch over all ranks, per tag, and the part that crossed hosts."""
-    sent = comm.all_gather_object((comm.byte_counts(), comm.inter_host_byte_counts()))
-
-    def total(i: int) -> dict[str, int]:
-        keys = sorted({k for s in sent for k in s[i]})
-        return {k: sum(s[i].get(k, 0) for s in sent) for k in keys}
-
-    return {"bytes_sent": total(0), "bytes_inter_host": total(1)}
 
 
 # ----------------------------------------------------------------------- loop
@@ -375,7 +223,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
         with bars_and_logs(bars), EpochProgress(epoch, strategy.steps_per_epoch, bars, logger.info) as progress:
             stats = strategy.train_epoch(epoch, progress=progress if main else None)
         stats.per_rank["peak_rss_bytes"] = peak_rss_bytes()  # each worker's own (VmHWM)
-        record = {"epoch": epoch, **reduce_epoch(stats), **_traffic()}
+        record = {"epoch": epoch, **reduce_epoch(stats), **traffic()}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
             comm.injection_point("evaluate")
             t0 = time.perf_counter()
@@ -412,7 +260,7 @@ def worker_main(
     rank: int,
     world_size: int,
     cfg: TrainConfig,
-    partition_dir: str,
+    partitions: PartitionDir | str,
     run_dir: str,
     init_method: str,
     model: Optional[torch.nn.Module] = None,
@@ -429,18 +277,18 @@ def worker_main(
     # A worker run in the caller's process (one worker; a notebook) hands its logging back as it found it.
     with logging_restored():
         cores = join_job(rank, world_size, cfg, init_method)
-        return _train(rank, world_size, cfg, partition_dir, run_dir, model, cores)
+        return _train(rank, world_size, cfg, partitions, run_dir, model, cores)
 
 
-def _train(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str, run_dir: str,
+def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, run_dir: str,
            model: Optional[torch.nn.Module], cores: Optional[list[int]]) -> list[dict[str, Any]]:
     """``worker_main`` once the process joined the job: build the strategy, run the epochs, leave the group."""
     try:
         seed_everything(worker_seed(cfg.seed, rank))
         # Read once (the decisions, then the states), and handed on rather than held: run_epochs drops it
         # once resumed, so a model-sized copy does not live through training.
-        held = [_load(cfg.resume) if cfg.resume else None]
-        strategy = build_strategy(rank, world_size, cfg, partition_dir, model=model, run_dir=run_dir,
+        held = [load_checkpoint(cfg.resume) if cfg.resume else None]
+        strategy = build_strategy(rank, world_size, cfg, partitions, model=model, run_dir=run_dir,
                                   checkpoint=held[0])
         try:
             with frozen_heap() as settle:
@@ -452,38 +300,12 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str, run
         comm.shutdown()
 
 
-def epoch_line(r: dict[str, Any]) -> str:
-    """The one log line per epoch.
-
-    Example:
-        >>> epoch_line({"epoch": 2, "loss": 0.5, "epoch_time_s": 1.25, "eval_time_s": 3.5, "seeds_per_s": 800.0,
-        ...             "val_acc": 0.8, "bytes_sent": {"grad": 2**20}, "hidden_fraction": 0.9})
-        'epoch 2 done | loss 0.5000 | train 1.2 s + eval 3.5 s | 800 seeds/s | val 80.00% | sent 1.0 MiB | hidden 90%'
-    """
-    took = f"train {r['epoch_time_s']:.1f} s"
-    if r.get("eval_time_s") is not None:
-        took += f" + eval {r['eval_time_s']:.1f} s"
-    if r.get("period_s"):  # fullgraph: exchanges in flight across epochs land outside "train"
-        took += f" (period {r['period_s']:.1f} s)"
-    parts = [f"epoch {r['epoch']} done", f"loss {r['loss']:.4f}", took, f"{r['seeds_per_s']:,.0f} seeds/s"]
-    for key in ("val_acc", "test_acc", "val_f1", "test_f1", "val_auc", "test_auc"):
-        if r.get(key) is not None:
-            metric = key.split("_", 1)[1]
-            parts.append(f"{key.split('_')[0]} {100 * r[key]:.2f}%" if metric == "acc"
-                         else f"{key.replace('_', ' ')} {100 * r[key]:.2f}")
-    mb = sum(r.get("bytes_sent", {}).values()) / 2**20
-    parts.append(f"sent {mb:,.1f} MiB")
-    if r.get("hidden_fraction") is not None:
-        parts.append(f"hidden {100 * r['hidden_fraction']:.0f}%")
-    return " | ".join(parts)
-
-
-def spawned_worker(rank: int, world_size: int, cfg: TrainConfig, partition_dir: str, run_dir: str,
+def spawned_worker(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, run_dir: str,
                    init_method: str, model: Optional[torch.nn.Module] = None) -> None:
     """The local launcher's entry point (``fn(rank, *args)``)."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
-        worker_main(rank, world_size, cfg, partition_dir, run_dir, init_method, model=model)
+        worker_main(rank, world_size, cfg, partitions, run_dir, init_method, model=model)
     except KeyboardInterrupt:
         # The parent handles Ctrl-C and stops everyone; a quiet exit here avoids N tracebacks.
         sys.exit(130)

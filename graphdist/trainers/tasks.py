@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
+from graphdist.section import fail, fail_at
 from graphdist.trainers.evaluate import MASKS
 from graphdist.trainers.task_base import Task
 from partition.part import Partition
@@ -141,19 +142,19 @@ def make_task(name: str, meta: dict[str, Any], cfg: Optional[Any] = None) -> Tas
         cfg: the run's ``TrainConfig`` (the link task reads its decoder and negatives from it).
 
     Raises:
-        ValueError: an unknown name, or a partition made for the other task (one line naming the fix).
+        ConfigError: an unknown name, or a partition made for the other task (one line naming the fix).
     """
     partition_task = meta.get("task") or "node"
     if name == "node":
         if partition_task == "link":
-            raise ValueError("--task node: the partition was made for link prediction (its message-passing graph "
-                             "lacks the held-out edges); partition again without --task link")
+            raise fail_at("task", "node", "the partition was made for link prediction (its message-passing graph "
+                          "lacks the held-out edges); partition again without {0}", ("task", "link"))
         return MultiLabel() if meta.get("multilabel") else SingleLabel()
     if name == "link":
         from graphdist.trainers.link import LinkPrediction
 
         return LinkPrediction(meta, cfg)
-    raise ValueError(f"--task must be one of node, link (got {name!r})")
+    raise fail("task", "must be one of node, link", name)
 
 
 __all__ = ["MultiLabel", "SingleLabel", "Task", "make_task", "micro_f1"]

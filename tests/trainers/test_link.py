@@ -122,9 +122,9 @@ def test_task_and_partition_must_agree(tmp_path):
                            method="random", out=tmp_path / "node")
     link_parts = partition(gd.synthetic(300, avg_degree=4, num_features=4, num_classes=2, seed=0), 2,
                            method="random", out=tmp_path / "link", task="link", eval_negatives=3)
-    with pytest.raises(ValueError, match="task= node: the partition was made for link prediction"):
+    with pytest.raises(ValueError, match="task='node': the partition was made for link prediction"):
         gd.train(None, partitions=str(link_parts), num_workers=2, epochs=1, run_dir=str(tmp_path / "r1"))
-    with pytest.raises(ValueError, match="task= link: the partition holds no edge split"):
+    with pytest.raises(ValueError, match="task='link': the partition holds no edge split"):
         gd.train(None, partitions=str(node_parts), num_workers=2, epochs=1, task="link", run_dir=str(tmp_path / "r2"))
     with pytest.raises(ValueError, match="task= link needs strategy='minibatch'"):
         gd.train(None, partitions=str(link_parts), num_workers=2, epochs=1, task="link", strategy="fullgraph")

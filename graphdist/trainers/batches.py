@@ -1,0 +1,111 @@
+"""The distributed half of mini-batch training on one part: sampler, features, loader (``DistributedBatches``).
+
+``MinibatchStrategy`` trains on it every step; ``AggregationStrategy`` uses it for its global
+correction steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from graphdist import comm
+from graphdist.trainers.base import WorkerContext
+from graphdist.trainers.features import feature_table
+from graphdist.trainers.kit import loader_seed, sampler_seed, use_prefetch
+
+
+def replicated_feature_table(partitions: Any, how: str, with_degrees: bool, own: Any, own_table: torch.Tensor
+                             ) -> torch.Tensor:
+    """Every part's feature table (``feature_table``) in global-id order: ``--replicate graph``.
+
+    ``own`` is this worker's part, whose table ``own_table`` is already built.
+    """
+
+    mine = dict(zip(own.parts, torch.split(own_table, [b - a for a, b in own.inner_ranges])))
+    return torch.cat([mine[p] if p in mine else feature_table(partitions.part(p, verify=False), how, with_degrees)
+                      for p in range(partitions.num_parts)])
+
+
+class DistributedBatches:
+    """The distributed half of mini-batch training on one part: sampler, features, loader.
+
+    Set-up (collective, the same order on every rank): a sampling group, the owner map, the
+    neighbour source and sampler, the feature table and its remote-row cache, the train seeds
+    and the loader at the plan's batch share. ``MinibatchStrategy`` trains on it every step;
+    ``AggregationStrategy`` uses it for its global correction steps. ``replicate`` is
+    ``--replicate`` (the minibatch strategy's; the correction steps replicate nothing).
+    """
+
+    def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None,
+                 stretch: Optional[Any] = None, task: Optional[Any] = None, replicate: str = "none") -> None:
+        from sampling import LocalFeatureSource, NeighborSampler, NodeLoader
+        from sampling.distributed import DistFeatureSource, DistNeighborSource
+        from sampling.owners import OwnerMap
+
+        from graphdist.trainers.tasks import SingleLabel
+
+        cfg = ctx.cfg
+        task = task if task is not None else SingleLabel()
+        self.ctx, self.partition = ctx, part
+        # Sampling and feature fetch may run in the prefetch thread: their collectives get a
+        # group of their own, so they never interleave with gradient sync on the default group.
+        self.group = comm.new_group(cfg.timeout)
+        self.owners = OwnerMap.from_parts(part.part_offsets, ctx.plan.rank_of_part, ctx.world_size)
+        if replicate in ("structure", "graph"):
+            from graphdist.data.graph import Graph
+            from partition.api import load_structure
+            from sampling.neighbor import CSRNeighborSource
+
+            indptr, indices = load_structure(ctx.partitions)
+            self.neighbor_source = CSRNeighborSource(Graph(indptr=indptr, indices=indices))
+        else:
+            self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
+        self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
+        if stretch is not None:  # GRAPHDIST_TEST_SLOWDOWN: this rank emulates a slower worker
+            self.sampler = stretch.wrap_sampler(self.sampler)
+        # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
+        self.train_seeds = task.train_items(ctx, part)
+        table = feature_table(part, cfg.feature_norm, with_degrees)
+        self.features = DistFeatureSource(part, group=self.group, cache_rows=cfg.cache_rows, features=table,
+                                          owners=self.owners, inclusion=self._inclusion(ctx, part, task))
+        # Training gathers from every part's rows when the whole graph is replicated: no fetch,
+        # no collective per batch. Evaluation keeps the partitioned source.
+        loader_features = self.features
+        if replicate == "graph":
+            loader_features = LocalFeatureSource(replicated_feature_table(ctx.partitions, cfg.feature_norm,
+                                                                          with_degrees, part, table))
+        self.labels = task.train_labels(part)
+        self.loader = NodeLoader(
+            loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
+            batch_size=ctx.plan.of(ctx.rank).batch_share,
+            shuffle=True, labels=self.labels,
+            num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
+            prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(),
+                                  remote=ctx.world_size > 1 and replicate != "graph"),
+            seed=loader_seed(cfg.seed, ctx.rank),
+        )
+
+    def _inclusion(self, ctx: WorkerContext, part: Any, task: Any) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """How likely one of this rank's batches reads each node (``sampling.inclusion``, collective), which
+        the feature cache is chosen by; None where there is nothing to cache or batches are not seeds."""
+        from sampling.inclusion import inclusion_probability
+
+        cfg = ctx.cfg
+        if cfg.cache_rows == 0 or ctx.world_size == 1 or task.items != "seeds":
+            return None
+        return inclusion_probability(part, self.train_seeds, ctx.plan.of(ctx.rank).batch_share, cfg.fanouts,
+                                     owners=self.owners, group=self.group)
+
+    def state_dict(self) -> dict[str, Any]:
+        # The loader's state holds its shuffle generator and its sampler's; the neighbour
+        # source's serving generator answers other ranks' requests.
+        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        self.neighbor_source.set_state(state["serve"])
+
+
+__all__ = ["DistributedBatches", "replicated_feature_table"]
