@@ -62,11 +62,12 @@ from graphdist.data.graph import Graph
 # here because callers import them from graphdist.data.loaders.
 from graphdist.data.paths import cache_dir, dataset_dirs, find_dataset
 from graphdist.data.readers.common import PathLike
-from graphdist.data.readers.edgelist import EDGE_LIST_SUFFIXES, load_edge_list
+from graphdist.data.readers.edgelist import EDGE_LIST_SUFFIXES, load_edge_list  # noqa: F401 - re-exported
 from graphdist.data.readers.npz import load_npz
 from graphdist.data.readers.ogb import load_ogb
-from graphdist.data.readers.planetoid import PLANETOID_NAMES, _load_named, _planetoid_raw_name
-from graphdist.data.readers.pyg import _pyg_processed_files, load_pyg_dataset
+from graphdist.data.readers.planetoid import PLANETOID_NAMES
+from graphdist.data.readers.pyg import load_pyg_dataset
+from graphdist.data.readers.registry import claim
 from graphdist.data.readers.text import read_table
 
 if TYPE_CHECKING:  # torch_geometric is imported lazily: spawned workers start fast.
@@ -142,39 +143,17 @@ def load_graph(
         raise ValueError(f"name_or_path: expected a str, path, Graph or torch_geometric Data (got {type(source).__name__})")
 
     text = os.fspath(source)
-    if isinstance(source, str):
-        key = text.strip().lower()
-        if key in PLANETOID_NAMES:
-            _warn_ignored(f"dataset {key!r}", **edge_list_args, **ogb_args)
-            return _load_named(key, download=download)
-        from graphdist.data.synthetic import parse_synthetic_name
-
-        size = parse_synthetic_name(key)
-        if size is not None:
-            from graphdist.data.synthetic import synthetic
-
-            _warn_ignored(f"dataset {key!r}", **edge_list_args, **ogb_args)
-            from graphdist.data.synthetic import MULTILABEL_SUFFIX
-            from graphdist.data.synthetic_disk import OUT_OF_CORE_NODES
-
-            if size >= OUT_OF_CORE_NODES and not key.endswith(MULTILABEL_SUFFIX):
-                # Too large for memory on a small machine: generated once into the cache, memory-mapped.
-                return synthetic(size, name=key, out=cache_dir() / "graphs" / key)
-            return synthetic(size, name=key, multilabel=key.endswith(MULTILABEL_SUFFIX))
-
+    reader, target = claim(text, is_name=isinstance(source, str))
+    if reader is not None:
+        given = {**edge_list_args, **ogb_args}
+        _warn_ignored(reader.what(target), **{k: v for k, v in given.items() if k not in reader.accepts})
+        args = {k: v for k, v in given.items() if k in reader.accepts and v is not None}
+        return reader.read(target, **args, **({"download": download} if reader.named else {}))
     path = Path(text).expanduser()
     if path.is_dir():
-        _warn_ignored(f"directory {path}", **edge_list_args)
-        return _load_directory(path, split=split, add_inverse_edge=add_inverse_edge)
+        raise ValueError(f"{path}: expected {ACCEPTED_FORMATS} (got a directory with none of raw/edge.csv.gz, "
+                         f"raw/data.npz, processed/*.pt)")
     if path.is_file():
-        suffixes = [s.lower() for s in path.suffixes]
-        if suffixes and suffixes[-1] == ".npz":
-            _warn_ignored(f"{path}", **edge_list_args, **ogb_args)
-            return load_npz(path)
-        base = suffixes[-2] if len(suffixes) >= 2 and suffixes[-1] == ".gz" else (suffixes[-1] if suffixes else "")
-        if base in EDGE_LIST_SUFFIXES:
-            _warn_ignored(f"edge list {path}", **ogb_args)
-            return load_edge_list(path, features=features, labels=labels, num_nodes=num_nodes)
         raise ValueError(f"{path}: expected one of {ACCEPTED_FORMATS} (got an unrecognised file type {path.suffix!r})")
     if isinstance(source, str) and os.sep not in text and not Path(text).suffix:
         raise ValueError(
@@ -187,37 +166,19 @@ def load_graph(
 def source_key(name_or_path: str) -> str:
     """A short key of what ``load_graph(name_or_path)`` would read, for caches derived from it.
 
-    A generated graph is fixed by its name (``gen``); a file or directory by its resolved path
-    and every file's size and modification time (cheap: nothing is read), so a different graph
-    saved under the same name gets a different key. A named dataset not present yet: ``missing``.
+    The reader that claims the source keys it (``graphdist.data.readers.registry``): a generated
+    graph by its name (``gen``); a file or directory by its resolved path and every file's size and
+    modification time (cheap: nothing is read), so a different graph saved under the same name gets
+    a different key. A named dataset not present yet, or nothing a reader claims: ``missing``.
 
     Example:
         >>> source_key("synthetic-2k")
         'gen'
     """
-    import hashlib
-
-    key = name_or_path.strip().lower()
-    if key in PLANETOID_NAMES:
-        found = find_dataset(key)
-        if found is None:
-            return "missing"
-        path = found
-    else:
-        from graphdist.data.synthetic import parse_synthetic_name
-
-        if parse_synthetic_name(key) is not None:
-            return "gen"
-        path = Path(name_or_path).expanduser()
-    path = path.resolve()
-    if not path.exists():
+    reader, target = claim(name_or_path)
+    if reader is None:
         return "missing"  # load_graph says what is wrong with the name
-    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
-    digest = hashlib.sha256(str(path).encode())
-    for f in files:
-        st = f.stat()
-        digest.update(f"{f.relative_to(path) if path.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return digest.hexdigest()[:12]
+    return reader.key(target)
 
 
 def _is_from_pyg(obj: Any) -> bool:
@@ -231,23 +192,6 @@ def _warn_ignored(what: str, **given: Any) -> None:
     if ignored:
         warnings.warn(f"{', '.join(ignored)} ignored: they apply to edge lists (features, labels, num_nodes) "
                       f"or OGB directories (split, add_inverse_edge), not to {what}", stacklevel=3)
-
-
-def _load_directory(path: Path, split: Optional[str], add_inverse_edge: Optional[bool]) -> Graph:
-    if (path / "meta.json").is_file() and (path / "indices.npy").is_file():  # synthetic(N, out=path)
-        from graphdist.data.synthetic_disk import load_generated
-
-        return load_generated(path)
-    raw = path / "raw"
-    if (raw / "edge.csv.gz").is_file() or (raw / "data.npz").is_file():
-        return load_ogb(path, split=split, add_inverse_edge=add_inverse_edge)
-    if (raw / "num-node-dict.csv.gz").is_file() or (raw / "relations").is_dir():
-        raise ValueError(f"{path}: heterogeneous OGB datasets (e.g. ogbn-mag) are not supported; "
-                         "expected a homogeneous node-property dataset (raw/edge.csv.gz or raw/data.npz)")
-    if _pyg_processed_files(path) or _planetoid_raw_name(path):
-        return load_pyg_dataset(path)
-    raise ValueError(f"{path}: expected {ACCEPTED_FORMATS} (got a directory with none of raw/edge.csv.gz, "
-                     f"raw/data.npz, processed/*.pt)")
 
 
 __all__ = [
