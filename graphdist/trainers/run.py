@@ -190,7 +190,7 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: Par
 # ----------------------------------------------------------------------- loop
 
 
-def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
+def run_epochs(strategy: Strategy, cfg: TrainConfig, run_dir: Path,
                between_epochs: Callable[[], None] = lambda: None,
                cores: Optional[list[int]] = None, checkpoint: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     """Resume if asked (from ``checkpoint`` when already loaded), then epochs ``start+1 .. cfg.epochs``: train,
@@ -203,18 +203,18 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
     if cfg.resume:
         comm.barrier()  # every rank has loaded the checkpoint: only now the resumed run counts as started
         if main:
-            runlog.truncate_metrics(run_path, start_epoch)
+            runlog.truncate_metrics(run_dir, start_epoch)
             # The changes this resume made (epochs, lr, ...) become the run's record.
-            runlog.write_config(run_path, replace_cfg(cfg, resume=None, predict=None).to_dict())
+            runlog.write_config(run_dir, replace_cfg(cfg, resume=None, predict=None).to_dict())
             logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
     if main:
         from graphdist.trainers.banner import start_banner
 
-        logger.info(start_banner(strategy, run_path, cores, resumed=start_epoch))
-    history = runlog.read_metrics(run_path) if main else []
+        logger.info(start_banner(strategy, run_dir, cores, resumed=start_epoch))
+    history = runlog.read_metrics(run_dir) if main else []
     key = strategy.task.best_key
     best = runlog.best_epoch(history).get(key)
-    tensorboard = open_tensorboard(run_path, history) if cfg.tensorboard and main else None
+    tensorboard = open_tensorboard(run_dir, history) if cfg.tensorboard and main else None
     # Steps x hops: about the sampler's and normalisation's calls that may run compiled loops.
     expect_calls((cfg.epochs - start_epoch) * strategy.steps_per_epoch * max(1, cfg.layers))
     bars = main and draws_bars()
@@ -233,21 +233,21 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_path: Path,
         # a run killed before it redoes epoch N from the previous one), and the epoch line after the
         # checkpoint: "epoch N done" means it is saved.
         if main:
-            runlog.append_metrics(run_path, record)
+            runlog.append_metrics(run_dir, record)
             history.append(record)
             if tensorboard is not None:
                 tensorboard.log_epoch(record, stats.step_losses)  # stats is this rank's: rank 0's step losses
         if main and record.get(key) is not None and (best is None or record[key] > best):
             best = record[key]
-            save_best(strategy, run_path, record)
+            save_best(strategy, run_dir, record)
         if epoch % cfg.checkpoint_every == 0 or epoch == cfg.epochs:
-            save(strategy, run_path, epoch)
+            save(strategy, run_dir, epoch)
         if main:
             logger.info(epoch_line(record))
         between_epochs()
     if main:
         try:
-            runlog.plot_run(run_path, history, title=f"{cfg.dataset} | {cfg.model} | {cfg.strategy} | "
+            runlog.plot_run(run_dir, history, title=f"{cfg.dataset} | {cfg.model} | {cfg.strategy} | "
                                                       f"{strategy.ctx.world_size} workers")
         except OSError as exc:  # the run is complete and checkpointed: missing figures do not fail it
             logger.warning("plots not written: %s", exc)
