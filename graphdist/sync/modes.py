@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from graphdist.section import Section, fail
+from graphdist.section import ConfigError, Section, fail
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,8 @@ class SyncSection(Section):
         >>> SyncSection(sync="ddp", compress="int8")
         Traceback (most recent call last):
         ...
-        graphdist.section.ConfigError: --compress int8 needs --sync dwbp or --sync blocking (got 'int8'); \
---sync ddp sends none, fp16, bf16, auto
+        graphdist.section.ConfigError: --compress int8 needs --sync dwbp or --sync blocking; --sync ddp sends \
+none, fp16, bf16, auto
     """
 
     sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
@@ -175,9 +175,9 @@ class SyncSection(Section):
         mode = SYNC_MODES[self.sync]
         if not mode.sends(self.compress):
             able = [name for name, other in SYNC_MODES.items() if self.compress in other.compressions]
-            raise fail("compress", f"{self.compress} needs " + " or ".join(f"{{{i}}}" for i in range(len(able))),
-                       self.compress, f"{{{len(able)}}} sends {', '.join(mode.compressions)}",
-                       *(("sync", name) for name in able), ("sync", self.sync))
+            raise ConfigError("compress", "needs " + " or ".join(f"{{{i}}}" for i in range(len(able))),
+                              hint=f"{{{len(able)}}} sends {', '.join(mode.compressions)}",
+                              mentions=(*(("sync", name) for name in able), ("sync", self.sync)), at=self.compress)
         if self.sacp_override:
             parse_sacp_overrides(self.sacp_override)
 
