@@ -166,8 +166,8 @@ class Trainer:
             meta = read_meta(path)
             self._check_dataset(cfg, meta, path)
         else:
-            path = self._cached_partitions(cfg)
-            meta = read_meta(path)
+            cached = self._cached_partitions(cfg)
+            path, meta = cached.path, cached.meta
         if int(meta["num_parts"]) < cfg.num_workers:
             raise fail_at("partitions", str(path), f"has {meta['num_parts']} parts but {{0}} is {cfg.num_workers}; "
                           f"use {{1}} or repartition with graphdist-partition --num-parts {cfg.num_workers} (or a "
@@ -193,18 +193,20 @@ class Trainer:
                               mentions=(("partitions", str(path)),), at=cfg.dataset)
 
     @staticmethod
-    def _cached_partitions(cfg: TrainConfig) -> Path:
+    def _cached_partitions(cfg: TrainConfig) -> PartitionDir:
         """``cfg.source`` partitioned into the cache, keyed by the source's content: a different graph saved
         under the same name is partitioned afresh, never served a stale directory."""
         from graphdist.data.loaders import source_key
-        from partition.api import PartitionConfig, default_output, partition, read_meta
+        from partition.api import PartitionConfig, default_output, partition
 
         config = PartitionConfig(cfg.num_workers, cfg.partition_method, cfg.seed, task=cfg.task,
                                  edge_split=cfg.edge_split, eval_negatives=cfg.eval_negatives)
         key = source_key(cfg.source)
         path = default_output(cfg.source, config, key)
-        if (path / "meta.json").exists() and read_meta(path).get("source") == key:
-            return path
+        if (path / "meta.json").exists():
+            cached = PartitionDir(path)
+            if cached.meta.get("source") == key:
+                return cached
         from graphdist.data import load_graph
 
         try:
@@ -218,9 +220,9 @@ class Trainer:
         logger.info("partitioning %s into %d parts (%s) at %s", cfg.source, cfg.num_workers,
                     cfg.partition_method, path)
         try:
-            return partition(graph, cfg.num_workers, method=cfg.partition_method, out=path, seed=cfg.seed,
-                             force=True, source=key, task=cfg.task, edge_split=cfg.edge_split,
-                             eval_negatives=cfg.eval_negatives)
+            return PartitionDir(partition(graph, cfg.num_workers, method=cfg.partition_method, out=path, seed=cfg.seed,
+                                          force=True, source=key, task=cfg.task, edge_split=cfg.edge_split,
+                                          eval_negatives=cfg.eval_negatives))
         except PermissionError as exc:
             raise PermissionError(f"GRAPHDIST_CACHE {path.parents[1]}: cannot write partitions there ({exc}); "
                                   f"point GRAPHDIST_CACHE at a writable directory") from None

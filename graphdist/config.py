@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional, Sequence
 from graphdist.models.registry import DECODERS, MODELS, ModelSection  # noqa: F401 - the CLI
 from graphdist.options import STRATEGIES, TASKS, AggregationSection, FullGraphSection
 from graphdist.refusals import ConfigError, read_options, refuse_inapplicable, scoped  # noqa: F401 - re-exported
-from graphdist.section import Section
+from graphdist.section import Section, check_choices
 from graphdist.section import fail as _fail
 from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, COMPRESSIONS, SACP_MODES,  # noqa: F401 - the CLI
                                   SYNC_MODES, SyncSection, parse_sacp_overrides)
@@ -56,10 +56,8 @@ class DataSection(Section):
     feature_norm: str = "none"  # "row": divide each feature row by its L1 norm (its sum for non-negative features: Planetoid's usual preprocessing)
 
     def check(self) -> None:
-        for flag, value, choices in (("task", self.task, TASKS), ("feature-norm", self.feature_norm, FEATURE_NORMS),
-                                     ("partition-method", self.partition_method, PARTITION_METHODS)):
-            if value not in choices:
-                raise _fail(flag, f"must be one of {', '.join(choices)}", value)
+        check_choices(("task", self.task, TASKS), ("feature-norm", self.feature_norm, FEATURE_NORMS),
+                      ("partition-method", self.partition_method, PARTITION_METHODS))
 
 
 @dataclass(frozen=True)
@@ -126,9 +124,7 @@ class RuntimeSection(Section):
     inexact_resume: bool = False
 
     def check(self) -> None:
-        for flag, value, choices in (("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS)):
-            if value not in choices:
-                raise _fail(flag, f"must be one of {', '.join(choices)}", value)
+        check_choices(("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS))
         for name in ("num_workers", "threads", "log_interval", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise _fail(name, "must be >= 1", getattr(self, name))

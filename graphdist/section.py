@@ -150,6 +150,20 @@ def fail(flag: str, constraint: str, got: Any, hint: str = "", *mentions: tuple[
     return ConfigError(flag.replace("-", "_"), constraint, got, hint, mentions=mentions)
 
 
+def check_choices(*options: tuple[str, Any, Any]) -> None:
+    """Refuses the first ``(flag, value, choices)`` whose value is not one of its choices, listing them.
+
+    Example:
+        >>> check_choices(("sync", "dwbp", ("dwbp", "ddp")), ("sacp", "maybe", ("on", "off")))
+        Traceback (most recent call last):
+        ...
+        graphdist.section.ConfigError: --sacp must be one of on, off (got 'maybe')
+    """
+    for flag, value, choices in options:
+        if value not in choices:
+            raise fail(flag, f"must be one of {', '.join(choices)}", value)
+
+
 def fail_at(flag: str, value: Any, says: str, *mentions: tuple[str, Any], error: type = ConfigError) -> ConfigError:
     """A refusal of ``flag``'s ``value``, named first: ``--partitions DIR: no such directory ...``.
 
@@ -162,4 +176,4 @@ def fail_at(flag: str, value: Any, says: str, *mentions: tuple[str, Any], error:
     return error(flag.replace("-", "_"), ": " + says, mentions=mentions, at=value)
 
 
-__all__ = ["ConfigError", "ConfigPathError", "Section", "fail", "fail_at"]
+__all__ = ["ConfigError", "ConfigPathError", "Section", "check_choices", "fail", "fail_at"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from graphdist.section import Section, fail
+from graphdist.section import Section, check_choices, fail
 
 # Start shares: "profiled" (probe steps), "equal" (by train nodes), "auto" (profiled when the workers'
 # devices differ; equal, and deterministic, when they are alike).
@@ -34,9 +34,7 @@ class PlacementSection(Section):
     replicate: str = "none"
 
     def check(self) -> None:
-        for flag, value, choices in (("placement", self.placement, PLACEMENTS), ("replicate", self.replicate, REPLICATE)):
-            if value not in choices:
-                raise fail(flag, f"must be one of {', '.join(choices)}", value)
+        check_choices(("placement", self.placement, PLACEMENTS), ("replicate", self.replicate, REPLICATE))
         if self.rebalance_every < 0:
             raise fail("rebalance-every", "must be >= 0 steps (0: never)", self.rebalance_every)
         if not 0.0 < self.rebalance_eps <= 10.0:

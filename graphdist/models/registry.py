@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from graphdist.section import Section, fail
+from graphdist.section import Section, check_choices, fail
 
 @dataclass(frozen=True)
 class ModelEntry:
@@ -102,9 +102,7 @@ class ModelSection(Section):
     decoder: str = "mlp"  # link prediction: h_u * h_v through a 2-layer MLP: 0.92-0.93 test AUC on cora in 5 epochs, dot 0.89
 
     def check(self) -> None:
-        for flag, value, choices in (("model", self.model, MODELS), ("decoder", self.decoder, DECODERS)):
-            if value not in choices:
-                raise fail(flag, f"must be one of {', '.join(choices)}", value)
+        check_choices(("model", self.model, MODELS), ("decoder", self.decoder, DECODERS))
         for name in ("hidden", "layers"):
             if getattr(self, name) < 1:
                 raise fail(name, "must be >= 1", getattr(self, name))

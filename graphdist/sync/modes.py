@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from graphdist.section import ConfigError, Section, fail
+from graphdist.section import ConfigError, Section, check_choices, fail
 
 
 @dataclass(frozen=True)
@@ -168,10 +168,8 @@ none, fp16, bf16, auto
     sacp_override: Optional[str] = None  # "LAYER=dense|sfb,...": force a scheme per layer (debugging)
 
     def check(self) -> None:
-        for flag, value, choices in (("sync", self.sync, SYNC_MODES), ("allreduce", self.allreduce, ALLREDUCE_MODES),
-                                     ("compress", self.compress, COMPRESS_MODES), ("sacp", self.sacp, SACP_MODES)):
-            if value not in choices:
-                raise fail(flag, f"must be one of {', '.join(choices)}", value)
+        check_choices(("sync", self.sync, SYNC_MODES), ("allreduce", self.allreduce, ALLREDUCE_MODES),
+                      ("compress", self.compress, COMPRESS_MODES), ("sacp", self.sacp, SACP_MODES))
         mode = SYNC_MODES[self.sync]
         if not mode.sends(self.compress):
             able = [name for name, other in SYNC_MODES.items() if self.compress in other.compressions]
