@@ -24,6 +24,7 @@ import torch
 from graphdist.config import TrainConfig, replace
 from graphdist.models.registry import capabilities
 from graphdist.options import STRATEGIES
+from graphdist.rundir import RunDir
 from graphdist.runlog import best_epoch
 from graphdist.section import ConfigError, ConfigPathError, fail, fail_at
 from partition.handle import PartitionDir
@@ -249,8 +250,9 @@ class Trainer:
         check_devices(cfg.devices)
         require_tensorboard(cfg.tensorboard)
         cfg = self.config = self._elastic_resume(cfg, env)
-        run_dir = Path(os.path.abspath(Path(cfg.resume or cfg.run_dir or runlog.default_run_dir(env.run_id)).expanduser()))
-        if cfg.resume and not (run_dir / runlog.CONFIG_NAME).exists():
+        run_dir = RunDir.at(os.path.abspath(Path(cfg.resume or cfg.run_dir or runlog.default_run_dir(env.run_id))
+                                            .expanduser()))
+        if cfg.resume and not run_dir.config_file.exists():
             raise fail_at("resume", cfg.resume, f"no {runlog.CONFIG_NAME} at {run_dir}; it is not a graphdist run "
                           "directory", error=ConfigPathError)
         if env.kind != "local":
@@ -268,39 +270,36 @@ class Trainer:
             check_resume(cfg, checksum)
         self._check_strategy(cfg, partitions, env)
         if env.kind != "local":
-            if not cfg.resume and not cfg.overwrite and runlog.recorded_run(run_dir):
-                runlog.claim_for_new_run(run_dir, overwrite=False)  # every rank refuses, before any joins
+            if not cfg.resume and not cfg.overwrite and run_dir.recorded_run():
+                run_dir.claim_for_new_run(overwrite=False)  # every rank refuses, before any joins
             return self._run_job_rank(cfg, env, run_dir, partitions, checksum)
         existed = run_dir.exists()
-        with runlog.locked(run_dir):
+        with run_dir.locked():
             if not cfg.resume:  # refused, or moved aside with --overwrite: a run's record is never lost
-                runlog.claim_for_new_run(run_dir, cfg.overwrite)
+                run_dir.claim_for_new_run(cfg.overwrite)
             self._start_record(cfg, run_dir, checksum, env.run_id)
             try:
                 history = self._spawn(cfg, run_dir, partitions)
             except BaseException as exc:
                 self._record_failure(run_dir, exc, created=not existed)
                 raise
-            runlog.write_status(run_dir, status="complete")
+            run_dir.write_status(status="complete")
         return self._result(history, run_dir)
 
-    def _start_record(self, cfg: TrainConfig, run_dir: Path, checksum: str, job_id: Optional[str]) -> None:
+    def _start_record(self, cfg: TrainConfig, run_dir: RunDir, checksum: str, job_id: Optional[str]) -> None:
         """A new run's config and status (with its run id: the launcher's job id, else a new one); a resumed
         run's config is rewritten by rank 0 once its checkpoint has loaded (a refused or failed resume
         leaves the record as it was). Called once the directory holds no other run's record."""
         import uuid
 
-        from graphdist import runlog
-
         new = {} if cfg.resume else {"checkpoint_epoch": None, "run_id": job_id or uuid.uuid4().hex}
         if not cfg.resume:
-            runlog.write_config(run_dir, replace(cfg, overwrite=False).to_dict())
-        runlog.write_status(run_dir, status="running", partitions_checksum=checksum, dataset=cfg.dataset,
-                            error=None, **new)
+            run_dir.write_config(replace(cfg, overwrite=False).to_dict())
+        run_dir.write_status(status="running", partitions_checksum=checksum, dataset=cfg.dataset,
+                             error=None, **new)
         logger.debug("config: %s", cfg.to_dict())
 
-    def _spawn(self, cfg: TrainConfig, run_dir: Path, partitions: PartitionDir) -> list[dict[str, Any]]:
-        from graphdist import runlog
+    def _spawn(self, cfg: TrainConfig, run_dir: RunDir, partitions: PartitionDir) -> list[dict[str, Any]]:
         from graphdist.launch import spawn
         from graphdist.trainers.run import spawned_worker
 
@@ -314,46 +313,41 @@ class Trainer:
             if cfg.num_workers == 1:
                 from graphdist.trainers.run import worker_main
 
-                return worker_main(0, 1, cfg, partitions, str(run_dir), init, model=self.model)
+                return worker_main(0, 1, cfg, partitions, run_dir, init, model=self.model)
             spawn(spawned_worker, cfg.num_workers,
-                  args=(cfg.num_workers, cfg, partitions, str(run_dir), init, self.model))
-            return runlog.read_metrics(run_dir)
+                  args=(cfg.num_workers, cfg, partitions, run_dir, init, self.model))
+            return run_dir.read_metrics()
 
     @staticmethod
-    def _record_failure(run_dir: Path, exc: BaseException, created: bool) -> None:
+    def _record_failure(run_dir: RunDir, exc: BaseException, created: bool) -> None:
         """A failed run leaves nothing when it made the directory and never checkpointed; else it is marked
         failed in ``run.json`` (the checkpoint stays, for ``--resume``)."""
         import shutil
 
-        from graphdist import runlog
-        from graphdist.checkpoint import CHECKPOINT_NAME
-
-        if created and not (run_dir / CHECKPOINT_NAME).exists():
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if created and not run_dir.checkpoint.exists():
+            shutil.rmtree(run_dir.path, ignore_errors=True)
             return
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        runlog.write_status(run_dir, status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                            error=first)
+        run_dir.write_status(status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", error=first)
 
-    def _run_job_rank(self, cfg: TrainConfig, env: Any, run_dir: Path, partitions: PartitionDir,
+    def _run_job_rank(self, cfg: TrainConfig, env: Any, run_dir: RunDir, partitions: PartitionDir,
                       checksum: str) -> TrainResult:
         """Under torchrun/SLURM: rank 0 locks and records the run directory, then every rank trains."""
         import contextlib
 
-        from graphdist import runlog
         from graphdist.trainers.run import worker_main
 
         with contextlib.ExitStack() as stack:
             if env.rank == 0:
-                stack.enter_context(runlog.locked(run_dir))
+                stack.enter_context(run_dir.locked())
                 if not cfg.resume:
-                    runlog.claim_for_new_run(run_dir, cfg.overwrite)
+                    run_dir.claim_for_new_run(cfg.overwrite)
                 self._start_record(cfg, run_dir, checksum, env.run_id)
             self.started = True
-            history = worker_main(env.rank, env.world_size, cfg, partitions, str(run_dir), env.init_method,
+            history = worker_main(env.rank, env.world_size, cfg, partitions, run_dir, env.init_method,
                                   model=self.model)
             if env.rank == 0:
-                runlog.write_status(run_dir, status="complete")
+                run_dir.write_status(status="complete")
         return self._result(history, run_dir)
 
     def _check_strategy(self, cfg: TrainConfig, partitions: PartitionDir, env: Any) -> None:
@@ -382,14 +376,13 @@ class Trainer:
         when the job was restarted (its first formation claimed the directory).
         """
         from graphdist import runlog
-        from graphdist.checkpoint import CHECKPOINT_NAME
 
         if cfg.resume or env.kind == "local":
             return cfg
-        run_dir = Path(cfg.run_dir or runlog.default_run_dir(env.run_id))
-        if not (run_dir / CHECKPOINT_NAME).exists():
+        run_dir = RunDir.at(cfg.run_dir or runlog.default_run_dir(env.run_id))
+        if not run_dir.checkpoint.exists():
             return cfg  # it failed before its first checkpoint: start over
-        this_job = env.run_id is not None and runlog.read_status(run_dir).get("run_id") == env.run_id
+        this_job = env.run_id is not None and run_dir.read_status().get("run_id") == env.run_id
         if not (this_job or env.restart_count > 0):
             return cfg  # another job's run: refused as any new run into it would be
         if env.rank == 0:
@@ -414,8 +407,8 @@ class Trainer:
         return replace(cfg, num_workers=env.world_size)
 
     @staticmethod
-    def _result(history: list[dict[str, Any]], run_dir: Path) -> TrainResult:
-        return TrainResult(history=history, run_dir=run_dir, final=history[-1] if history else {},
+    def _result(history: list[dict[str, Any]], run_dir: RunDir) -> TrainResult:
+        return TrainResult(history=history, run_dir=run_dir.path, final=history[-1] if history else {},
                            best=best_epoch(history))
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from graphdist.models.registry import DECODERS, MODELS, ModelSection  # noqa: F401 - the CLI
-from graphdist.options import STRATEGIES, TASKS, AggregationSection, FullGraphSection
+from graphdist.options import SAMPLERS, STRATEGIES, TASKS, AggregationSection, FullGraphSection
 from graphdist.refusals import ConfigError, read_options, refuse_inapplicable, scoped  # noqa: F401 - re-exported
 from graphdist.section import Section, check_choices
 from graphdist.section import fail as _fail
@@ -98,6 +98,9 @@ class RuntimeSection(Section):
     # -1 every remote node a batch may read within 512 MiB (sampling.dist_features' AUTO_CACHE_MIB: all of
     # them on small graphs, a bounded cache on large ones), 0 none, n the n likeliest.
     cache_rows: int = -1
+    # "neighbor": --fanouts neighbours of each seed, across parts; "cluster": ClusterGCN batches of the
+    # worker's own part (trainers/samplers.py), nothing fetched from peers while training
+    sampler: str = "neighbor"
     # None = auto: prefetch in a background thread when the worker's batches wait on other ranks
     # (its sampling overlaps their replies even on one core) or it may use a core beyond its compute
     # threads; a local-only sampler on a single core only steals time from the step it overlaps.
@@ -124,7 +127,8 @@ class RuntimeSection(Section):
     inexact_resume: bool = False
 
     def check(self) -> None:
-        check_choices(("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS))
+        check_choices(("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS),
+                      ("sampler", self.sampler, SAMPLERS))
         for name in ("num_workers", "threads", "log_interval", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise _fail(name, "must be >= 1", getattr(self, name))
@@ -215,6 +219,19 @@ def check_across(cfg: TrainConfig) -> None:
                     ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
     if cfg.task == "link":
         _check_link(cfg)
+    if cfg.sampler == "cluster":
+        _check_cluster(cfg)
+
+
+def _check_cluster(cfg: TrainConfig) -> None:
+    """What ClusterGCN batches, drawn from each worker's own part, cannot go with."""
+    for name, refused, why in (("replicate", cfg.replicate != "none", "a cluster batch reads only the worker's own part"),
+                               ("rebalance_every", cfg.rebalance_every != 0, "cluster batches are whole clusters of a "
+                                "part, not seeds that can migrate"),
+                               ("placement", cfg.placement == "profiled", "the profiler probes neighbour-sampled "
+                                "batches")):
+        if refused:
+            raise _fail(name, f"cannot go with {{0}}: {why}", getattr(cfg, name), "", ("sampler", "cluster"))
 
 
 def _check_link(cfg: TrainConfig) -> None:

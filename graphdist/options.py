@@ -133,8 +133,14 @@ class TaskSpec:
     drops: frozenset[str] = field(default_factory=frozenset)
 
 
-# Sampled mini-batches: fan-outs, the remote-feature cache, the prefetch thread.
-_SAMPLED = frozenset({"fanouts", "cache_rows", "prefetch"})
+# Sampled mini-batches: the sampler, its fan-outs, the remote-feature cache, the prefetch thread.
+_SAMPLED = frozenset({"sampler", "fanouts", "cache_rows", "prefetch"})
+
+# --sampler name -> what a batch is (trainers/samplers.py builds the loaders).
+SAMPLERS: dict[str, str] = {
+    "neighbor": "each seed's neighbourhood sampled with --fanouts, across parts",
+    "cluster": "ClusterGCN: the subgraph induced by a few METIS clusters of the worker's own part",
+}
 
 # name -> spec. The one declaration of the strategy names (``register_strategy`` adds a user's).
 STRATEGIES: dict[str, StrategySpec] = {
@@ -159,8 +165,9 @@ TASKS: dict[str, TaskSpec] = {
     "node": TaskSpec(summary="node classification (single or multi-label, as the data has it)"),
     "link": TaskSpec(frozenset({"edge_split", "eval_negatives", "num_negatives", "neg_sampling", "decoder",
                                 "hits_k"}), frozenset({"minibatch"}), summary="link prediction on held-out edges",
-                     # a link batch is edges of the worker's own parts: no seeds migrate between workers
-                     drops=frozenset({"rebalance_every", "rebalance_eps"})),
+                     # a link batch is edges of the worker's own parts: no seeds migrate between workers, and
+                     # it is drawn by the edge sampler (trainers/link.py), whatever --sampler says
+                     drops=frozenset({"rebalance_every", "rebalance_eps", "sampler"})),
 }
 
 

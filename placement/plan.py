@@ -16,8 +16,8 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,41 @@ class Plan:
     def of(self, rank: int) -> RankPlan:
         """The plan of ``rank``."""
         return self.ranks[rank]
+
+    @property
+    def shares(self) -> tuple[int, ...]:
+        """Every rank's batch share, in rank order."""
+        return tuple(r.batch_share for r in self.ranks)
+
+    def with_shares(self, shares: Sequence[int]) -> "Plan":
+        """This plan with other batch shares (the profiler's, the rebalancer's); parts, devices and steps kept.
+
+        Example:
+            >>> plan = default_plan(train_counts=[100, 60], batch_size=64, devices=["cpu"])
+            >>> plan.with_shares([40, 14]).shares, plan.shares
+            ((40, 14), (34, 20))
+        """
+        if len(shares) != len(self.ranks):
+            raise ValueError(f"Expected {len(self.ranks)} shares, one per rank (got {len(shares)})")
+        return replace(self, ranks=tuple(replace(r, batch_share=int(s)) for r, s in zip(self.ranks, shares)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form (what a checkpoint holds); :meth:`from_dict` reads it back.
+
+        Example:
+            >>> plan = default_plan(train_counts=[100, 60], batch_size=64, devices=["cpu"])
+            >>> Plan.from_dict(plan.to_dict()) == plan
+            True
+        """
+        return {"ranks": [{"rank": r.rank, "parts": list(r.parts), "device": r.device, "batch_share": r.batch_share}
+                          for r in self.ranks],
+                "num_parts": self.num_parts, "steps_per_epoch": self.steps_per_epoch}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        return cls(ranks=tuple(RankPlan(rank=int(r["rank"]), parts=tuple(int(p) for p in r["parts"]),
+                                        device=str(r["device"]), batch_share=int(r["batch_share"])) for r in d["ranks"]),
+                   num_parts=int(d["num_parts"]), steps_per_epoch=int(d["steps_per_epoch"]))
 
     def describe(self) -> str:
         """One line per rank, for the log."""

@@ -9,7 +9,10 @@ approximation, which grouping several random clusters per batch reduces.
 The "seeds" a ``ClusterSampler`` takes are cluster ids, so a ``NodeLoader`` over
 ``torch.arange(num_clusters)`` with ``batch_size = clusters per batch`` is a ClusterGCN
 loader; ``batch.seed_nodes`` are all the batch's nodes (mask the loss with e.g.
-``graph.train_mask[batch.seed_nodes]``).
+``graph.train_mask[batch.seed_nodes]``), or, given ``supervised`` (a node mask such as the
+train mask), only the batch's supervised nodes: they come first among the batch's nodes and
+the last block keeps only their rows, so the model's output is one row per seed, as with a
+neighbour sampler, and a step's loss and gradient weight count supervised nodes only.
 
 Example:
     >>> from graphdist.testing import tiny_graph, tiny_partition
@@ -21,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -81,6 +84,8 @@ class ClusterSampler(Sampler):
         graph: the graph.
         clusters: int ``[num_nodes]`` node -> cluster id in ``[0, num_clusters)``.
         num_layers: how many layers the batch's ``blocks`` list has. Default 2.
+        supervised: bool ``[num_nodes]``: the batch's seeds are its nodes in this mask (the last block
+            keeps their rows only); None: every node of the batch. Default None.
 
     Raises:
         ValueError: on a clusters array of the wrong shape or with negative ids.
@@ -92,7 +97,7 @@ class ClusterSampler(Sampler):
         (2, [0, 2, 4, 6, 8])
     """
 
-    def __init__(self, graph: Graph, clusters: Any, num_layers: int = 2) -> None:
+    def __init__(self, graph: Graph, clusters: Any, num_layers: int = 2, supervised: Optional[Tensor] = None) -> None:
         clusters = torch.as_tensor(clusters).to(torch.int64).view(-1)
         if clusters.numel() != graph.num_nodes:
             raise ValueError(f"clusters: expected one id per node, {graph.num_nodes} (got {clusters.numel()})")
@@ -100,8 +105,11 @@ class ClusterSampler(Sampler):
             raise ValueError(f"clusters: expected ids >= 0 (got {int(clusters.min())})")
         if num_layers < 1:
             raise ValueError(f"num_layers: expected >= 1 (got {num_layers})")
+        if supervised is not None and supervised.numel() != graph.num_nodes:
+            raise ValueError(f"supervised: expected one flag per node, {graph.num_nodes} (got {supervised.numel()})")
         self.graph = graph
         self.num_layers = num_layers
+        self.supervised = supervised.to(torch.bool) if supervised is not None else None
         sizes = torch.bincount(clusters)
         self.cluster_ptr = counts_to_indptr(sizes)
         # Nodes grouped by cluster, ascending ids within a cluster (stable sort).
@@ -120,10 +128,18 @@ class ClusterSampler(Sampler):
         starts = self.cluster_ptr.index_select(0, cluster_ids)
         counts = self.cluster_ptr.index_select(0, cluster_ids + 1) - starts
         nodes = self.cluster_nodes.index_select(0, ranges(starts, counts))
+        if self.supervised is None:
+            block = self._induced_block(nodes)
+            return SampledBatch(blocks=[block] * self.num_layers, input_nodes=nodes, seed_nodes=nodes,
+                                meta={"clusters": cluster_ids})
+        mine = self.supervised.index_select(0, nodes)
+        nodes = torch.cat([nodes[mine], nodes[~mine]])  # seeds first: a block's destinations lead its sources
         block = self._induced_block(nodes)
-        return SampledBatch(
-            blocks=[block] * self.num_layers, input_nodes=nodes, seed_nodes=nodes, meta={"clusters": cluster_ids}
-        )
+        seeds = int(mine.sum())
+        last = Block(src=block.src[: int(block.indptr[seeds])], dst=block.dst[: int(block.indptr[seeds])],
+                     num_src=block.num_src, num_dst=seeds, indptr=block.indptr[: seeds + 1])
+        return SampledBatch(blocks=[block] * (self.num_layers - 1) + [last], input_nodes=nodes,
+                            seed_nodes=nodes[:seeds], meta={"clusters": cluster_ids})
 
     def _induced_block(self, nodes: Tensor) -> Block:
         g, local, n = self.graph, self._local, nodes.numel()

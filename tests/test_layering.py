@@ -48,18 +48,20 @@ ALLOWED = {
     "graphdist.checkpoint": {"graphdist.comm", "graphdist.data"},
     "graphdist.runlog": {"graphdist.checkpoint", "graphdist.data"},
     "graphdist.resume": {"graphdist.checkpoint", "graphdist.config", "graphdist.runlog"},
+    # the run directory as one handle (RunDir) over the records runlog writes
+    "graphdist.rundir": {"graphdist.checkpoint", "graphdist.runlog"},
     # what a person reads (banner, progress, closing table): the CLI, the launcher and the trainers use it
     "graphdist.console": {"graphdist.runlog"},
     "graphdist.trainers": {"graphdist.sync", "sampling", "graphdist.models", "partition", "placement",
                            "graphdist.comm", "graphdist.data", "graphdist.config", "graphdist.checkpoint",
                            "graphdist.options", "graphdist._numba",
-                           "graphdist.launch", "graphdist.runlog", "graphdist.console"},
+                           "graphdist.launch", "graphdist.runlog", "graphdist.rundir", "graphdist.console"},
     # above the trainers: what a user calls (the Python API, predictions, the CLIs)
     "graphdist.predict": {"graphdist.trainers", "graphdist.comm", "graphdist.config", "graphdist.checkpoint",
                           "graphdist.launch", "graphdist.runlog"},
     "graphdist.api": {"graphdist.trainers", "graphdist.models", "partition", "graphdist.data", "graphdist.config",
                       "graphdist.options", "graphdist.checkpoint", "graphdist.resume", "graphdist.launch",
-                      "graphdist.runlog"},
+                      "graphdist.runlog", "graphdist.rundir"},
     "graphdist.cli": {"graphdist.api", "graphdist.predict", "graphdist.interop", "graphdist.sync", "partition",
                       "placement", "graphdist.data", "graphdist.config", "graphdist.options", "graphdist.checkpoint",
                       "graphdist.launch", "graphdist.runlog", "graphdist.console"},

@@ -70,7 +70,8 @@ def _switch(group: argparse._ArgumentGroup, flag: str, on: str, off: str) -> Non
 def build_parser() -> argparse.ArgumentParser:
     from graphdist.cli.args import OneLineParser
     from graphdist.config import (ALLREDUCE_MODES, COMPRESS_MODES, DECODERS, FEATURE_NORMS, MODELS, NEGATIVES,
-                                  PARTITION_METHODS, PRECISIONS, SACP_MODES, STRATEGIES, SYNC_MODES, TASKS, TrainConfig)
+                                  PARTITION_METHODS, PRECISIONS, SACP_MODES, SAMPLERS, STRATEGIES, SYNC_MODES, TASKS,
+                                  TrainConfig)
 
     default = TrainConfig.__dataclass_fields__  # the defaults shown in --help come from the config
 
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(model, "--model", choices=list(MODELS), help=f"reference model (default {d('model')})")
     _add(model, "--hidden", type=int, help=f"hidden width (default {d('hidden')})")
     _add(model, "--layers", type=int, help=f"GNN layers (default {d('layers')})")
+    _add(model, "--sampler", choices=tuple(SAMPLERS),
+         help="how training batches are drawn: " + "; ".join(f"{k} ({v})" for k, v in SAMPLERS.items())
+              + f" (default {d('sampler')})")
     _add(model, "--fanouts", metavar="K1,K2,..",
          help=f"neighbours per layer from the seeds outward, -1 = all (default {d('fanouts')})")
     _add(model, "--dropout", type=float, help=f"dropout (default {d('dropout')})")

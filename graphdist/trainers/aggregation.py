@@ -31,34 +31,12 @@ from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy
                                      gradient_allreduce, job_sync)
 from graphdist.trainers.batches import DistributedBatches
 from graphdist.trainers.devices import resolve_device
-from graphdist.trainers.features import feature_table
 from graphdist.trainers.kit import broadcast_parameters, build_model, loader_seed, predictions, sampler_seed, use_prefetch
 from graphdist.trainers.precision import loss_scaler
+from graphdist.trainers.samplers import local_graph, training_loader
 from graphdist.trainers.steps import reporter, train_steps
 
 logger = logging.getLogger(__name__)
-
-
-def induced_graph(part: Any, table: torch.Tensor) -> Any:
-    """The part's inner nodes alone as a ``Graph`` (local ids), with features, labels and masks.
-
-    Example:
-        >>> import tempfile
-        >>> from graphdist.testing import tiny_graph
-        >>> from partition.api import load_partition, partition
-        >>> part = load_partition(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p"), 0)
-        >>> g = induced_graph(part, part.x)
-        >>> g.num_nodes == part.num_inner, g.num_edges < int(part.indptr[part.num_inner])
-        (True, True)
-    """
-    from graphdist.data.graph import Graph
-
-    indptr, indices = part.inner_csr()
-    masks = {name: getattr(part, name).to(torch.bool) for name in ("train_mask", "val_mask", "test_mask")
-             if getattr(part, name) is not None}
-    y = (part.y if part.y.dim() == 2 else part.y.to(torch.int64)) if part.y is not None else None
-    return Graph(indptr=indptr, indices=indices, x=table, y=y, name=part.name.replace(" ", "-"), validate_features=False,
-                 **masks)
 
 
 def part_label_tvd(meta: dict[str, Any], part_ids: Sequence[int]) -> float:
@@ -94,7 +72,6 @@ class AggregationStrategy(Strategy):
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
-        from sampling import NeighborSampler, NodeLoader
         from graphdist.sync import NoSync
 
         cfg, rank = ctx.cfg, ctx.rank
@@ -104,17 +81,13 @@ class AggregationStrategy(Strategy):
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
         self.with_degrees = capabilities(model).global_degrees
         # Training sees the induced subgraph only: its own degrees (GCN) in the table's last column.
-        table = feature_table(part, cfg.feature_norm, with_degrees=False)
-        self.local_graph = induced_graph(part, table)
-        if self.with_degrees:
-            degrees = self.local_graph.degrees(self_loops=False).to(table.dtype).view(-1, 1)
-            self.local_graph.x = torch.cat([table, degrees], dim=1)
+        self.local_graph = local_graph(part, cfg.feature_norm, self.with_degrees)
         train = (part.train_mask.to(torch.bool).nonzero().view(-1) if part.train_mask is not None
                  else torch.arange(part.num_inner))
-        self.loader = NodeLoader(self.local_graph, train, NeighborSampler(self.local_graph, cfg.fanouts,
-                                                                           seed=sampler_seed(cfg.seed, rank)),
-                                 batch_size=mine.batch_share, num_batches=ctx.plan.steps_per_epoch,
-                                 prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads()), seed=loader_seed(cfg.seed, rank))
+        self.loader = training_loader(cfg.sampler, self.local_graph, train, ctx.plan.steps_per_epoch, mine.batch_share,
+                                      cfg, seed=loader_seed(cfg.seed, rank),
+                                      prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads()),
+                                      sampler_seed=sampler_seed(cfg.seed, rank))
         # Evaluation (and correction steps) read the whole graph: the distributed sources, global degrees.
         self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps),
                                           task=self.task)
@@ -238,4 +211,4 @@ class AggregationStrategy(Strategy):
         self.correction_optimizer.load_state_dict(state["correction_optimizer"])
 
 
-__all__ = ["AggregationStrategy", "induced_graph", "make_averager", "part_label_tvd"]
+__all__ = ["AggregationStrategy", "make_averager", "part_label_tvd"]

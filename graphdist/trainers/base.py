@@ -4,7 +4,10 @@ A strategy is set up from a :class:`WorkerContext` (rank, config, partition dire
 device, the user's model) and answers a few calls: ``train_epoch(epoch) -> EpochStats``,
 ``evaluate()``, ``predict()``, ``state_dict()`` / ``load_state_dict()`` for whatever a resume
 needs beyond model and optimizer, and ``close()``. The loop owns epochs, metrics,
-checkpoints, plots and resume; a strategy owns how a step trains. Strategies register under
+checkpoints, plots and resume; a strategy owns how a step trains. Who does what is the
+``Plan`` in force (``Strategy.plan``): the loop may hand a strategy a new one
+(``apply_plan``: the start-up profiler's, through ``probe_target``), and so may the
+strategy's own rebalancer, at a step every rank agrees on; the checkpoint holds it. Strategies register under
 their ``--strategy`` name; the CLI's choices come from the registry.
 
 Example:
@@ -28,6 +31,8 @@ if TYPE_CHECKING:  # typing only: importing this module stays cheap (config.py r
 
     from graphdist.comm.topology import Topology
     from graphdist.config import TrainConfig
+    from graphdist.rundir import RunDir
+    from graphdist.trainers.probes import ProbeTarget
     from partition.handle import PartitionDir
     from placement.plan import Plan
 
@@ -46,7 +51,7 @@ class WorkerContext:
         plan: who holds what (parts, device, batch share per rank).
         topology: which ranks share a host (None: unknown).
         model: the user's model, or None to build ``cfg.model``.
-        run_dir: the run directory (for caches such as the placement profile), or None.
+        run_dir: the run directory (``graphdist.rundir.RunDir``: caches such as the placement profile), or None.
         decisions: what a timed or measured choice decided at the run's start (``--allreduce auto``,
             ``--compress auto``, profiled start shares), by name. Saved in every checkpoint; a resumed
             run starts with the saved ones and reuses them instead of measuring again, so it is the
@@ -60,7 +65,7 @@ class WorkerContext:
     plan: "Plan"
     topology: Optional["Topology"] = None
     model: Optional["torch.nn.Module"] = None
-    run_dir: Optional[str] = None
+    run_dir: Optional["RunDir"] = None
     decisions: dict[str, Any] = field(default_factory=dict)
 
 
@@ -126,6 +131,9 @@ class Strategy(abc.ABC):
     """
 
     name: str = ""
+    # Whether batch shares may move during the run (the profiler's start shares, a rebalancer's):
+    # where they cannot, the plan's shares are what the strategy trains at, whatever a checkpoint says.
+    moves_shares: bool = False
 
     def __init__(self, ctx: WorkerContext) -> None:
         from graphdist.trainers.tasks import make_task
@@ -142,6 +150,25 @@ class Strategy(abc.ABC):
     def steps_per_epoch(self) -> int:
         """Optimizer steps an epoch makes on every rank; 0 where a strategy cannot say ahead."""
         return 0
+
+    @property
+    def plan(self) -> "Plan":
+        """The plan in force (who holds which parts, with which batch share); the checkpoint holds it."""
+        return self.ctx.plan
+
+    def apply_plan(self, plan: "Plan", step: int = 0) -> None:
+        """Trains under ``plan`` from the batch after ``step`` on (0: the next epoch's start).
+
+        A strategy whose batch shares cannot move (``moves_shares`` False) refuses a plan other than its own.
+        """
+        if plan != self.plan:
+            raise ValueError(f"--strategy {self.name} trains at its plan's batch shares {list(self.plan.shares)}; "
+                             f"it cannot apply {list(plan.shares)}")
+
+    def probe_target(self) -> Optional["ProbeTarget"]:
+        """What the loop's start-up profiler times to choose batch shares (``trainers/probes.py``),
+        or None: this strategy has no shares to choose."""
+        return None
 
     def describe(self) -> list[tuple[str, str]]:
         """The start banner's ``strategy`` and ``sync`` rows: what this run does, in a few words each."""

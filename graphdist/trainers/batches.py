@@ -35,11 +35,14 @@ class DistributedBatches:
     neighbour source and sampler, the feature table and its remote-row cache, the train seeds
     and the loader at the plan's batch share. ``MinibatchStrategy`` trains on it every step;
     ``AggregationStrategy`` uses it for its global correction steps. ``replicate`` is
-    ``--replicate`` (the minibatch strategy's; the correction steps replicate nothing).
+    ``--replicate`` and ``sampler`` ``--sampler`` (the minibatch strategy's; the correction steps
+    replicate nothing and sample neighbourhoods: they correct toward the whole graph). Evaluation
+    reads the distributed sources whatever the sampler.
     """
 
     def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None,
-                 stretch: Optional[Any] = None, task: Optional[Any] = None, replicate: str = "none") -> None:
+                 stretch: Optional[Any] = None, task: Optional[Any] = None, replicate: str = "none",
+                 sampler: str = "neighbor") -> None:
         from sampling import LocalFeatureSource, NeighborSampler, NodeLoader
         from sampling.distributed import DistFeatureSource, DistNeighborSource
         from sampling.owners import OwnerMap
@@ -77,6 +80,14 @@ class DistributedBatches:
             loader_features = LocalFeatureSource(replicated_feature_table(ctx.partitions, cfg.feature_norm,
                                                                           with_degrees, part, table))
         self.labels = task.train_labels(part)
+        if sampler == "cluster":  # ClusterGCN batches of this part alone (trainers/samplers.py)
+            from graphdist.trainers.samplers import cluster_loader, local_graph
+
+            self.loader = cluster_loader(local_graph(part, cfg.feature_norm, with_degrees),
+                                         ctx.plan.steps_per_epoch if num_batches is None else num_batches, cfg.layers,
+                                         seed=loader_seed(cfg.seed, ctx.rank),
+                                         prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=False))
+            return
         self.loader = NodeLoader(
             loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
             batch_size=ctx.plan.of(ctx.rank).batch_share,

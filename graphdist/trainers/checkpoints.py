@@ -1,12 +1,13 @@
 """A run's checkpoints as the loop writes and reads them: every rank's state gathered into one atomic
-file, the best epoch's model, and the resume that restores them (bit-identical)."""
+file with the plan in force, the best epoch's model, and the resume that restores them (bit-identical)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
-from graphdist import comm, runlog
+from graphdist import comm
+from graphdist.rundir import RunDir
 from graphdist.trainers.base import Strategy
 
 
@@ -17,20 +18,20 @@ def _rank_state(strategy: Strategy) -> dict[str, Any]:
             **strategy.state_dict()}
 
 
-def save(strategy: Strategy, run_dir: Path, epoch: int) -> None:
+def save(strategy: Strategy, run_dir: RunDir, epoch: int) -> None:
     """Every rank's states gathered to rank 0, which writes one atomic checkpoint."""
     from graphdist.checkpoint import save_checkpoint
 
 
     ranks = comm.all_gather_object(_rank_state(strategy))
     if comm.is_main_process():
-        save_checkpoint(run_dir, strategy.model, strategy.optimizer, epoch,
+        save_checkpoint(run_dir.path, strategy.model, strategy.optimizer, epoch,
                         extra={"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
-                               "decisions": strategy.ctx.decisions})
-        runlog.write_status(run_dir, checkpoint_epoch=epoch)
+                               "decisions": strategy.ctx.decisions, "plan": strategy.plan.to_dict()})
+        run_dir.write_status(checkpoint_epoch=epoch)
 
 
-def save_best(strategy: Strategy, run_dir: Path, record: dict[str, Any]) -> None:
+def save_best(strategy: Strategy, run_dir: RunDir, record: dict[str, Any]) -> None:
     """Rank 0 keeps the best-validation epoch's model as ``best.pt`` (atomic, like the checkpoint).
 
     No collective: every rank holds the same parameters after an epoch (the strategies sync them).
@@ -38,9 +39,9 @@ def save_best(strategy: Strategy, run_dir: Path, record: dict[str, Any]) -> None
     from graphdist.checkpoint import BEST_NAME, save_checkpoint
 
     key = strategy.task.best_key
-    save_checkpoint(run_dir, strategy.model, strategy.optimizer, record["epoch"], name=BEST_NAME,
+    save_checkpoint(run_dir.path, strategy.model, strategy.optimizer, record["epoch"], name=BEST_NAME,
                     extra={key: record[key], "strategy": strategy.name})
-    runlog.write_status(run_dir, best_epoch=record["epoch"], best_metric=key, best_value=record[key],
+    run_dir.write_status(best_epoch=record["epoch"], best_metric=key, best_value=record[key],
                         **({"best_val_acc": record[key]} if key == "val_acc" else {}))
 
 
@@ -80,6 +81,11 @@ def resume(strategy: Strategy, resume_dir: Path, ckpt: Optional[dict[str, Any]] 
         if name in strategy.scalers:
             strategy.scalers[name].load_state_dict(scaler_state)
     strategy.load_state_dict({k: v for k, v in saved.items() if k not in ("rng", "scalers")})
+    saved_plan = ckpt["extra"].get("plan")  # the plan in force when it was written (older checkpoints: in the state)
+    if saved_plan and strategy.moves_shares:
+        from placement.plan import Plan
+
+        strategy.apply_plan(strategy.plan.with_shares(Plan.from_dict(saved_plan).shares))
     return int(ckpt["epoch"])
 
 

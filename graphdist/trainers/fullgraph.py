@@ -22,7 +22,6 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
@@ -170,7 +169,7 @@ class FullGraphStrategy(Strategy):
 
             # Nothing to choose (no batch shares): the profile is for graphdist-plan and the simulator.
             # Before the run's own sync exists: a model copy made after would carry its gradient hooks.
-            profile_fullgraph(self, Path(ctx.run_dir) if ctx.run_dir else None)
+            profile_fullgraph(self, ctx.run_dir)
         self.sync = job_sync(ctx, self.net, seed_weighted=False)
         self._last_start: Optional[float] = None
         if comm.is_main_process():

@@ -15,31 +15,24 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from graphdist import comm
 from graphdist.models.registry import capabilities
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
 from graphdist.trainers.batches import DistributedBatches
-from graphdist.trainers.devices import heterogeneous, resolve_device
+from graphdist.trainers.devices import resolve_device
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.kit import broadcast_parameters, build_model, emulated_slowdown, predictions
 from graphdist.trainers.precision import loss_scaler
+from graphdist.trainers.probes import ProbeTarget
 from graphdist.trainers.steps import reporter, train_steps
 
+if TYPE_CHECKING:
+    from placement.plan import Plan
+
 logger = logging.getLogger(__name__)
-
-
-def use_profile(placement: str, heterogeneous: bool) -> bool:
-    """Whether start shares come from the profiler: ``profiled``, or ``auto`` with unlike workers.
-
-    Example:
-        >>> use_profile("auto", True), use_profile("auto", False), use_profile("profiled", False)
-        (True, False, True)
-    """
-    return placement == "profiled" or (placement == "auto" and heterogeneous)
 
 
 class MinibatchStrategy(Strategy):
@@ -51,6 +44,7 @@ class MinibatchStrategy(Strategy):
     """
 
     name = "minibatch"
+    moves_shares = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__(ctx)
@@ -62,19 +56,16 @@ class MinibatchStrategy(Strategy):
         self.with_degrees = capabilities(model).global_degrees
         self.stretch = emulated_slowdown(rank)
         self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch, task=self.task,
-                                          replicate=cfg.replicate)
+                                          replicate=cfg.replicate, sampler=cfg.sampler)
         self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
         self.scalers = {"train": loss_scaler(cfg.precision, self.device)}
-        # The profiler probes a copy of the model: after the model exists, before the sync and the
-        # test slowdown attach their hooks (a copy would carry them: trainers/probes.probe_copy).
-        start = self._start_shares()
         self.sync = self._build_sync()
         if self.stretch is not None:  # prepended: ticks before the sync's hook starts the row-count exchange
             self.stretch.attach(self.model)
         self._stats = EpochStats()
-        self.rebalancer = self._build_rebalancer(start)
+        self.rebalancer = self._build_rebalancer()
         self._log_setup()
 
     # The pieces, under the names evaluation and benches use.
@@ -84,28 +75,34 @@ class MinibatchStrategy(Strategy):
     owners = property(lambda self: self.batches.owners)
     train_seeds = property(lambda self: self.batches.train_seeds)
 
-    def _start_shares(self) -> Optional[list[int]]:
-        """The profiled start shares (``--placement profiled``, or ``auto`` on a mixed cluster); None: the plan's."""
-        cfg = self.ctx.cfg
-        if not (use_profile(cfg.placement, heterogeneous(cfg)) and self.ctx.world_size > 1):
-            return None
-        if "start_shares" in self.ctx.decisions:  # profiled at the run's start: a resume keeps them
-            return list(self.ctx.decisions["start_shares"])
-        from graphdist.trainers.profile import profile_shares
-
-        shares = profile_shares(self, Path(self.ctx.run_dir) if self.ctx.run_dir else None)
-        if shares is not None:
-            self.ctx.decisions["start_shares"] = list(shares)
-        return shares
-
-    def _build_rebalancer(self, start: Optional[list[int]]) -> Any:
+    def _build_rebalancer(self) -> Any:
         from graphdist.trainers.rebalance import Rebalancer
 
         cfg = self.ctx.cfg
-        shares = [r.batch_share for r in self.ctx.plan.ranks]
-        return Rebalancer(self.loader, self.batches.labels, shares, every=cfg.rebalance_every,
-                          eps=cfg.rebalance_eps, clock=self._busy_clock(), start_shares=start,
-                          work_clock=self._work_clock)
+        return Rebalancer(self.loader, self.batches.labels, self.ctx.plan, every=cfg.rebalance_every,
+                          eps=cfg.rebalance_eps, clock=self._busy_clock(), work_clock=self._work_clock)
+
+    # ------------------------------------------------------------------ plan
+
+    @property
+    def plan(self) -> Plan:
+        """The plan in force: the job's, the profiler's start shares, or the rebalancer's last move."""
+        return self.rebalancer.plan
+
+    def apply_plan(self, plan: Plan, step: int = 0) -> None:
+        """Trains at ``plan``'s batch shares from the batch after ``step`` on (0: the next epoch's start);
+        within an epoch the unvisited seeds migrate to fit them (collective)."""
+        self.rebalancer.apply(plan, step)
+
+    def probe_target(self) -> Optional[ProbeTarget]:
+        """What the start-up profiler times: this rank's sampler, feature gather and step (``trainers/probes.py``);
+        None under ``--sampler cluster``, whose batches are whole clusters, not shares of seeds."""
+        cfg = self.ctx.cfg
+        if cfg.sampler != "neighbor":
+            return None
+        return ProbeTarget(batches=self.batches, model=self.model, device=self.device, with_degrees=self.with_degrees,
+                           loss=self.task.loss, make_sync=lambda model: job_sync(self.ctx, model), rank=self.ctx.rank,
+                           precision=cfg.precision, timeout=cfg.timeout, stretch=self.stretch)
 
     def _work_clock(self) -> float:
         """All of this rank's own work so far: its CPU time (gloo waits without spinning) plus emulated slowdown."""
@@ -155,7 +152,9 @@ class MinibatchStrategy(Strategy):
     def describe(self) -> list[tuple[str, str]]:
         cfg = self.ctx.cfg
         fanouts = ",".join(str(f) for f in cfg.fanouts)
-        words = [f"minibatch, batch {cfg.batch_size} (fan-outs {fanouts}), {self.steps_per_epoch} steps an epoch",
+        batch = (f"batch {cfg.batch_size} (fan-outs {fanouts})" if cfg.sampler == "neighbor" else
+                 f"ClusterGCN batches of {self.loader.batch_size} clusters of each part")
+        words = [f"minibatch, {batch}, {self.steps_per_epoch} steps an epoch",
                  f"prefetch {'on' if self.loader.prefetch else 'off'}"]
         if cfg.replicate != "none":
             words.append(f"--replicate {cfg.replicate}")
@@ -190,7 +189,9 @@ class MinibatchStrategy(Strategy):
             # not work that moves with seeds. Counted as busy, they were 37-47 ms an epoch of the
             # fast rank's (5-7%), which the rebalancer then read as balance (synthetic-100k, batch 4096).
             t0 = time.perf_counter()
-            rebalancer.after_step(step, seeds)
+            plan = rebalancer.after_step(step, seeds)
+            if plan is not None:  # decided on every rank at this step: every rank applies it here
+                self.apply_plan(plan, step)
             return time.perf_counter() - t0
 
         interval = self.ctx.cfg.log_interval
@@ -240,11 +241,11 @@ class MinibatchStrategy(Strategy):
     # ------------------------------------------------------------- checkpoint
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.batches.state_dict(), "placement": self.rebalancer.state_dict(), "sync": self.sync.state_dict()}
+        return {**self.batches.state_dict(), "sync": self.sync.state_dict()}  # the plan: the checkpoint's own
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.batches.load_state_dict(state)
-        self.rebalancer.load_state_dict(state.get("placement", {}))
+        self.rebalancer.load_state_dict(state.get("placement", {}))  # a checkpoint from before it held the plan
         self.sync.load_state_dict(state.get("sync", {}))
 
     def close(self) -> None:
@@ -255,4 +256,4 @@ class MinibatchStrategy(Strategy):
         self.rebalancer = None
 
 
-__all__ = ["MinibatchStrategy", "use_profile"]
+__all__ = ["MinibatchStrategy"]

@@ -23,6 +23,7 @@ import copy
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -33,7 +34,39 @@ from placement.shares import LinearCost, fit_cost
 
 PROBE_STEPS = 4  # timed steps per batch size (after one untimed warm-up each)
 
-__all__ = ["PROBE_STEPS", "global_rng_state", "model_shape", "probe", "probe_copy", "restore_global_rng"]
+__all__ = ["PROBE_STEPS", "ProbeTarget", "global_rng_state", "model_shape", "probe", "probe_copy",
+           "restore_global_rng"]
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """What the start-up profiler times, as a strategy hands it to the loop (``Strategy.probe_target``).
+
+    The probes sample with ``batches.sampler``, gather from ``batches.loader``'s feature source and
+    step a copy of ``model``; they read nothing else of the strategy, and leave all of it as they
+    found it.
+
+    Attributes:
+        batches: the strategy's ``DistributedBatches`` (sampler, loader, train seeds, neighbour source).
+        model: the model the probes copy (never trained by them).
+        device: where a step computes.
+        with_degrees: whether the model reads global degrees (``trainers/features.model_inputs``).
+        loss: the task's loss ``(out, y) -> tensor``.
+        make_sync: the run's gradient sync around a model (collective: every rank builds it alike).
+        rank, precision, timeout: this worker, ``--precision``, ``--timeout``.
+        stretch: the test slowdown this rank emulates (``GRAPHDIST_TEST_SLOWDOWN``), or None.
+    """
+
+    batches: Any
+    model: torch.nn.Module
+    device: torch.device
+    with_degrees: bool
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    make_sync: Callable[[torch.nn.Module], Any]
+    rank: int
+    precision: str = "fp32"
+    timeout: float = 300.0
+    stretch: Optional[Any] = None
 
 
 def model_shape(model: torch.nn.Module) -> dict[str, Any]:
@@ -45,7 +78,7 @@ def model_shape(model: torch.nn.Module) -> dict[str, Any]:
             "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
 
 
-def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, Any]]:
+def probe(target: ProbeTarget, share: int) -> tuple[dict[str, LinearCost], dict[str, Any]]:
     """This rank's fitted sample / gather / compute costs from probe steps at two batch sizes, and
     the simulator's measures (``Profile.measures``).
 
@@ -53,26 +86,26 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
     fetch are collectives). Nothing the training depends on is touched: a model copy with its
     own optimizer; global RNGs, the sampler's generator and the serving generator restored.
     """
-    batches = strategy.batches
+    batches = target.batches
     states = _rng_states(batches)
-    stretch = getattr(strategy, "stretch", None)
+    stretch = target.stretch
     if stretch is not None:
         stretch.set_epoch(1)  # a slowdown from the start shows in the probes
     # The copy trains under the run's own gradient sync (hooks, SACP's capture, the allreduce):
     # what a step costs beyond forward and backward is measured, not guessed.
-    sync = _probe_sync(strategy, probe_copy(strategy.model))
+    sync = target.make_sync(probe_copy(target.model))
     from graphdist.trainers.base import adam
 
     optimizer = adam(sync.model.parameters(), lr=1e-6)
     seeds = batches.train_seeds
-    rng = torch.Generator().manual_seed(12345 + strategy.ctx.rank)
+    rng = torch.Generator().manual_seed(12345 + target.rank)
     samples: dict[str, list[tuple[float, float]]] = {"sample": [], "gather": [], "compute": []}
     seen: dict[str, list[tuple[float, float]]] = {"sample": [], "feature": [], "wait": [], "exchanges": [],
                                                   "sync_wait": []}
     rows: list[list[tuple[float, float]]] = []
     # A stretch spun on a core of its own is in thread_time already; only a slept one is added.
     slept = (lambda: stretch.slept_s) if stretch is not None else (lambda: 0.0)
-    gather = _gatherer(batches.loader, strategy.device)
+    gather = _gatherer(batches.loader, target.device)
     try:
         sizes = (max(1, share), max(2, 2 * share))
         # Alternating sizes, after one warm-up step at each: warm-up effects (allocator growth,
@@ -95,7 +128,7 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
             c2 = time.thread_time()
             t2 = time.perf_counter()
             sent_now, calls_now = comm.byte_counts(), comm.call_counts()
-            compute_s, sync_wait = _train_step(strategy, sync, optimizer, batch, x, y, n)
+            compute_s, sync_wait = _train_step(target, sync, optimizer, batch, x, y, n)
             t3 = t2 + compute_s
             if stretch is not None:  # the emulated slowdown of gather + compute (slept or spun)
                 before = time.perf_counter()
@@ -111,28 +144,28 @@ def probe(strategy: Any, share: int) -> tuple[dict[str, LinearCost], dict[str, A
                 seen["sync_wait"].append((n, sync_wait))
                 seen["exchanges"].append((n, sum(calls_now.get(t, 0) - calls.get(t, 0) for t in ("sample", "feature"))))
                 rows.append([(n, b.num_dst) for b in batch.blocks])
-        pipelined = _pipelined(strategy, sync, optimizer, sizes, seeds, rng, stretch)
+        pipelined = _pipelined(target, sync, optimizer, sizes, seeds, rng)
     finally:
         sync.close()
         _restore(batches, states)
     if not samples["compute"]:
         return {k: LinearCost(0.0, 1e-6) for k in samples}, {}
-    return {k: fit_cost(v) for k, v in samples.items()}, _measures(strategy.model, seen, rows, pipelined)
+    return {k: fit_cost(v) for k, v in samples.items()}, _measures(target.model, seen, rows, pipelined)
 
 
-def _train_step(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, batch: Any, x: Any, y: Any,
+def _train_step(target: ProbeTarget, sync: Any, optimizer: torch.optim.Optimizer, batch: Any, x: Any, y: Any,
                 n: int) -> tuple[float, float]:
     """One probe step of the model copy as training runs it: ``(seconds without the gradient wait, that wait)``."""
     from graphdist.trainers.features import model_inputs
     from graphdist.trainers.precision import autocast
 
     t0 = time.perf_counter()
-    inputs, blocks = model_inputs(x, batch.blocks, strategy.with_degrees)
+    inputs, blocks = model_inputs(x, batch.blocks, target.with_degrees)
     optimizer.zero_grad()
     sync.begin_step(n)
-    with autocast(strategy.ctx.cfg.precision, strategy.device):  # timed as training runs it
-        out = sync.model(inputs.to(strategy.device), [b.to(strategy.device) for b in blocks])
-        loss = strategy.task.loss(out, y.to(strategy.device)) if n else out.sum() * 0.0
+    with autocast(target.precision, target.device):  # timed as training runs it
+        out = sync.model(inputs.to(target.device), [b.to(target.device) for b in blocks])
+        loss = target.loss(out, y.to(target.device)) if n else out.sum() * 0.0
     loss.backward()
     t_wait = time.perf_counter()
     sync.finish()  # the exposed part of the gradient exchange: the simulator's, per link
@@ -142,8 +175,8 @@ def _train_step(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, batc
     return time.perf_counter() - t0 - (t_synced - t_wait), t_synced - t_wait
 
 
-def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes: tuple[int, int],
-               seeds: torch.Tensor, rng: torch.Generator, stretch: Any) -> list[tuple[float, ...]]:
+def _pipelined(target: ProbeTarget, sync: Any, optimizer: torch.optim.Optimizer, sizes: tuple[int, int],
+               seeds: torch.Tensor, rng: torch.Generator) -> list[tuple[float, ...]]:
     """The probe steps again as training runs them with prefetch: a thread samples (``sample_stream``,
     as the loader does: a pipelined sampler keeps ``lookahead`` more batches in flight and shares their
     exchanges, about a third cheaper per batch than one at a time on the distributed sampler) and
@@ -157,7 +190,7 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
     import queue
     import threading
 
-    batches = strategy.batches
+    batches, stretch = target.batches, target.stretch
     group = 1 + max(0, int(getattr(batches.sampler, "lookahead", 0)))
     # Timed groups of each size (one untimed group each first). Steps inside a group wait on the
     # stream's exchanges unevenly (6-19 ms around a 10 ms mean, measured), so a group mean is noisy:
@@ -169,7 +202,7 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
         n = min(size, int(seeds.numel()))
         plan.append((n, seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]))
     ready: queue.Queue = queue.Queue(maxsize=1)
-    gather = _gatherer(batches.loader, strategy.device)
+    gather = _gatherer(batches.loader, target.device)
 
     def load() -> None:
         try:
@@ -199,19 +232,19 @@ def _pipelined(strategy: Any, sync: Any, optimizer: torch.optim.Optimizer, sizes
     spun = (lambda: stretch.spun_s) if stretch is not None else (lambda: 0.0)
     last, last_cpu = time.perf_counter(), time.process_time() - spun()
     for _ in range(len(plan)):
-        item = ready.get(timeout=strategy.ctx.cfg.timeout)
+        item = ready.get(timeout=target.timeout)
         if isinstance(item, BaseException):
             raise item
         n, batch, x, y, load_cpu = item
         c0, t_got = time.thread_time(), time.perf_counter()
-        _, sync_wait = _train_step(strategy, sync, optimizer, batch, x, y, n)
+        _, sync_wait = _train_step(target, sync, optimizer, batch, x, y, n)
         cpu = time.thread_time() - c0
         if stretch is not None:
             stretch.tick()
         now, now_cpu = time.perf_counter(), time.process_time() - spun()
         steps.append((n, now - last, load_cpu, cpu, sync_wait, now - t_got - sync_wait, now_cpu - last_cpu))
         last, last_cpu = now, now_cpu
-    thread.join(timeout=strategy.ctx.cfg.timeout)
+    thread.join(timeout=target.timeout)
     # Timed: every group after the first of each size, as its mean step (groups are all one length,
     # so the fits and averages over these weigh every group alike, as over its steps).
     groups = [steps[start:start + group] for start in range(2 * group, len(steps), group)]
@@ -266,13 +299,6 @@ def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]]
                           "sync_wait": sum(r[4] for r in pipelined) / max(1, len(pipelined)),
                           # The timed groups themselves, so a reader can see the scatter behind the fits.
                           "groups": [[round(v, 7) for v in r] for r in pipelined]} if pipelined else None}
-
-
-def _probe_sync(strategy: Any, model: torch.nn.Module) -> Any:
-    """The run's gradient sync around the probes' model copy (collective: built on every rank alike)."""
-    from graphdist.trainers.base import job_sync
-
-    return job_sync(strategy.ctx, model)
 
 
 def probe_copy(model: torch.nn.Module) -> torch.nn.Module:

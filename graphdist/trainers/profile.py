@@ -31,21 +31,22 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
-from graphdist import comm, runlog
-from graphdist.trainers.probes import (PROBE_STEPS, global_rng_state, model_shape, probe, probe_copy,
+from graphdist import comm
+from graphdist.rundir import RunDir
+from graphdist.trainers.probes import (PROBE_STEPS, ProbeTarget, global_rng_state, model_shape, probe, probe_copy,
                                       restore_global_rng)
+from placement.plan import Plan
 from placement.shares import LinearCost, balanced_shares, imbalance
 
 logger = logging.getLogger(__name__)
 
 PROFILE_NAME = "profile.json"
 
-__all__ = ["PROFILE_NAME", "Profile", "profile_fullgraph", "profile_shares"]
+__all__ = ["PROFILE_NAME", "Profile", "profile_fullgraph", "profiled_plan", "start_plan", "use_profile"]
 
 
 @dataclass
@@ -107,22 +108,51 @@ def profile_key(cfg: Any, world_size: int, plan_shares: list[int]) -> dict[str, 
             "precision": cfg.precision}
 
 
-def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
-    """Start shares for ``strategy`` (a ``MinibatchStrategy``): from the cached profile or fresh probes.
+def use_profile(placement: str, heterogeneous: bool) -> bool:
+    """Whether start shares come from the profiler: ``profiled``, or ``auto`` with unlike workers.
 
-    Collective: every rank calls it at the same point, after the strategy is built.
+    Example:
+        >>> use_profile("auto", True), use_profile("auto", False), use_profile("profiled", False)
+        (True, False, True)
     """
-    cfg, world = strategy.ctx.cfg, strategy.ctx.world_size
-    plan_shares = [r.batch_share for r in strategy.ctx.plan.ranks]
+    return placement == "profiled" or (placement == "auto" and heterogeneous)
+
+
+def start_plan(ctx: Any, target: Optional[ProbeTarget]) -> Plan:
+    """The plan the first epoch trains under: ``ctx.plan``, or it with profiled shares.
+
+    Profiled (``--placement profiled``, or ``auto`` on unlike workers) where the strategy has
+    shares to set (``target``: its ``probe_target()``, None without) and more than one worker;
+    the shares chosen are kept in ``ctx.decisions`` (a resumed run starts from them, not probing
+    again). Collective: every rank calls it at the same point, after the strategy is built.
+    """
+    from graphdist.trainers.devices import heterogeneous
+
+    cfg = ctx.cfg
+    if target is None or ctx.world_size == 1 or not use_profile(cfg.placement, heterogeneous(cfg)):
+        return ctx.plan
+    if "start_shares" not in ctx.decisions:  # else profiled at the run's start: a resume keeps them
+        plan = profiled_plan(target, ctx.plan, cfg, ctx.run_dir)
+        ctx.decisions["start_shares"] = list(plan.shares)
+    return ctx.plan.with_shares(ctx.decisions["start_shares"])
+
+
+def profiled_plan(target: ProbeTarget, plan: Plan, cfg: Any, run_dir: Optional[RunDir]) -> Plan:
+    """``plan`` with start shares from the cached profile or fresh probes of ``target``.
+
+    Collective: every rank calls it at the same point, with its own target and the same plan.
+    """
+    world = plan.world_size
+    plan_shares = list(plan.shares)
     key = profile_key(cfg, world, plan_shares)
     cached = _read_cached(run_dir, key)
     if comm.all_gather_object(cached is not None) != [True] * world:
         cached = None  # one rank could not read it: all probe, or they would disagree
     if cached is not None:
-        return cached.shares
-    mine, measures = probe(strategy, plan_shares[strategy.ctx.rank])
+        return plan.with_shares(cached.shares)
+    mine, measures = probe(target, plan_shares[target.rank])
     gathered, measured = zip(*comm.all_gather_object((mine, measures)))
-    costs = [_total(parts, strategy.loader.prefetch, share) for parts, share in zip(gathered, plan_shares)]
+    costs = [_total(parts, target.batches.loader.prefetch, share) for parts, share in zip(gathered, plan_shares)]
     shares = plan_shares
     if imbalance([c.time(s) for c, s in zip(costs, plan_shares)]) > 1.0 + cfg.rebalance_eps:
         shares = balanced_shares(costs, total=sum(plan_shares))
@@ -134,10 +164,10 @@ def profile_shares(strategy: Any, run_dir: Optional[Path]) -> list[int]:
                     [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], shares, plan_shares)
         if run_dir is not None:
             _write(run_dir, profile)
-    return shares
+    return plan.with_shares(shares)
 
 
-def profile_fullgraph(strategy: Any, run_dir: Optional[Path]) -> Profile:
+def profile_fullgraph(strategy: Any, run_dir: Optional[RunDir]) -> Profile:
     """``--strategy fullgraph --placement profiled``: the cached profile, or exact probe steps on every rank.
 
     A full-graph step has no batch share to choose: the profile is what ``graphdist-plan`` and
@@ -218,17 +248,19 @@ def _total(parts: dict[str, LinearCost], prefetch: bool, share: int) -> LinearCo
     return max(load, compute, key=lambda c: c.time(share))
 
 
-def _read_cached(run_dir: Optional[Path], key: dict[str, Any]) -> Optional[Profile]:
-    path = Path(run_dir) / PROFILE_NAME if run_dir is not None else None
-    if path is None or not path.exists():
+def _read_cached(run_dir: Optional[RunDir], key: dict[str, Any]) -> Optional[Profile]:
+    if run_dir is None:
         return None
     try:
-        profile = Profile.from_json(path.read_text())
+        text = RunDir.at(run_dir).read_text(PROFILE_NAME)
+        if text is None:
+            return None
+        profile = Profile.from_json(text)
     except (OSError, ValueError, KeyError, TypeError):
-        logger.warning("%s: unreadable; profiling again", path)
+        logger.warning("%s: unreadable; profiling again", RunDir.at(run_dir) / PROFILE_NAME)
         return None
     return profile if {**KEY_DEFAULTS, **profile.key} == key else None
 
 
-def _write(run_dir: Path, profile: Profile) -> None:
-    runlog.write_text_atomic(Path(run_dir) / PROFILE_NAME, profile.to_json(), "the placement profile")
+def _write(run_dir: RunDir, profile: Profile) -> None:
+    RunDir.at(run_dir).write_text(PROFILE_NAME, profile.to_json(), "the placement profile")

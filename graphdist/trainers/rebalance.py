@@ -54,6 +54,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
+from placement.plan import Plan
 from placement.shares import LinearCost, choose_shares, drifted, fit_cost, migration, quotas, rebalance
 
 logger = logging.getLogger(__name__)
@@ -117,29 +118,31 @@ def rank_cost(windows: list[tuple[float, float]]) -> LinearCost:
 class Rebalancer:
     """Every ``every`` steps: gather busy times, maybe change shares, migrate the epoch's unvisited seeds.
 
+    The rebalancer does not change shares behind the loop's back: :meth:`after_step` returns the
+    new ``Plan`` it decided on, and the caller applies it (:meth:`apply`) at that same step, on
+    every rank; :attr:`plan` is the plan in force.
+
     Args:
         loader: this rank's ``NodeLoader`` (its seeds are replanned in place).
         labels: this rank's ``GlobalLabels`` (extended with migrated seeds' labels).
-        shares: the plan's batch share of every rank (the starting point, and what each part's
-            train nodes fit without migration).
-        every: steps between decisions (0: never change shares; start shares may still differ).
+        plan: the job's ``placement.Plan``: its batch shares are the starting point, and what each
+            part's train nodes fit without migration.
+        every: steps between decisions (0: never change shares; a plan applied at the start may still differ).
         eps: tolerated imbalance ``max/min`` of predicted busy times - 1.
         clock: this rank's movable busy seconds so far (any monotone counter).
-        start_shares: shares to start from (default ``shares``).
         work_clock: all of this rank's own work so far, movable or not (default ``clock``): the
             guard that holds still on latency-bound steps compares it with the wall time.
     """
 
-    def __init__(self, loader: Any, labels: Any, shares: list[int], every: int, eps: float,
-                 clock: Callable[[], float], start_shares: Optional[list[int]] = None,
-                 work_clock: Optional[Callable[[], float]] = None) -> None:
+    def __init__(self, loader: Any, labels: Any, plan: Plan, every: int, eps: float,
+                 clock: Callable[[], float], work_clock: Optional[Callable[[], float]] = None) -> None:
         self.loader, self.labels, self.every, self.eps = loader, labels, int(every), float(eps)
         # Steps a window spans: ``every``, or more where that many steps last under MIN_WINDOW_S.
         self.window_steps = self.every
         self.read_clock = clock
         self.read_work = work_clock if work_clock is not None else clock
-        self.natural = list(shares)
-        self.shares = list(start_shares) if start_shares is not None else list(shares)
+        self.natural = list(plan.shares)
+        self.plan = plan
         self.rank, self.world = comm.get_rank(), comm.get_world_size()
         self.migrated = 0  # seeds this rank received this epoch
         self.epochs_left = 1  # this epoch and the later ones: what a change of shares is spread over
@@ -152,6 +155,11 @@ class Rebalancer:
         self._settles_after: Optional[int] = None
         # A window's busy times on their way to every rank: (vector, handle, steps), read one step later.
         self._pending: Optional[tuple[torch.Tensor, Any, int]] = None
+
+    @property
+    def shares(self) -> list[int]:
+        """The batch shares in force (the current plan's), in rank order."""
+        return list(self.plan.shares)
 
     @property
     def active(self) -> bool:
@@ -177,8 +185,9 @@ class Rebalancer:
         self._window_busy, self._window_work = self.read_clock(), self.read_work()
         self._window_wall, self._window_seeds, self._window_origin = time.perf_counter(), 0, step
 
-    def after_step(self, step: int, seeds: int) -> None:
-        """Called on every rank after optimizer step ``step`` (1-based) with the seeds it trained on.
+    def after_step(self, step: int, seeds: int) -> Optional[Plan]:
+        """Called on every rank after optimizer step ``step`` (1-based) with the seeds it trained on;
+        returns the plan decided on at this step (the same on every rank), for :meth:`apply`, or None.
 
         A window closes every ``every`` steps, at step numbers every rank derives from values they
         share (the epoch's start, and a move's gathered first batch); its busy times travel while
@@ -187,8 +196,33 @@ class Rebalancer:
         self._window_seeds += seeds
         if step == 1 and self.shares != self.natural:
             self._migrate()  # this epoch's own seeds do not fit the shares: hand some over
-        if self._pending is not None:
-            self._decide(step)
+        decided = self._decide(step) if self._pending is not None else None
+        if decided is None:
+            self._next_window(step)
+        return decided
+
+    def apply(self, plan: Plan, step: int = 0) -> None:
+        """Trains at ``plan``'s shares from the batch after ``step`` on (0: from the next epoch's start).
+
+        Collective within an epoch: every rank applies the same plan at the same step, and the
+        epoch's unvisited seeds migrate to fit it.
+        """
+        if len(plan.ranks) != self.world:
+            raise ValueError(f"Expected a plan of {self.world} ranks (got {len(plan.ranks)})")
+        self.plan = plan
+        if step <= 0:
+            return
+        # Batches already drawn (prefetched, or in a pipelined sampler) keep the old shares: the
+        # next window starts after them, as soon as every batch trains at the new ones (with no
+        # batch drawn ahead, at once: a 2x slowdown's first epoch then moved shares 3 times, not 2).
+        first = self._migrate()
+        if first is not None and first > step:
+            self._settles_after = first
+        else:
+            self._start_window(step)
+
+    def _next_window(self, step: int) -> None:
+        """After a step with no decision: restart the window once a move has settled, or send it when full."""
         if self._settles_after is not None:
             if step >= self._settles_after:  # the next batch is the first at the new shares
                 self._settles_after = None
@@ -213,8 +247,8 @@ class Rebalancer:
         table, handle = comm.all_gather_rows_async([busy, seeds, wall, work, migration_s])
         self._pending = (table, handle, steps)
 
-    def _decide(self, step: int) -> None:
-        """Reads the window sent after the previous step and maybe moves shares from this step on."""
+    def _decide(self, step: int) -> Optional[Plan]:
+        """Reads the window sent after the previous step: a plan with new shares from this step on, or None."""
         table, handle, steps = self._pending
         self._pending = None
         handle.wait()  # landed while this step trained: every rank sent it before this step's gradients
@@ -227,11 +261,11 @@ class Rebalancer:
             # 10 ms steps swung by a third from one to the next, and the moves it prompted did not
             # pay for their migrations (0.62-0.77x). Later windows span enough steps, where the
             # epoch has them.
-            return
+            return None
         if max(k for *_, k, _ in gathered) < WORK_BOUND * max(w for _, _, w in window):
             # Even the busiest rank works less than half the step: the step is bound by latency
             # and collectives, which shares cannot move (measured: pubmed at 8 seeds per step).
-            return
+            return None
         # (seeds per step, busy per step) of every rank; the last few windows fit each rank's
         # fixed and per-seed cost (the shares differ between windows once they have moved).
         point = [(s / steps, b / steps) for b, s, _ in window]
@@ -244,7 +278,7 @@ class Rebalancer:
         try:
             costs = [rank_cost(h) for h in self.history]
         except ValueError:  # a rank trained no seeds in these windows: nothing to fit yet
-            return
+            return None
         # A migration's cost: the last rank to arrive spends least in it, about the exchange itself
         # (the others' extra is their wait for that rank, which the gradient sync would hold anyway).
         migration_s = min(m for *_, m in gathered)
@@ -254,21 +288,13 @@ class Rebalancer:
         new = choose_shares(self.shares, candidate, self.natural, costs, len(self.loader), migration_s,
                             self.epochs_left)
         if new is None:
-            return
+            return None
         if comm.is_main_process():
             logger.info("rebalance: busy %s s over %d steps, fitted %s, migrations %.1f ms -> shares %s (were %s)",
                         [round(b, 3) for b, _, _ in window], steps,
                         [f"{c.fixed_s * 1e3:.1f}ms+{c.per_seed_s * 1e6:.0f}us/seed" for c in costs], migration_s * 1e3,
                         new, self.shares)
-        self.shares = new
-        # Batches already drawn (prefetched, or in a pipelined sampler) keep the old shares: the
-        # next window starts after them, as soon as every batch trains at the new ones (with no
-        # batch drawn ahead, at once: a 2x slowdown's first epoch then moved shares 3 times, not 2).
-        first = self._migrate()
-        if first is not None and first > step:
-            self._settles_after = first
-        else:
-            self._start_window(step)
+        return self.plan.with_shares(new)
 
     # ------------------------------------------------------------- migration
     def _measure_migration(self) -> float:
@@ -331,9 +357,7 @@ class Rebalancer:
         return start
 
     # ------------------------------------------------------------ checkpoint
-    def state_dict(self) -> dict[str, Any]:
-        return {"shares": list(self.shares)}
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A checkpoint written before checkpoints held the plan: its ``{"shares": [...]}``."""
         if state and state.get("shares"):
-            self.shares = [int(s) for s in state["shares"]]
+            self.plan = self.plan.with_shares([int(s) for s in state["shares"]])

@@ -27,12 +27,14 @@ from graphdist.config import replace as replace_cfg
 from graphdist.console import EpochProgress, bars_and_logs, draws_bars, logging_restored, setup_logging
 from graphdist.data.memory import peak_rss_bytes
 from graphdist.plugins import load_plugins_from_environment
+from graphdist.rundir import RunDir
 from graphdist.section import ConfigError, fail_at
 from graphdist.trainers.base import Strategy, WorkerContext, strategy_class
 from graphdist.trainers.checkpoints import load as load_checkpoint
 from graphdist.trainers.checkpoints import resume, save, save_best, saved_decisions
 from graphdist.trainers.devices import cluster_spec, heterogeneous, resolve_device  # noqa: F401 - heterogeneous: re-exported
 from graphdist.trainers.heap import frozen_heap
+from graphdist.trainers.profile import start_plan
 from graphdist.trainers.records import epoch_line, reduce_epoch, traffic
 from graphdist.trainers.tensorboard import open_log as open_tensorboard
 from partition.handle import PartitionDir, opened
@@ -162,7 +164,7 @@ def plan_job(partitions: PartitionDir | str, cfg: TrainConfig, world_size: int) 
 
 
 def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str,
-                   model: Optional[torch.nn.Module] = None, run_dir: Optional[str] = None,
+                   model: Optional[torch.nn.Module] = None, run_dir: Optional[RunDir | str] = None,
                    checkpoint: Optional[dict[str, Any]] = None) -> Strategy:
     """Topology, plan and ``cfg.strategy`` built for this rank (collective: every rank calls it).
 
@@ -183,14 +185,19 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: Par
     # Every strategy's steps run under --precision: refused here, once, where this rank's device cannot run it.
     check_precision(cfg.precision, resolve_device(plan.of(rank).device))
     ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partitions=partitions, plan=plan,
-                        topology=topology, model=model, run_dir=run_dir, decisions=decisions)
-    return strategy_class(cfg.strategy)(ctx)
+                        topology=topology, model=model, run_dir=RunDir.at(run_dir) if run_dir is not None else None,
+                        decisions=decisions)
+    strategy = strategy_class(cfg.strategy)(ctx)
+    start = start_plan(ctx, strategy.probe_target())  # the profiler's shares, or the plan's
+    if start != plan:
+        strategy.apply_plan(start)
+    return strategy
 
 
 # ----------------------------------------------------------------------- loop
 
 
-def run_epochs(strategy: Strategy, cfg: TrainConfig, run_dir: Path,
+def run_epochs(strategy: Strategy, cfg: TrainConfig, run_dir: RunDir | Path,
                between_epochs: Callable[[], None] = lambda: None,
                cores: Optional[list[int]] = None, checkpoint: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     """Resume if asked (from ``checkpoint`` when already loaded), then epochs ``start+1 .. cfg.epochs``: train,
@@ -198,20 +205,21 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_dir: Path,
     the banner (``cores``: where it is bound), progress and one line per epoch."""
 
     main = comm.is_main_process()
+    run_dir = RunDir.at(run_dir)
     start_epoch = resume(strategy, Path(cfg.resume), checkpoint) if cfg.resume else 0
     checkpoint = None  # restored: not kept through training
     if cfg.resume:
         comm.barrier()  # every rank has loaded the checkpoint: only now the resumed run counts as started
         if main:
-            runlog.truncate_metrics(run_dir, start_epoch)
+            run_dir.truncate_metrics(start_epoch)
             # The changes this resume made (epochs, lr, ...) become the run's record.
-            runlog.write_config(run_dir, replace_cfg(cfg, resume=None, predict=None).to_dict())
+            run_dir.write_config(replace_cfg(cfg, resume=None, predict=None).to_dict())
             logger.info("resumed from %s after epoch %d", cfg.resume, start_epoch)
     if main:
         from graphdist.trainers.banner import start_banner
 
         logger.info(start_banner(strategy, run_dir, cores, resumed=start_epoch))
-    history = runlog.read_metrics(run_dir) if main else []
+    history = run_dir.read_metrics() if main else []
     key = strategy.task.best_key
     best = runlog.best_epoch(history).get(key)
     tensorboard = open_tensorboard(run_dir, history) if cfg.tensorboard and main else None
@@ -233,7 +241,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_dir: Path,
         # a run killed before it redoes epoch N from the previous one), and the epoch line after the
         # checkpoint: "epoch N done" means it is saved.
         if main:
-            runlog.append_metrics(run_dir, record)
+            run_dir.append_metrics(record)
             history.append(record)
             if tensorboard is not None:
                 tensorboard.log_epoch(record, stats.step_losses)  # stats is this rank's: rank 0's step losses
@@ -247,7 +255,7 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_dir: Path,
         between_epochs()
     if main:
         try:
-            runlog.plot_run(run_dir, history, title=f"{cfg.dataset} | {cfg.model} | {cfg.strategy} | "
+            run_dir.plot(history, title=f"{cfg.dataset} | {cfg.model} | {cfg.strategy} | "
                                                       f"{strategy.ctx.world_size} workers")
         except OSError as exc:  # the run is complete and checkpointed: missing figures do not fail it
             logger.warning("plots not written: %s", exc)
@@ -261,7 +269,7 @@ def worker_main(
     world_size: int,
     cfg: TrainConfig,
     partitions: PartitionDir | str,
-    run_dir: str,
+    run_dir: RunDir | str,
     init_method: str,
     model: Optional[torch.nn.Module] = None,
 ) -> list[dict[str, Any]]:
@@ -280,7 +288,7 @@ def worker_main(
         return _train(rank, world_size, cfg, partitions, run_dir, model, cores)
 
 
-def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, run_dir: str,
+def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, run_dir: RunDir | str,
            model: Optional[torch.nn.Module], cores: Optional[list[int]]) -> list[dict[str, Any]]:
     """``worker_main`` once the process joined the job: build the strategy, run the epochs, leave the group."""
     try:
@@ -288,11 +296,12 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDi
         # Read once (the decisions, then the states), and handed on rather than held: run_epochs drops it
         # once resumed, so a model-sized copy does not live through training.
         held = [load_checkpoint(cfg.resume) if cfg.resume else None]
+        run_dir = RunDir.at(run_dir)
         strategy = build_strategy(rank, world_size, cfg, partitions, model=model, run_dir=run_dir,
                                   checkpoint=held[0])
         try:
             with frozen_heap() as settle:
-                return run_epochs(strategy, cfg, Path(run_dir), between_epochs=settle, cores=cores,
+                return run_epochs(strategy, cfg, run_dir, between_epochs=settle, cores=cores,
                                   checkpoint=held.pop())
         finally:
             strategy.close()
@@ -300,7 +309,7 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDi
         comm.shutdown()
 
 
-def spawned_worker(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, run_dir: str,
+def spawned_worker(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, run_dir: RunDir | str,
                    init_method: str, model: Optional[torch.nn.Module] = None) -> None:
     """The local launcher's entry point (``fn(rank, *args)``)."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

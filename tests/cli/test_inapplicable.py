@@ -22,7 +22,7 @@ from graphdist.config import SYNC_MODES, ConfigError, TrainConfig, read_options,
 from graphdist.options import STRATEGIES, TASKS
 
 # A value other than the default for each option some runs do not read (what a user would type).
-SAMPLE = {"fanouts": "5,5", "cache_rows": "0", "prefetch": True, "replicate": "graph", "placement": "equal",
+SAMPLE = {"sampler": "cluster", "fanouts": "5,5", "cache_rows": "0", "prefetch": True, "replicate": "graph", "placement": "equal",
           "rebalance_every": "5", "rebalance_eps": "0.1", "staleness": "1", "smoothing": "0.5",
           "boundary_sample": "0.5", "max_memory": "4", "avg_every": "5", "avg_seconds": "2", "avg_optimizer": True,
           "avg_overlap": True, "correction_steps": "2", "allreduce": "ring", "sacp": "off", "sacp_override": "a=dense",

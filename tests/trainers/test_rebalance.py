@@ -204,12 +204,13 @@ def _profile_leaves_training_untouched(strategy, run_dir):
     import numpy as np
 
     from graphdist import comm
-    from graphdist.trainers.profile import PROFILE_NAME, profile_shares
+    from graphdist.trainers.profile import PROFILE_NAME, profiled_plan
 
     before = (torch.get_rng_state(), np.random.get_state()[1].copy(), strategy.batches.sampler.get_state(),
               strategy.batches.neighbor_source.get_state(), [p.detach().clone() for p in strategy.model.parameters()],
               strategy.optimizer.state_dict()["state"].copy())
-    shares = profile_shares(strategy, run_dir)
+    target, job_plan = strategy.probe_target(), strategy.ctx.plan
+    shares = list(profiled_plan(target, job_plan, strategy.ctx.cfg, run_dir).shares)
     after = (torch.get_rng_state(), np.random.get_state()[1], strategy.batches.sampler.get_state(),
              strategy.batches.neighbor_source.get_state(), list(strategy.model.parameters()))
     assert torch.equal(before[0], after[0]) and (before[1] == after[1]).all()
@@ -221,7 +222,7 @@ def _profile_leaves_training_untouched(strategy, run_dir):
     assert shares[0] / plan[0] > shares[1] / plan[1], (shares, plan)  # rank 1 is 4x slower from the start
     assert comm.all_gather_object(shares) == [shares] * 2
     assert (run_dir / PROFILE_NAME).exists()
-    assert profile_shares(strategy, run_dir) == shares  # cached: the same shares, no probes
+    assert list(profiled_plan(target, job_plan, strategy.ctx.cfg, run_dir).shares) == shares  # cached: no probes
 
 
 def _rebalance_body(rank: int, world_size: int, part_dir: str, cfgs: list, run_dir=None):
@@ -249,7 +250,7 @@ def _rebalance_body(rank: int, world_size: int, part_dir: str, cfgs: list, run_d
         final = strategy.rebalancer.shares
         assert sum(final) == sum(start)
         assert final[0] > final[1] and final != start, (cfg.replicate, start, final)  # rank 1 is 4x slower
-        assert strategy.state_dict()["placement"]["shares"] == final  # checkpointed
+        assert list(strategy.plan.shares) == final  # the plan in force, which the checkpoint holds
         if cfg.replicate == "none":
             _profile_leaves_training_untouched(strategy, Path(run_dir))
         strategy.close()
@@ -391,6 +392,21 @@ def _fake_comm(monkeypatch, module, send, exchange_s: float = 0.0) -> None:
         is_main_process=lambda: False))
 
 
+def _two_ranks(share: int, steps: int):
+    """The job plan of two ranks, one part each, at ``share`` seeds per step."""
+    from placement.plan import Plan, RankPlan
+
+    return Plan(ranks=(RankPlan(0, (0,), "cpu", share), RankPlan(1, (1,), "cpu", share)), num_parts=2,
+                steps_per_epoch=steps)
+
+
+def _step(rebalancer, step: int, seeds: int) -> None:
+    """What the strategy's step loop does after a step: the plan the rebalancer decided on, applied there."""
+    plan = rebalancer.after_step(step, seeds)
+    if plan is not None:
+        rebalancer.apply(plan, step)
+
+
 def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
     """(window's last step, decision's step, shares moved) over one 15-step epoch, rank 1 twice as slow per seed."""
     import types
@@ -412,14 +428,14 @@ def _decision_steps(monkeypatch, lookahead: int) -> list[tuple[int, int, bool]]:
         return table, types.SimpleNamespace(wait=lambda: decisions[-1].__setitem__(1, step))
 
     _fake_comm(monkeypatch, module, send)
-    rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[100, 100], every=3, eps=0.05,
+    rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, plan=_two_ranks(100, 15), every=3, eps=0.05,
                                    clock=lambda: clock[0])
     rebalancer.begin_epoch()
     for step in range(1, 16):
         loader.yielded = step
         clock[0] += 0.001 * loader.batch_size  # this rank's busy time grows with its share
         before = list(rebalancer.shares)
-        rebalancer.after_step(step, loader.batch_size)
+        _step(rebalancer, step, loader.batch_size)
         if decisions and decisions[-1][1] == step:
             decisions[-1][2] = rebalancer.shares != before
     return [tuple(d) for d in decisions]
@@ -482,14 +498,14 @@ def test_latency_bound_steps_move_once_then_return_to_the_plans_shares_and_hold(
         return table, types.SimpleNamespace(wait=lambda: None)
 
     _fake_comm(monkeypatch, module, send, exchange_s=0.01)  # migrations are not free
-    rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, shares=[8, 8], every=2, eps=0.05,
+    rebalancer = module.Rebalancer(loader, labels=lambda ids: ids, plan=_two_ranks(8, 15), every=2, eps=0.05,
                                    clock=lambda: clock[0])
     rebalancer.begin_epoch(epochs_left=5)
     seen = [list(rebalancer.shares)]
     for step in range(1, 16):
         loader.yielded = step
         clock[0] += 0.003 * loader.batch_size  # rank 0: 3 ms a seed
-        rebalancer.after_step(step, loader.batch_size)
+        _step(rebalancer, step, loader.batch_size)
         if rebalancer.shares != seen[-1]:
             seen.append(list(rebalancer.shares))
     assert len(seen) == 3 and seen[1][0] > 8 and seen[2] == [8, 8], seen
