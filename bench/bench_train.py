@@ -20,7 +20,7 @@ Three parts (each runs the real ``graphdist-train`` CLI in a subprocess and read
   and synthetic-100k (GraphSAGE defaults, 2 workers), paired seeds; the paired difference to
   ``none`` and twice its standard error. Target: int8 within max(0.5, 2 SE) points, fp16 and bf16
   within max(0.2, 2 SE).
-- ``--inference``: the time of graphdist's evaluation (exact layer-wise full-neighbour inference of
+- ``--inference``: the time of graphdist's evaluation (exact layer-at-a-time full-neighbour inference of
   the speed workload's model over every node) with 1 and 2 workers, beside DGL's layer-wise
   inference (``bench/peers/dgl_infer.py``, one process) with ``--peers`` and another checkout's
   with ``--baseline``; alternating rounds, medians, nodes/s.
@@ -403,7 +403,7 @@ def dgl_inference(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_inference(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    """graphdist's evaluation with 1 and 2 workers (and ``--baseline``'s), DGL's layer-wise inference with
+    """graphdist's evaluation with 1 and 2 workers (and ``--baseline``'s), DGL's layer-at-a-time inference with
     ``--peers``; ``--rounds`` rounds, the order flipped every round, medians of seconds."""
     trees = [("this", REPO)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
     warm_up(f"synthetic-{args.nodes}", [1, 2], tmp)
@@ -602,7 +602,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="with --speed: alternate against this checkout of another commit (git worktree add DIR REV)")
     p.add_argument("--pairs", type=int, default=5, help="alternating pairs with --baseline (default 5)")
     p.add_argument("--inference", action="store_true",
-                   help="evaluation time (exact layer-wise inference), 1 and 2 workers; with --peers DGL's; "
+                   help="evaluation time (exact layer-at-a-time inference), 1 and 2 workers; with --peers DGL's; "
                         "with --baseline another checkout's")
     p.add_argument("--scaling", action="store_true",
                    help="seeds/s for 1, 2, 4 workers (--workers) and 2 emulated hosts x 1 and x 2 (root), with a PNG")

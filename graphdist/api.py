@@ -143,7 +143,7 @@ class Trainer:
         self.model = model
         self.started = False  # whether a worker ran (errors before it exit 2, after it 1)
         self.partitions: Optional[PartitionDir] = None  # opened by prepare_partitions
-        if model is not None and not capabilities(model).layerwise:
+        if model is not None and not capabilities(model).layer_forward:
             logger.info("user model has no layer_forward: evaluation uses full-neighbour blocks on the whole model")
 
     # ----------------------------------------------------------- partitions

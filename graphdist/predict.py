@@ -1,6 +1,6 @@
 """``graphdist-train --predict RUN_DIR``: predictions and embeddings for every node, by original id.
 
-Workers load their partitions and the run's checkpoint, run exact layer-wise
+Workers load their partitions and the run's checkpoint, run exact layer-at-a-time
 inference, and rank 0 writes ``RUN_DIR/predictions.npz`` with ``orig_id``
 (sorted), ``pred`` (the class; a 0/1 row of labels for multi-label runs; absent for link
 prediction, whose ``logits`` are the nodes' embeddings that its decoder scores), ``logits`` and

@@ -133,7 +133,7 @@ class DistFeatureSource(LocalFeatureSource):
             (``sampling.inclusion``): the cache holds the remote nodes most likely read, 1-hop
             and 2-hop alike. None: the halo nodes most referenced by this part's edges.
         features: the ``[num_inner, F]`` table to serve instead of ``partition.x`` (e.g.
-            normalised features, or embeddings during layer-wise inference).
+            normalised features, or embeddings during layer-at-a-time inference).
         owners: which rank serves each node (default: part ``p`` on rank ``p``).
 
     The cache is filled once, collectively, at construction: every rank must

@@ -1,7 +1,7 @@
-"""Full-neighbour layer-wise inference: every node's output, one layer at a time, in chunks.
+"""Full-neighbour layer-at-a-time inference: every node's output, one layer at a time, in chunks.
 
 Sampling all L-hop neighbourhoods of a chunk of seeds blows up (a 3-hop full neighbourhood of
-1,000 nodes is often most of the graph). Layer-wise inference instead computes layer ``i``'s
+1,000 nodes is often most of the graph). Layer-at-a-time inference instead computes layer ``i``'s
 output for *all* nodes, chunk by chunk of destinations, from layer ``i-1``'s outputs over
 1-hop full-neighbour blocks, and only then moves to layer ``i+1``: every edge is used once per
 layer and memory holds two ``[N, hidden]`` tables (DGL's and PyG's recommended offline

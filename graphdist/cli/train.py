@@ -149,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
          help="force dense or sfb for named layers, e.g. layers.1.lin=sfb (debugging; names as in the log)")
     full = p.add_argument_group("Full graph (--strategy fullgraph)")
     _add(full, "--staleness", type=int,
-         help=f"0: exact halo exchange each layer; 1: wait-free, layers use last step's halo embeddings and "
-              f"gradients while this step's travel (default {d('staleness')})")
+         help=f"0: exact halo exchange each layer; 1: one step stale (PipeGCN), layers use last step's halo "
+              f"embeddings and gradients while this step's travel (default {d('staleness')})")
     _add(full, "--smoothing", type=float,
          help=f"stale-buffer smoothing g: h <- g*h_old + (1-g)*h_new (default {d('smoothing')})")
     _add(full, "--boundary-sample", type=float, metavar="P",

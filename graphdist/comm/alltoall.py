@@ -92,7 +92,7 @@ def joined_rows(parts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
 
     An all-to-all's answers are such views of its receive buffer, and a reply built as one
     gather can be handed over the same way: joining them is then free, where ``torch.cat``
-    would copy every byte (430 MB per layer for layer-wise inference's halo on 1M nodes).
+    would copy every byte (430 MB per layer for layer-at-a-time inference's halo on 1M nodes).
 
     Example:
         >>> x = torch.arange(6).view(3, 2)

@@ -2,7 +2,7 @@
 
 The model contract is ``forward(x, blocks) -> logits`` for ``blocks[-1].num_dst`` seeds;
 reference models also expose ``num_layers`` and ``layer_forward(i, x, block)`` for exact
-layer-wise full-neighbour inference. See :mod:`graphdist.models.api`.
+layer-at-a-time full-neighbour inference. See :mod:`graphdist.models.api`.
 
 Example:
     >>> from graphdist.models import build_model

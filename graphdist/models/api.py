@@ -19,7 +19,7 @@ GCN, ``edge_weight``. A PyG layer that accepts bipartite input works in the plai
             return x
 
 A model that also has ``num_layers`` and ``layer_forward(i, x, block)`` (layer ``i`` with its
-activation) gets exact layer-wise full-neighbour inference; others are evaluated with
+activation) gets exact layer-at-a-time full-neighbour inference; others are evaluated with
 ``forward`` on full-neighbour blocks in chunks. :func:`as_block_model` turns a list of PyG
 layers into such a model.
 
@@ -166,7 +166,7 @@ def _takes_two_args(module: nn.Module) -> bool:
 
 
 def supports_layerwise(model: nn.Module) -> bool:
-    """Whether ``model`` offers exact layer-wise inference (``num_layers`` and ``layer_forward``)."""
+    """Whether ``model`` offers exact layer-at-a-time inference (``num_layers`` and ``layer_forward``)."""
     inner = getattr(model, "module", model)  # a DDP wrapper
     return isinstance(getattr(inner, "num_layers", None), int) and callable(getattr(inner, "layer_forward", None))
 

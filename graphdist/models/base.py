@@ -1,7 +1,7 @@
 """What every reference model shares: a forward pass that applies ``layer_forward`` block by block.
 
 A model that defines ``num_layers`` and ``layer_forward(i, x, block)`` gets exact
-layer-wise full-neighbour inference from the trainer; deriving from
+layer-at-a-time full-neighbour inference from the trainer; deriving from
 :class:`LayerwiseGNN` gives it ``forward(x, blocks)`` for sampled training too.
 
 Example:
@@ -68,7 +68,7 @@ class LayerwiseGNN(nn.Module):
 
     def layer_forward_with_halo(self, i: int, h: torch.Tensor, block: Any,
                                 fetch_halo: Callable[[torch.Tensor], Any]) -> torch.Tensor:
-        """Layer ``i`` over a partition whose halo rows live on other workers (layer-wise inference).
+        """Layer ``i`` over a partition whose halo rows live on other workers (layer-at-a-time inference).
 
         ``h`` holds the inner rows; ``fetch_halo(rows)`` starts exchanging the halo nodes' rows
         of any per-inner-node tensor and returns a handle whose ``wait()`` gives them (a

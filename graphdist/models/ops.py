@@ -363,7 +363,7 @@ def aggregate_with_halo(x_inner: torch.Tensor, halo: Callable[[], torch.Tensor],
     """``aggregate(cat([x_inner, halo()]), block, kind)`` without the concatenation, and with the
     inner columns aggregated before ``halo()`` is called: while the halo rows are in flight.
 
-    For layer-wise inference over a partition (no autograd): ``block``'s first ``len(x_inner)``
+    For layer-at-a-time inference over a partition (no autograd): ``block``'s first ``len(x_inner)``
     source columns are the inner nodes, the rest the halo.
 
     Example:

@@ -55,7 +55,7 @@ class Capabilities:
     """What a model (a reference one or the user's own ``nn.Module``) offers the trainers, read once.
 
     Attributes:
-        layerwise: ``num_layers`` and ``layer_forward(i, x, block)``: exact layer-wise inference,
+        layer_forward: ``num_layers`` and ``layer_forward(i, x, block)``: exact layer-at-a-time inference,
             ``--predict`` and ``--strategy fullgraph`` (``graphdist.models.base.LayerwiseGNN``).
         halo_layer: ``layer_forward_with_halo``: a layer that overlaps its halo fetch with its own
             work in exact inference.
@@ -65,17 +65,17 @@ class Capabilities:
     Example:
         >>> import torch
         >>> capabilities(torch.nn.Linear(2, 2))
-        Capabilities(layerwise=False, halo_layer=False, global_degrees=False)
+        Capabilities(layer_forward=False, halo_layer=False, global_degrees=False)
     """
 
-    layerwise: bool
+    layer_forward: bool
     halo_layer: bool
     global_degrees: bool
 
 
 def capabilities(model: Any) -> Capabilities:
     """The :class:`Capabilities` of ``model``, from the protocol it implements."""
-    return Capabilities(layerwise=hasattr(model, "layer_forward") and hasattr(model, "num_layers"),
+    return Capabilities(layer_forward=hasattr(model, "layer_forward") and hasattr(model, "num_layers"),
                         halo_layer=callable(getattr(model, "layer_forward_with_halo", None)),
                         global_degrees=bool(getattr(model, "needs_global_degrees", False)))
 

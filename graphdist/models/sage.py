@@ -93,7 +93,7 @@ class SAGELayer(nn.Module):
         """``x W_neigh^T`` when this layer narrows (``out_dim < in_dim``, mean or sum), else None.
 
         Aggregation is linear, so ``W_neigh mean(x_u) = mean(W_neigh x_u)``: the classifier
-        (256 -> a few classes) aggregates, and layer-wise inference exchanges, ``out_dim``-wide
+        (256 -> a few classes) aggregates, and layer-at-a-time inference exchanges, ``out_dim``-wide
         rows. Measured on 1M nodes / 20M edges, one worker: that layer's sparse product took
         2.7 s at 256 wide; the whole evaluation went from 12.4 s to 8.4 s.
         """
@@ -149,7 +149,7 @@ class GraphSAGE(ReLUDropoutGNN):
 
     Model contract: ``forward(x, blocks)`` returns logits for ``blocks[-1].num_dst`` seeds;
     ``layer_forward(i, x, block)`` applies layer ``i`` (with its activation and dropout) for
-    exact layer-wise full-neighbour inference.
+    exact layer-at-a-time full-neighbour inference.
 
     Args:
         in_dim: input feature size.

@@ -9,7 +9,7 @@ the gradients of the received halo rows go back to their owners, which add them 
 they sent (``index_add``). An autograd function does both, so any model with
 ``layer_forward(i, x, block)`` trains through it.
 
-Staleness (``staleness=1``, wait-free, PipeGCN): a layer uses the halo embeddings received
+Staleness (``staleness=1``, pipelined, PipeGCN): a layer uses the halo embeddings received
 during the previous iteration, and the halo gradients that came back then, while this
 iteration's exchange travels in the background; the first iteration is exact, to fill the
 buffers. ``smoothing`` g mixes each newly received buffer into the last one,
@@ -69,7 +69,7 @@ class HaloExchange:
             (``sampling.owners.OwnerMap``, which the trainer builds from the plan); default part
             ``p`` on rank ``p``.
         group: process group of the exchanges (default: a new gloo group over all ranks).
-        staleness: 0 (exact, synchronous) or 1 (wait-free, one iteration stale).
+        staleness: 0 (exact, synchronous) or 1 (pipelined: one iteration stale).
         smoothing: g in [0, 1) for stale buffers (0: use what was received as is).
         boundary_sample: p in (0, 1]: the share of boundary nodes kept each epoch (``set_epoch``).
         seed: seeds the boundary-node draws.
@@ -83,7 +83,7 @@ class HaloExchange:
                  smoothing: float = 0.0, boundary_sample: float = 1.0, seed: int = 0,
                  wire_dtype: Optional[torch.dtype] = None) -> None:
         if staleness not in (0, 1):
-            raise ValueError(f"--staleness must be 0 (exact) or 1 (wait-free) (got {staleness})")
+            raise ValueError(f"--staleness must be 0 (exact) or 1 (one step stale) (got {staleness})")
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"--smoothing must lie in [0, 1) (got {smoothing})")
         if not 0.0 < boundary_sample <= 1.0:

@@ -9,7 +9,7 @@ train nodes / all train nodes), so the parameter gradients are summed, not seed-
 halo gradients already carry other workers' losses into this worker's layers.
 
 ``--staleness 0`` is exact: N workers compute the same logits, loss and gradients as one
-process on the whole graph. ``--staleness 1`` is wait-free (layers use last step's halo
+process on the whole graph. ``--staleness 1`` is stale by one step (PipeGCN: layers use last step's halo
 embeddings and gradients while this step's exchanges travel); ``--smoothing g`` smooths them.
 
 Before training, each worker's peak memory is estimated (:func:`memory_estimate`) and checked
@@ -142,7 +142,7 @@ class FullGraphStrategy(Strategy):
         self.device = resolve_device(mine.device)
         self.partition = part = ctx.partitions.load(mine.parts)
         model = build_model(ctx, int(part.x.shape[1]), self.task.out_dim(part.meta, cfg.hidden))
-        _check_layerwise(model)
+        _check_layer_forward(model)
         self.with_degrees = capabilities(model).global_degrees
         # Under torchrun no launcher checked before the workers started: each rank checks its part.
         self.memory = check_memory(cfg, part.meta, part.parts, int(os.environ.get("LOCAL_WORLD_SIZE",
@@ -180,7 +180,7 @@ class FullGraphStrategy(Strategy):
 
     def describe(self) -> list[tuple[str, str]]:
         cfg = self.ctx.cfg
-        halo = "exact halo exchange" if cfg.staleness == 0 else f"halo {cfg.staleness} step stale (wait-free)"
+        halo = "exact halo exchange" if cfg.staleness == 0 else f"halo {cfg.staleness} step stale (pipelined)"
         words = [f"fullgraph, {halo}", f"{self.halo.boundary_rows:,} boundary rows sent per layer"]
         if cfg.boundary_sample < 1:
             words.append(f"boundary sample {cfg.boundary_sample:g}")
@@ -212,9 +212,9 @@ class FullGraphStrategy(Strategy):
 
     @classmethod
     def check(cls, cfg: Any, meta: dict[str, Any], model: Optional[torch.nn.Module] = None) -> None:
-        """Before any worker starts: a layer-wise model, and every part within --max-memory."""
+        """Before any worker starts: a model with layer_forward, and every part within --max-memory."""
         if model is not None:
-            _check_layerwise(model)
+            _check_layer_forward(model)
         for p in range(int(meta["num_parts"])):
             check_memory(cfg, meta, [p], cfg.num_workers)
 
@@ -337,8 +337,8 @@ def sampled_block(block: Any, kept_halo: torch.Tensor, num_inner: int, p: float)
                    indptr=counts_to_indptr(torch.bincount(dst, minlength=block.num_dst)))
 
 
-def _check_layerwise(model: torch.nn.Module) -> None:
-    if not capabilities(model).layerwise:
+def _check_layer_forward(model: torch.nn.Module) -> None:
+    if not capabilities(model).layer_forward:
         raise ValueError(
             f"--strategy fullgraph runs the model layer by layer, with a halo exchange between layers: "
             f"{type(model).__name__} needs num_layers and layer_forward(i, x, block) (wrap PyG layers with "

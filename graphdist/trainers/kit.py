@@ -96,7 +96,7 @@ def class_labels(y: torch.Tensor) -> torch.Tensor:
 def predictions(model: torch.nn.Module, part: Any, batches: Any, device: torch.device,
                 with_degrees: bool) -> Predictions:
     """Logits and last hidden layer of this rank's inner nodes, keyed by original id."""
-    if not capabilities(model).layerwise:
+    if not capabilities(model).layer_forward:
         raise ValueError("--predict needs a model with layer_forward (num_layers, layer_forward(i, x, block))")
     logits, hidden = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners,
                                      keep_hidden=True)

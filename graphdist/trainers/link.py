@@ -8,7 +8,7 @@ frontier node). The model is the node encoder wrapped in ``models.link.LinkPredi
 (``--decoder dot|mlp``); the loss is binary cross-entropy over the pairs, and the gradient
 average is weighted by pairs. ``--batch-size`` counts positive edges per step over all workers.
 
-Evaluation: every node's embedding, exact (layer-wise, or full-neighbour blocks for a model
+Evaluation: every node's embedding, exact (layer at a time, or full-neighbour blocks for a model
 without ``layer_forward``); then each worker scores its own held-out edges and their stored
 negatives, fetching the embeddings of the other ends from their owners (one collective per
 split). Metrics over all workers: ``val_auc``/``test_auc`` (ROC AUC of every held-out edge
@@ -178,7 +178,7 @@ class LinkPrediction(Task):
         from graphdist.trainers.evaluate import exact_inference, sampled_inference
 
         model.eval()
-        if capabilities(model).layerwise:
+        if capabilities(model).layer_forward:
             return exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
         return sampled_inference(model.encoder, batches.neighbor_source, batches.features, part.inner_global_ids(),
                                  self.cfg.layers, device, with_degrees)

@@ -4,7 +4,7 @@ Per worker: load its partition; sample seeds from its own train nodes with the
 distributed sampler (remote neighbourhoods and features come from their owners,
 hot remote features from a cache); train; sync gradients layer by layer
 (DWBP by default). Every worker runs the plan's steps per epoch, each with the plan's
-batch share of its train nodes. Evaluation is exact layer-wise full-neighbour inference,
+batch share of its train nodes. Evaluation is exact layer-at-a-time full-neighbour inference,
 distributed the same way (``trainers/evaluate.py``).
 
 This module composes the pieces; the algorithms live in ``sampling``, ``graphdist.sync``,
@@ -235,7 +235,7 @@ class MinibatchStrategy(Strategy):
         return self.task.evaluate(self.model, self.partition, self.batches, self.device, self.with_degrees)
 
     def predict(self) -> Predictions:
-        """Logits and embeddings of this rank's inner nodes (exact layer-wise inference)."""
+        """Logits and embeddings of this rank's inner nodes (exact layer-at-a-time inference)."""
         return predictions(self.model, self.partition, self.batches, self.device, self.with_degrees)
 
     # ------------------------------------------------------------- checkpoint

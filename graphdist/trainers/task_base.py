@@ -86,11 +86,11 @@ class Task(abc.ABC):
 
     def evaluate(self, model: torch.nn.Module, part: Partition, batches: Any, device: torch.device,
                  with_degrees: bool) -> dict[str, float]:
-        """Metrics over all workers (collective): exact layer-wise inference, or full-neighbour blocks for
+        """Metrics over all workers (collective): exact layer-at-a-time inference, or full-neighbour blocks for
         models without ``layer_forward``."""
         from graphdist.trainers.evaluate import evaluated_nodes, exact_inference, sampled_inference
 
-        if capabilities(model).layerwise:
+        if capabilities(model).layer_forward:
             out = exact_inference(model, part, batches.features.x, device, with_degrees, owners=batches.owners)
             return self.metrics(self.predict(out), part)
         nodes = evaluated_nodes(part)

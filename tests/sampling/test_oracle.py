@@ -1,4 +1,4 @@
-"""Oracles: with full fan-out, GNNs on sampled blocks equal the full-graph GNN; layer-wise inference too."""
+"""Oracles: with full fan-out, GNNs on sampled blocks equal the full-graph GNN; layer-at-a-time inference too."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The model is a module-level class of this file (spawned workers unpickle it by module path), written
 as a user would, from the recipe in docs/models-and-tasks.md: ``conv(block.pair(x), block.edge_index, size=block.size)``.
-It also defines ``num_layers`` and ``layer_forward``, so evaluation is exact layer-wise inference and
+It also defines ``num_layers`` and ``layer_forward``, so evaluation is exact layer-at-a-time inference and
 ``--strategy fullgraph`` can run it. The GAT counterpart is in ``test_train_e2e.py``.
 """
 
