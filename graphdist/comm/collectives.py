@@ -70,6 +70,27 @@ def _fail(op: str, exc: BaseException, group: Group = None) -> CommError:
     return CommError(f"[rank {get_rank()}] {op} failed in a group of {size} ranks: {exc}. {_culprits(str(exc))}")
 
 
+# What a backend's error says when a collective failed (a peer died, a link broke, a wait timed out),
+# as torch re-raises it from a callback (DDP's reducer runs the comm hook's future inside backward).
+_BACKEND_FAILURE = re.compile(r"gloo|NCCL|Connection closed|Connection reset|Timed out|CommError", re.IGNORECASE)
+
+
+def comm_failure(exc: BaseException, op: str, group: Group = None) -> Optional[CommError]:
+    """``exc`` as the ``CommError`` naming this rank and the peer, when it is a backend's failure that
+    reached the caller wrapped (torch's autograd engine re-raises a hook's error as a ``RuntimeError``);
+    None when it is anything else (a model's own error stays as it is).
+
+    Example:
+        >>> comm_failure(ValueError("shapes do not match"), "backward") is None
+        True
+    """
+    if isinstance(exc, CommError):
+        return exc
+    if not isinstance(exc, RuntimeError) or not _BACKEND_FAILURE.search(str(exc)):
+        return None
+    return _fail(op, exc, group)
+
+
 def _silent_peers(message: str) -> str:
     """After a plain timeout (no peer address to blame): the ranks whose heartbeat stopped."""
     if "timed out" not in message.lower():

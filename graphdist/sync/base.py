@@ -14,7 +14,7 @@ Per step::
 
 Example:
     >>> sorted(SYNC_MODES)
-    ['blocking', 'ddp', 'dwbp']
+    ['auto', 'blocking', 'ddp', 'dwbp']
 """
 
 from __future__ import annotations

@@ -55,6 +55,9 @@ def make_sync(
     """
     if mode not in SYNC_MODES:
         raise ValueError(f"Expected a sync mode in {tuple(SYNC_MODES)} (got {mode!r}); e.g. --sync dwbp")
+    if SYNC_MODES[mode].candidates:
+        raise ValueError(f"--sync {mode} is a choice among {', '.join(SYNC_MODES[mode].candidates)}, made by the "
+                         "trainer at the run's start (graphdist.sync.choice); build one of them")
     choices = []
     if compress == "auto":
         compress = resolve_compression(mode, model, algorithm, group)

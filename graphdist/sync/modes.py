@@ -5,7 +5,7 @@ Importing it needs no torch (the config's check reads it). ``ALLREDUCE_MODES`` n
 
 Example:
     >>> list(SYNC_MODES), list(ALLREDUCE_MODES)
-    (['dwbp', 'blocking', 'ddp'], ['auto', 'ring', 'hd', 'hier'])
+    (['auto', 'dwbp', 'blocking', 'ddp'], ['auto', 'ring', 'hd', 'hier'])
 """
 
 from __future__ import annotations
@@ -26,14 +26,19 @@ class SyncMode:
         layerwise: it sends each layer through graphdist's hooks: ``--sacp`` and ``--sacp-override`` apply.
             A mode that owns its allreduce sends the compressions torch's DDP has a hook for
             (``Compression.ddp_wrapper``); a layer-wise mode sends them all.
+        candidates: a choice among these modes, made at the run's start (``auto``), not a mode of
+            its own: it sends and reads what any of them does (``graphdist.sync.choice``).
     """
 
     summary: str
     owns_allreduce: bool = False
     layerwise: bool = True
+    candidates: tuple[str, ...] = ()
 
     def sends(self, compress: str) -> bool:
         """Whether this mode can send gradients as ``compress`` (``auto``: it can send one of the candidates)."""
+        if self.candidates:
+            return any(SYNC_MODES[name].sends(compress) for name in self.candidates)
         if compress == "auto":
             return any(self.sends(name) for name in AUTO_CANDIDATES)
         return not self.owns_allreduce or COMPRESSIONS[compress].ddp_wrapper is not None
@@ -46,12 +51,17 @@ class SyncMode:
     @property
     def reads(self) -> frozenset[str]:
         """The options this mode reads beyond ``--sync`` and ``--compress``."""
+        if self.candidates:
+            return frozenset().union(*(SYNC_MODES[name].reads for name in self.candidates))
         return frozenset(({"allreduce"} if not self.owns_allreduce else set())
                          | ({"sacp", "sacp_override"} if self.layerwise else set()))
 
 
 # name -> mode. The one declaration of the sync modes and what each supports.
 SYNC_MODES: dict[str, SyncMode] = {
+    "auto": SyncMode("ddp's buckets where the per-layer extras cannot pay for themselves (workers on one host: "
+                     "loopback links), else whichever of ddp and dwbp trains faster in probe steps at start "
+                     "(decided once, kept on resume)", candidates=("ddp", "dwbp")),
     "dwbp": SyncMode("wait-free layer-wise: each layer's allreduce starts as soon as backward has its gradients"),
     "blocking": SyncMode("the same allreduce per layer, launched after backward (compute, then communicate)"),
     "ddp": SyncMode("torch DistributedDataParallel with the same seed-weighting hook", owns_allreduce=True,
@@ -159,7 +169,9 @@ class SyncSection(Section):
 none, fp16, bf16, auto
     """
 
-    sync: str = "dwbp"  # wait-free layer-wise; ddp and blocking are comparison points
+    # auto: torch DDP's buckets where per-layer sync cannot pay (one host), else the faster of ddp and dwbp in
+    # probe steps at start (graphdist/sync/choice.py); dwbp: wait-free layer-wise; blocking: a comparison point
+    sync: str = "auto"
     # ring on one host or NCCL (nothing to gain); across hosts the fastest of ring, hd and hier,
     # timed once at start on the largest layer's gradient
     allreduce: str = "auto"
@@ -172,7 +184,8 @@ none, fp16, bf16, auto
                       ("compress", self.compress, COMPRESS_MODES), ("sacp", self.sacp, SACP_MODES))
         mode = SYNC_MODES[self.sync]
         if not mode.sends(self.compress):
-            able = [name for name, other in SYNC_MODES.items() if self.compress in other.compressions]
+            able = [name for name, other in SYNC_MODES.items()
+                    if self.compress in other.compressions and not other.candidates]
             raise ConfigError("compress", "needs " + " or ".join(f"{{{i}}}" for i in range(len(able))),
                               hint=f"{{{len(able)}}} sends {', '.join(mode.compressions)}",
                               mentions=(*(("sync", name) for name in able), ("sync", self.sync)), at=self.compress)

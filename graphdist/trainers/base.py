@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol, Sequence
 
 from graphdist.options import STRATEGIES, TASKS, StrategySpec
 
@@ -176,6 +176,9 @@ class Strategy(abc.ABC):
         if self.ctx.world_size == 1:
             return [("strategy", self.name), ("sync", "none: one worker")]
         words = [sync.describe()] if sync is not None else []
+        if self.ctx.cfg.sync != self.ctx.decisions.get("sync", self.ctx.cfg.sync):
+            why = self.ctx.decisions.get("sync_why")
+            words.append(f"chosen by --sync {self.ctx.cfg.sync}" + (f" ({why})" if why else ""))
         compress = self.ctx.cfg.compress
         if compress == "auto":
             words.append(f"compress {self.ctx.decisions.get('compress', '?')} (auto)")
@@ -224,11 +227,12 @@ class Strategy(abc.ABC):
         """Releases hooks, threads and groups."""
 
 
-def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module") -> Any:
+def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module", mode: Optional[str] = None) -> Any:
     """The allreduce algorithm ``--allreduce`` names, built for this job (collective: every rank, same point).
 
-    Under ``--sync ddp`` the backend's ring, whatever ``--allreduce`` says (DDP is the comparison
-    point: torch's own allreduce); a topology-aware choice there warns once. ``auto`` is timed
+    Under ``--sync ddp`` (``mode``: the sync it serves, resolved; default ``--sync``) the backend's ring,
+    whatever ``--allreduce`` says (DDP is the comparison point: torch's own allreduce); a topology-aware
+    choice there warns once. ``auto`` is timed
     on a probe the size of the model's largest parameter tensor (one layer's gradient, roughly).
     """
     import logging
@@ -239,9 +243,10 @@ def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module") -> Any:
     from graphdist.sync.modes import SYNC_MODES
 
     name = ctx.cfg.allreduce
-    if SYNC_MODES[ctx.cfg.sync].owns_allreduce:
+    mode = mode if mode is not None else ctx.cfg.sync
+    if SYNC_MODES[mode].owns_allreduce:
         if name not in ("auto", "ring"):
-            warnings.warn(f"--allreduce {name} is ignored under --sync {ctx.cfg.sync} (it keeps its own allreduce); "
+            warnings.warn(f"--allreduce {name} is ignored under --sync {mode} (it keeps its own allreduce); "
                           f"use --sync dwbp to sum gradients with it", stacklevel=2)
         name = "ring"
     kwargs: dict[str, Any] = {}
@@ -281,8 +286,9 @@ def adam(params: Any, lr: float, weight_decay: float = 0.0) -> "torch.optim.Adam
     return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
 
 
-def sync_options(cfg: "TrainConfig") -> dict[str, Any]:
-    """The ``make_sync`` keywords ``--compress``, ``--sacp`` and ``--sacp-override`` give.
+def sync_options(cfg: "TrainConfig", mode: Optional[str] = None) -> dict[str, Any]:
+    """The ``make_sync`` keywords ``--compress``, ``--sacp`` and ``--sacp-override`` give under sync ``mode``
+    (resolved; default ``--sync``).
 
     Example:
         >>> from graphdist.config import TrainConfig
@@ -291,28 +297,62 @@ def sync_options(cfg: "TrainConfig") -> dict[str, Any]:
     """
     from graphdist.sync.modes import SYNC_MODES, parse_sacp_overrides
 
-    sacp = cfg.sacp == "on" or (cfg.sacp == "auto" and SYNC_MODES[cfg.sync].layerwise)
+    mode = mode if mode is not None else cfg.sync
+    sacp = cfg.sacp == "on" or (cfg.sacp == "auto" and SYNC_MODES[mode].layerwise and not SYNC_MODES[mode].candidates)
     return {"compress": cfg.compress, "sacp": sacp, "sacp_overrides": parse_sacp_overrides(cfg.sacp_override or "")}
 
 
-def job_sync(ctx: WorkerContext, model: "torch.nn.Module", algorithm: Any = None, **kwargs: Any) -> Any:
-    """The job's gradient sync around ``model`` (``make_sync`` with ``--sync`` and :func:`sync_options`),
-    over ``algorithm`` (default: :func:`gradient_allreduce`'s). Collective: every rank, same point.
+def resolve_sync(ctx: WorkerContext, probe: Optional[Callable[[Sequence[str]], dict[str, float]]] = None) -> str:
+    """The sync mode this job trains with: ``--sync``, or what ``--sync auto`` chose (``graphdist.sync.choice``).
+
+    Decided once, at the first call (collective: every rank, same point), and kept in ``ctx.decisions``:
+    later syncs of the job and a resumed run reuse it. Across hosts ``probe(modes)`` (a strategy's probe
+    steps: ``trainers/probes.time_syncs``) times each candidate; without one, per-layer sync stays.
+    """
+    import logging
+
+    from graphdist import comm
+    from graphdist.sync.choice import able_modes, choose_sync
+    from graphdist.sync.modes import SYNC_MODES
+
+    cfg = ctx.cfg
+    if not SYNC_MODES[cfg.sync].candidates:
+        return cfg.sync
+    if "sync" in ctx.decisions:  # decided at the run's start: not measured again
+        return ctx.decisions["sync"]
+    able = able_modes(cfg.sync, cfg.compress, cfg.sacp, cfg.sacp_override, cfg.allreduce, cfg.devices)
+    one_host = ctx.topology is None or len(ctx.topology.hosts) == 1
+    step_s = probe(able) if len(able) > 1 and not one_host and probe is not None else None
+    choice = choose_sync(able, one_host, step_s)
+    ctx.decisions["sync"], ctx.decisions["sync_why"] = choice.chosen, choice.reason  # the banner says why
+    if comm.is_main_process():
+        logging.getLogger("graphdist").debug(choice.describe())
+    return choice.chosen
+
+
+def job_sync(ctx: WorkerContext, model: "torch.nn.Module", algorithm: Any = None,
+             probe: Optional[Callable[[Sequence[str]], dict[str, float]]] = None, mode: Optional[str] = None,
+             **kwargs: Any) -> Any:
+    """The job's gradient sync around ``model`` (``make_sync`` with the job's sync mode, :func:`resolve_sync`,
+    and :func:`sync_options`), over ``algorithm`` (default: :func:`gradient_allreduce`'s). Collective:
+    every rank, same point. ``probe``: :func:`resolve_sync`'s; ``mode``: another mode than the job's
+    (``--sync auto``'s probes).
 
     ``--compress auto`` is resolved once, by timing, and kept in ``ctx.decisions``; later syncs of
     the job (the profiler's, aggregation's correction steps) and a resumed run reuse that choice.
     """
     from graphdist.sync import make_sync
 
-    algorithm = algorithm if algorithm is not None else gradient_allreduce(ctx, model)
-    options = sync_options(ctx.cfg)
+    mode = mode if mode is not None else resolve_sync(ctx, probe)
+    algorithm = algorithm if algorithm is not None else gradient_allreduce(ctx, model, mode)
+    options = sync_options(ctx.cfg, mode)
     if options["compress"] == "auto":
         if "compress" not in ctx.decisions:
             from graphdist.sync.factory import resolve_compression
 
-            ctx.decisions["compress"] = resolve_compression(ctx.cfg.sync, model, algorithm)
+            ctx.decisions["compress"] = resolve_compression(mode, model, algorithm)
         options["compress"] = ctx.decisions["compress"]
-    return make_sync(ctx.cfg.sync, model, algorithm=algorithm, **options, **kwargs)
+    return make_sync(mode, model, algorithm=algorithm, **options, **kwargs)
 
 
 def strategy_class(name: str) -> type[Strategy]:
@@ -341,4 +381,4 @@ def register_strategy(name: str, target: str, reads: Iterable[str] = ()) -> None
 
 
 __all__ = ["EpochStats", "Predictions", "Progress", "STRATEGIES", "Strategy", "TASKS", "WorkerContext",
-           "gradient_allreduce", "job_sync", "register_strategy", "strategy_class", "sync_options"]
+           "gradient_allreduce", "job_sync", "register_strategy", "resolve_sync", "strategy_class", "sync_options"]

@@ -26,7 +26,7 @@ from graphdist.trainers.devices import resolve_device
 from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.kit import broadcast_parameters, build_model, emulated_slowdown, predictions
 from graphdist.trainers.precision import loss_scaler
-from graphdist.trainers.probes import ProbeTarget
+from graphdist.trainers.probes import ProbeTarget, time_syncs
 from graphdist.trainers.steps import reporter, train_steps
 
 if TYPE_CHECKING:
@@ -101,7 +101,8 @@ class MinibatchStrategy(Strategy):
         if cfg.sampler != "neighbor":
             return None
         return ProbeTarget(batches=self.batches, model=self.model, device=self.device, with_degrees=self.with_degrees,
-                           loss=self.task.loss, make_sync=lambda model: job_sync(self.ctx, model), rank=self.ctx.rank,
+                           loss=self.task.loss, make_sync=lambda model, mode=None: job_sync(self.ctx, model, mode=mode),
+                           rank=self.ctx.rank,
                            precision=cfg.precision, timeout=cfg.timeout, stretch=self.stretch)
 
     def _work_clock(self) -> float:
@@ -130,7 +131,9 @@ class MinibatchStrategy(Strategy):
         return lambda: self._stats.compute_s
 
     def _build_sync(self) -> Any:
-        return job_sync(self.ctx, self.model)
+        # --sync auto decides here, before the sync exists (across hosts: probe steps of each candidate)
+        target = self.probe_target()
+        return job_sync(self.ctx, self.model, probe=(lambda modes: time_syncs(target, modes)) if target else None)
 
     def _log_setup(self) -> None:
         if comm.is_main_process():
@@ -222,7 +225,8 @@ class MinibatchStrategy(Strategy):
     def _comm_words(self, stats: EpochStats) -> str:
         """The progress line's tail: the exposed share of communication, and DWBP's hidden share."""
         comm_share = stats.comm_exposed_s / max(1e-9, stats.comm_exposed_s + stats.compute_s)
-        return f" | comm {100 * comm_share:.0f}% hidden {100 * self.sync.summary.hidden_fraction:.0f}%"
+        hidden = self.sync.summary.hidden_fraction
+        return f" | comm {100 * comm_share:.0f}%" + (f" hidden {100 * hidden:.0f}%" if hidden == hidden else "")
 
     # ------------------------------------------------------------- evaluation
 

@@ -24,7 +24,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from placement.shares import LinearCost, fit_cost
 PROBE_STEPS = 4  # timed steps per batch size (after one untimed warm-up each)
 
 __all__ = ["PROBE_STEPS", "ProbeTarget", "global_rng_state", "model_shape", "probe", "probe_copy",
-           "restore_global_rng"]
+           "restore_global_rng", "time_syncs"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class ProbeTarget:
         device: where a step computes.
         with_degrees: whether the model reads global degrees (``trainers/features.model_inputs``).
         loss: the task's loss ``(out, y) -> tensor``.
-        make_sync: the run's gradient sync around a model (collective: every rank builds it alike).
+        make_sync: ``make_sync(model, mode=None)``: the run's gradient sync around a model, or one of
+            ``mode`` (``--sync auto``'s candidates); collective: every rank builds it alike.
         rank, precision, timeout: this worker, ``--precision``, ``--timeout``.
         stretch: the test slowdown this rank emulates (``GRAPHDIST_TEST_SLOWDOWN``), or None.
     """
@@ -62,7 +63,7 @@ class ProbeTarget:
     device: torch.device
     with_degrees: bool
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    make_sync: Callable[[torch.nn.Module], Any]
+    make_sync: Callable[..., Any]
     rank: int
     precision: str = "fp32"
     timeout: float = 300.0
@@ -151,6 +152,50 @@ def probe(target: ProbeTarget, share: int) -> tuple[dict[str, LinearCost], dict[
     if not samples["compute"]:
         return {k: LinearCost(0.0, 1e-6) for k in samples}, {}
     return {k: fit_cost(v) for k, v in samples.items()}, _measures(target.model, seen, rows, pipelined)
+
+
+def time_syncs(target: ProbeTarget, modes: Sequence[str], rounds: int = PROBE_STEPS) -> dict[str, float]:
+    """``--sync auto``'s probe: steps of a model copy under each sync mode, alternating, at this rank's
+    batch share; per mode the slowest rank's median step in seconds (the same on every rank).
+
+    Collective: every rank calls it at the same point and runs the same steps. Like :func:`probe`,
+    it leaves the model, the RNG streams and the sampler's state as it found them.
+    """
+    from graphdist.sync.choice import probe_order
+
+    from graphdist.trainers.base import adam
+
+    batches = target.batches
+    states = _rng_states(batches)
+    syncs = {mode: target.make_sync(probe_copy(target.model), mode=mode) for mode in modes}
+    optimizers = {mode: adam(sync.model.parameters(), lr=1e-6) for mode, sync in syncs.items()}
+    seeds = batches.train_seeds
+    n = min(max(1, batches.loader.batch_size), int(seeds.numel()))
+    rng = torch.Generator().manual_seed(54321 + target.rank)
+    gather = _gatherer(batches.loader, target.device)
+    order = probe_order(list(modes), rounds)
+    timed: dict[str, list[float]] = {mode: [] for mode in modes}
+    try:
+        for k, mode in enumerate(order):
+            batch_seeds = seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]
+            batch = batches.sampler.sample(batch_seeds)
+            x = gather(batch.input_nodes)
+            y = batches.loader.labels(batch.seed_nodes) if n else None
+            if target.stretch is not None:
+                target.stretch.mark()
+            t0 = time.perf_counter()
+            _train_step(target, syncs[mode], optimizers[mode], batch, x, y, n)
+            if target.stretch is not None:
+                target.stretch.tick()
+            if k >= len(modes):  # the first step of each is a warm-up
+                timed[mode].append(time.perf_counter() - t0)
+    finally:
+        for sync in syncs.values():
+            sync.close()
+        _restore(batches, states)
+    mine = {mode: statistics.median(v) if v else 0.0 for mode, v in timed.items()}
+    gathered = comm.all_gather_object(mine)
+    return {mode: max(g[mode] for g in gathered) for mode in modes}
 
 
 def _train_step(target: ProbeTarget, sync: Any, optimizer: torch.optim.Optimizer, batch: Any, x: Any, y: Any,

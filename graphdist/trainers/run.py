@@ -181,7 +181,7 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: Par
         logger.debug("topology: %s; plan:\n%s", topology.describe(), plan.describe())
         if decisions:
             logger.info("resume: keeping what the run's start measured and chose (not measured again): %s",
-                        ", ".join(f"{k} {v}" for k, v in sorted(decisions.items())))
+                        ", ".join(f"{k} {v}" for k, v in sorted(decisions.items()) if not k.endswith("_why")))
     # Every strategy's steps run under --precision: refused here, once, where this rank's device cannot run it.
     check_precision(cfg.precision, resolve_device(plan.of(rank).device))
     ctx = WorkerContext(rank=rank, world_size=world_size, cfg=cfg, partitions=partitions, plan=plan,

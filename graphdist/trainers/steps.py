@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from graphdist import comm
 from graphdist.trainers.base import EpochStats
 
 
@@ -71,7 +72,13 @@ def train_steps(
         # runs backward, so every layer's collective is issued as on the other ranks.
         with autocast(precision, device):
             loss, out, correct = task.batch_loss(model, batch, with_degrees, device)
-        (loss if scaler is None else scaler.scale(loss)).backward()
+        try:
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        except RuntimeError as exc:  # a sync's collective failed inside backward (DDP's reducer): name the peer
+            failure = comm.comm_failure(exc, "the gradient sync in backward")
+            if failure is None:
+                raise
+            raise failure from exc
         if before_finish is not None:
             before_finish()
         t_wait = time.perf_counter()

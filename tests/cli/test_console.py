@@ -24,7 +24,7 @@ import pytest
 ARGS = ["--dataset", "synthetic-2000", "--num-workers", "2", "--epochs", "2", "--hidden", "16",
         "--fanouts", "5,5", "--batch-size", "256", "--log-interval", "2", "--timeout", "30"]
 BANNER_ROWS = ("data", "partitions", "model", "strategy", "sync", "workers", "epochs", "run")
-DIAGNOSTICS = ("config: {", "LayerwiseSync mode=", "topology:", "allreduce: auto")
+DIAGNOSTICS = ("config: {", "--sync auto: ddp", "topology:", "allreduce: Ring")
 
 
 @pytest.fixture(scope="module")

@@ -59,10 +59,11 @@ def _body(rank: int, world_size: int, part_dir: str) -> None:
         assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.02), (strategy_name, bf16, fp32)
         comm.barrier()
     # Batches of 8 seeds a rank: the first layer's rows are few enough for sufficient factors (SACP,
-    # --sacp auto). Its check of the factors against autograd's bf16 gradient must pass, and the
+    # --sacp auto under --sync dwbp). Its check of the factors against autograd's bf16 gradient must pass, and the
     # ranks must apply the same gradients.
     cfg = TrainConfig(strategy="minibatch", model="sage", hidden=64, layers=2, fanouts=(3, 3), batch_size=16,
-                      lr=0.01, num_workers=2, prefetch=False, seed=1, timeout=20, precision="bf16", max_steps=4)
+                      lr=0.01, num_workers=2, prefetch=False, seed=1, timeout=20, precision="bf16", max_steps=4,
+                      sync="dwbp")
     strategy = build_strategy(rank, world_size, cfg, part_dir)
     strategy.train_epoch(1)
     assert "sfb" in strategy.sync.hook_state.choices.values(), strategy.sync.hook_state.choices

@@ -47,7 +47,9 @@ def cora_parts(tmp_path_factory):
 
 def test_cli_two_workers_writes_run_dir(tmp_path, cora_parts):
     run = tmp_path / "run"
-    assert _main("--partitions", cora_parts[2], "--num-workers", "2", "--epochs", "2", "--run-dir", run, *FAST) == 0
+    # --sync dwbp: the per-layer sync whose records (hidden fraction, SACP's bytes per layer) this reads
+    assert _main("--partitions", cora_parts[2], "--num-workers", "2", "--epochs", "2", "--run-dir", run,
+                 "--sync", "dwbp", *FAST) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2]
     for key in ("loss", "val_acc", "test_acc", "epoch_time_s", "seeds_per_s", "bytes_sent", "hidden_fraction"):

@@ -1,0 +1,84 @@
+"""``--sync auto``: the decision from injected probe times, the options that pin it, and a resume that keeps it."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphdist.sync.choice import MARGIN, able_modes, choose_sync
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_cheap_link_gets_ddps_buckets_and_a_slow_one_per_layer_sync():
+    both = ("ddp", "dwbp")
+    assert choose_sync(both, one_host=True).chosen == "ddp"  # loopback: nothing to hide
+    # Across hosts the probe steps decide: per-layer sync (SACP's factors, overlap) where it pays...
+    slow = choose_sync(both, one_host=False, step_s={"ddp": 0.120, "dwbp": 0.040})
+    assert slow.chosen == "dwbp" and "40.0 ms" in slow.reason and "120.0 ms" in slow.reason
+    # ... and DDP's buckets where per-layer sync does not beat them by the margin (a tie is DDP's).
+    tie = choose_sync(both, one_host=False, step_s={"ddp": 0.100, "dwbp": 0.100 * (1 - MARGIN / 2)})
+    assert tie.chosen == "ddp"
+    assert choose_sync(both, one_host=False, step_s={"ddp": 0.010, "dwbp": 0.030}).chosen == "ddp"
+    # No probe batches (a strategy without them) across hosts: the per-layer sync stays.
+    assert choose_sync(both, one_host=False).chosen == "dwbp"
+
+
+def test_options_only_per_layer_sync_honours_pin_the_choice():
+    cpu = ("cpu",)
+    assert able_modes("auto", "none", "auto", None, "auto", cpu) == ("ddp", "dwbp")
+    assert able_modes("auto", "int8", "auto", None, "auto", cpu) == ("dwbp",)  # DDP sends no int8
+    assert able_modes("auto", "bf16", "auto", None, "auto", cpu) == ("dwbp",)  # torch's bf16 hook: NCCL only
+    assert able_modes("auto", "bf16", "auto", None, "auto", ("cuda:0", "cuda:1")) == ("ddp", "dwbp")
+    assert able_modes("auto", "none", "on", None, "auto", cpu) == ("dwbp",)
+    assert able_modes("auto", "none", "auto", "layers.0.lin=sfb", "auto", cpu) == ("dwbp",)
+    assert able_modes("auto", "none", "auto", None, "hd", cpu) == ("dwbp",)  # DDP keeps its own ring
+    assert able_modes("ddp", "none", "auto", None, "auto", cpu) == ("ddp",)
+    assert choose_sync(("dwbp",), one_host=True).chosen == "dwbp"
+
+
+def test_the_config_accepts_auto_and_what_its_candidates_read():
+    from graphdist.config import TrainConfig, read_options
+
+    cfg = TrainConfig()
+    assert cfg.sync == "auto"
+    assert {"sacp", "allreduce", "compress"} <= read_options(TrainConfig(sacp="off"))
+    TrainConfig(compress="int8")  # dwbp sends it: accepted, and auto will choose dwbp
+
+
+def test_resolve_sync_decides_once_and_a_resume_keeps_the_decision():
+    from graphdist.comm.topology import Topology
+    from graphdist.config import TrainConfig
+    from graphdist.trainers.base import WorkerContext, resolve_sync
+
+    ctx = WorkerContext(rank=0, world_size=2, cfg=TrainConfig(num_workers=2), partitions=None, plan=None,
+                        topology=Topology.single_host(2))
+    assert resolve_sync(ctx) == "ddp" and ctx.decisions["sync"] == "ddp" and "one host" in ctx.decisions["sync_why"]
+    # A resumed run starts from the checkpoint's decisions: across hosts now, it does not probe again.
+    resumed = WorkerContext(rank=0, world_size=2, cfg=TrainConfig(num_workers=2), partitions=None, plan=None,
+                            topology=Topology(hosts=((0,), (1,))), decisions={"sync": "dwbp"})
+    assert resolve_sync(resumed, probe=lambda modes: pytest.fail("probed again")) == "dwbp"
+    explicit = WorkerContext(rank=0, world_size=2, cfg=TrainConfig(num_workers=2, sync="blocking"), partitions=None,
+                             plan=None)
+    assert resolve_sync(explicit) == "blocking" and "sync" not in explicit.decisions
+
+
+def test_a_resumed_run_trains_on_with_the_sync_its_start_chose(tmp_path):
+    from graphdist.testing.env import find_dataset
+
+    find_dataset("cora")  # skips (fails under CI=true) without the data
+    run = tmp_path / "run"
+    common = [sys.executable, "-m", "graphdist.cli.train", "--dataset", "cora", "--num-workers", "2",
+              "--batch-size", "140", "--hidden", "16", "--run-dir", str(run), "--timeout", "60"]
+    first = subprocess.run([*common, "--epochs", "1"], capture_output=True, text=True, cwd=REPO, timeout=240)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "ddp, chosen by --sync auto (all workers on one host" in first.stdout + first.stderr
+    # Resumed as if across two hosts: without the saved decision it would probe both syncs.
+    env = {**__import__("os").environ, "GRAPHDIST_TOPOLOGY": "2x1"}
+    resumed = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--resume", str(run), "--epochs", "2"],
+                             capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    assert "probe steps" not in out and "sync ddp" in out, out[-3000:]  # kept, not probed again
+    assert "ddp, chosen by --sync auto (all workers on one host" in out
