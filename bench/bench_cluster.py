@@ -57,6 +57,9 @@ VARIANTS = {
     "auto-fp16": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "fp16"},
     "auto-int8": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "int8"},
     "auto-compress": {"sync": "dwbp", "allreduce": "auto", "sacp": "on", "compress": "auto"},  # fp16 or int8, timed
+    # graphdist-train's defaults: --sync auto (ddp or dwbp, chosen by probe steps across hosts), --allreduce auto,
+    # --sacp auto; "auto" above is the default before --sync auto (dwbp with SACP and the allreduce choice)
+    "default": {},
 }
 
 
