@@ -113,8 +113,7 @@ def probe(target: ProbeTarget, share: int) -> tuple[dict[str, LinearCost], dict[
         # first-touch pages) then fall on both sizes alike instead of inflating the first's fixed part.
         order = list(sizes) + [sizes[k % 2] for k in range(2 * PROBE_STEPS)]
         for step, size in enumerate(order):
-            n = min(size, int(seeds.numel()))
-            batch_seeds = seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]
+            n, batch_seeds = _draw(seeds, size, rng)
             if stretch is not None:
                 stretch.mark()
             # Sampling and gathering may wait for other ranks (their collectives): this rank's
@@ -170,14 +169,13 @@ def time_syncs(target: ProbeTarget, modes: Sequence[str], rounds: int = PROBE_ST
     syncs = {mode: target.make_sync(probe_copy(target.model), mode=mode) for mode in modes}
     optimizers = {mode: adam(sync.model.parameters(), lr=1e-6) for mode, sync in syncs.items()}
     seeds = batches.train_seeds
-    n = min(max(1, batches.loader.batch_size), int(seeds.numel()))
     rng = torch.Generator().manual_seed(54321 + target.rank)
     gather = _gatherer(batches.loader, target.device)
     order = probe_order(list(modes), rounds)
     timed: dict[str, list[float]] = {mode: [] for mode in modes}
     try:
         for k, mode in enumerate(order):
-            batch_seeds = seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]
+            n, batch_seeds = _draw(seeds, max(1, batches.loader.batch_size), rng)
             batch = batches.sampler.sample(batch_seeds)
             x = gather(batch.input_nodes)
             y = batches.loader.labels(batch.seed_nodes) if n else None
@@ -196,6 +194,12 @@ def time_syncs(target: ProbeTarget, modes: Sequence[str], rounds: int = PROBE_ST
     mine = {mode: statistics.median(v) if v else 0.0 for mode, v in timed.items()}
     gathered = comm.all_gather_object(mine)
     return {mode: max(g[mode] for g in gathered) for mode in modes}
+
+
+def _draw(seeds: torch.Tensor, size: int, rng: torch.Generator) -> tuple[int, torch.Tensor]:
+    """A probe batch: ``min(size, len(seeds))`` of ``seeds`` at random from ``rng`` (none drawn from it when empty)."""
+    n = min(size, int(seeds.numel()))
+    return n, (seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0])
 
 
 def _train_step(target: ProbeTarget, sync: Any, optimizer: torch.optim.Optimizer, batch: Any, x: Any, y: Any,
@@ -242,10 +246,7 @@ def _pipelined(target: ProbeTarget, sync: Any, optimizer: torch.optim.Optimizer,
     # four per size, not two (about 0.4 s more at start-up on synthetic-100k).
     per_size = max(4, 2 * PROBE_STEPS // group)
     order = [size for k in range(2 + 2 * per_size) for size in [sizes[k % 2]] * group]
-    plan = []
-    for size in order:
-        n = min(size, int(seeds.numel()))
-        plan.append((n, seeds[torch.randperm(seeds.numel(), generator=rng)[:n]] if n else seeds[:0]))
+    plan = [_draw(seeds, size, rng) for size in order]
     ready: queue.Queue = queue.Queue(maxsize=1)
     gather = _gatherer(batches.loader, target.device)
 

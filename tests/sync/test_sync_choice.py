@@ -66,20 +66,27 @@ def test_resolve_sync_decides_once_and_a_resume_keeps_the_decision():
 
 
 def test_a_resumed_run_trains_on_with_the_sync_its_start_chose(tmp_path):
+    import os
+    import re
+
     from graphdist.testing.env import find_dataset
 
     find_dataset("cora")  # skips (fails under CI=true) without the data
     run = tmp_path / "run"
     common = [sys.executable, "-m", "graphdist.cli.train", "--dataset", "cora", "--num-workers", "2",
               "--batch-size", "140", "--hidden", "16", "--run-dir", str(run), "--timeout", "60"]
-    first = subprocess.run([*common, "--epochs", "1"], capture_output=True, text=True, cwd=REPO, timeout=240)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    assert "ddp, chosen by --sync auto (all workers on one host" in first.stdout + first.stderr
-    # Resumed as if across two hosts: without the saved decision it would probe both syncs.
-    env = {**__import__("os").environ, "GRAPHDIST_TOPOLOGY": "2x1"}
+    # Two emulated hosts: the start times probe steps of both candidates (trainers/probes.time_syncs).
+    env = {**os.environ, "GRAPHDIST_TOPOLOGY": "2x1"}
+    first = subprocess.run([*common, "--epochs", "1"], capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-3000:]
+    chosen = re.search(r"(ddp|dwbp), chosen by --sync auto \(probe steps dwbp [0-9.]+ ms, ddp [0-9.]+ ms", out)
+    assert chosen, out[-3000:]
+    # Resumed on one host, where a fresh run would take ddp without probing: the run's own choice, and
+    # its reason, are kept.
     resumed = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--resume", str(run), "--epochs", "2"],
-                             capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
-    out = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, out[-3000:]
-    assert "probe steps" not in out and "sync ddp" in out, out[-3000:]  # kept, not probed again
-    assert "ddp, chosen by --sync auto (all workers on one host" in out
+                             capture_output=True, text=True, cwd=REPO, timeout=240,
+                             env={k: v for k, v in os.environ.items() if k != "GRAPHDIST_TOPOLOGY"})
+    again = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, again[-3000:]
+    assert f"sync {chosen.group(1)}" in again and chosen.group(0) in again and "one host:" not in again, again[-3000:]
