@@ -58,13 +58,6 @@ class RunDir(os.PathLike):
         return self.path / CHECKPOINT_NAME
 
     @property
-    def best(self) -> Path:
-        """``best.pt``: the best-validation epoch's model."""
-        from graphdist.checkpoint import BEST_NAME
-
-        return self.path / BEST_NAME
-
-    @property
     def config_file(self) -> Path:
         return self.path / runlog.CONFIG_NAME
 
@@ -72,9 +65,6 @@ class RunDir(os.PathLike):
         return self.path.exists()
 
     # ------------------------------------------------------- reads and writes
-
-    def read_config(self) -> dict[str, Any]:
-        return runlog.read_config(self.path)
 
     def write_config(self, config: dict[str, Any]) -> None:
         runlog.write_config(self.path, config)

@@ -87,7 +87,7 @@ def plan_from_args(a: argparse.Namespace) -> dict[str, Any]:
     step = max(w.step_s for w in why)
     return {"partitions": str(a.partitions), "cluster": spec.describe(), "batch_size": a.batch_size,
             "steps_per_epoch": plan.steps_per_epoch, "assignment": assignment,
-            "shares": [r.batch_share for r in plan.ranks], "lines": [w.line(measured=costs is not None) for w in why],
+            "shares": list(plan.shares), "lines": [w.line(measured=costs is not None) for w in why],
             "cut_edges_between_workers": cut_between_workers(assignment, edges),
             "num_edges": int(meta["num_edges"]), "measured": costs is not None,
             "predicted_epoch_s": step * plan.steps_per_epoch if costs is not None else None,
@@ -152,7 +152,7 @@ def _simulated(profile: dict[str, Any], spec: Any, plan: Any) -> Optional[dict[s
     layout = Layout(host_of=tuple(hosts[w.host] for w in spec.workers),
                     link_bps=tuple(h.link_bps for h in spec.hosts), local_bps=spec.local_link_bps,
                     duplex=spec.duplex, duplex_stream=spec.duplex_stream, burst_bytes=spec.burst_bytes)
-    shares = [r.batch_share for r in plan.ranks]
+    shares = list(plan.shares)
     out: dict[str, Any] = {}
     for name, strategy in STRATEGIES.items():
         for flags, settings in strategy.variants if strategy.cost_model else ():

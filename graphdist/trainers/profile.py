@@ -175,7 +175,7 @@ def profile_fullgraph(strategy: Any, run_dir: Optional[RunDir]) -> Profile:
     every rank calls it at the same point, after the strategy is built.
     """
     cfg, world = strategy.ctx.cfg, strategy.ctx.world_size
-    plan_shares = [r.batch_share for r in strategy.ctx.plan.ranks]
+    plan_shares = list(strategy.ctx.plan.shares)
     key = {**profile_key(cfg, world, plan_shares), "strategy": "fullgraph"}
     cached = _read_cached(run_dir, key)
     if comm.all_gather_object(cached is not None) == [True] * world:
