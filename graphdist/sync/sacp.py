@@ -110,13 +110,18 @@ class SacpState:
         return getattr(self.dense_state, "algorithm", None)
 
     def state_dict(self) -> dict[str, Any]:
-        """The dense path's state (int8's residuals): the factors and the rule keep none across steps."""
+        """The dense path's state (int8's residuals) and the layers settled dense: the factors keep none."""
         inner = getattr(self.dense_state, "state_dict", None)
-        return {"dense": inner()} if inner is not None else {}
+        state: dict[str, Any] = {"dense": inner()} if inner is not None else {}
+        if self.weights is not None and self.weights.settled:
+            state["settled"] = sorted(self.weights.settled)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "dense" in state:
             self.dense_state.load_state_dict(state["dense"])
+        if self.weights is not None:
+            self.weights.settle_layers(state.get("settled", ()))
 
     def close(self) -> None:
         if self._model_hook is not None:
@@ -236,6 +241,8 @@ def _scheme(state: SacpState, name: str, module: nn.Module, choose: Callable[[li
     override = state.overrides.get(name)
     if override:
         return override
+    if state.weights.is_settled(module):
+        return "dense"
     own = state.weights.issued_rows(module)
     if own >= 0 and choose([own]) == "dense":
         return "dense"

@@ -28,8 +28,8 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py",
           "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py",
           "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
-          "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_train.py",
-          "check_cuda.py")
+          "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_sync_cost.py",
+          "bench_train.py", "check_cuda.py")
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -131,6 +131,7 @@ def test_bench_dist_sampler(tmp_path):
     doc = _read(out, "nodes", "local", "local_pair", "ranks", "rounds")
     assert len(doc["rounds"]) == 2 and all(len(r["ranks"]) == 2 for r in doc["rounds"])
     assert len(doc["local_pair"]) == 2 and doc["local"]["edges_per_s"] > 0
+    assert all(len(r["local_pair"]) == 2 for r in doc["rounds"])  # the pair runs in every round
     assert [r["rank"] for r in doc["ranks"]] == [0, 1] and png.exists()
     for r in doc["ranks"]:
         assert r["single"]["edges_per_s"] > 0 and r["stream"]["edges_per_s"] > 0, r
@@ -227,6 +228,16 @@ def test_bench_small_allreduce(tmp_path):
     doc = _read(out, "exchange_max_bytes", "rows")
     assert [r["bytes"] for r in doc["rows"]] == [8, 512]
     assert all(len(r["rounds"]["ring"]) == 2 and r["exchange_us"] > 0 for r in doc["rows"])
+
+
+def test_bench_sync_cost(tmp_path):
+    out = tmp_path / "sync_cost.json"
+    res = _bench("bench_sync_cost.py", "--dataset", "synthetic-3000", "--rounds", 3, "--out", out)
+    _ok(res)
+    assert "train-thread CPU ms" in res.stdout
+    doc = _read(out, "dataset", "rounds", "rows")
+    assert sorted(doc["rows"]) == sorted(["ddp", "dwbp", "dwbp --sacp off", "blocking"])
+    assert all(r["wall_ms"] > 0 and r["train_thread_cpu_ms"] > 0 for r in doc["rows"].values())
 
 
 def test_bench_comm(tmp_path):

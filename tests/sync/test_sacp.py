@@ -231,3 +231,48 @@ def _no_mid_step_barrier_body(rank: int, world_size: int, flags: str) -> None:
 
 def test_a_layer_dense_on_its_own_rows_does_not_wait_for_the_other_ranks_forward(tmp_path):
     launch(_no_mid_step_barrier_body, 2, str(tmp_path), timeout=90)
+
+
+def _settle_body(rank: int, world_size: int) -> None:
+    from graphdist import comm
+    from graphdist.sync import make_sync
+    from graphdist.sync.sacp_capture import SETTLE_STEPS
+
+    warnings.simplefilter("ignore")
+    steps = SETTLE_STEPS + 2
+    for fed, settles in ((8 * 20, {0}), (8 * 600, {0, 1})):  # `out` fed 20 rows: factors; 600: dense
+        x = torch.randn(fed, 8, generator=torch.Generator().manual_seed(rank))
+        grads = {}
+        for sacp in (False, True):
+            torch.manual_seed(0)
+            net = _Wide()
+            sync = make_sync("dwbp", net, sacp=sacp)
+            for step in range(steps):
+                net.zero_grad()
+                sync.begin_step(fed // 8)
+                sync.model(x).pow(2).mean().backward()
+                sync.finish()
+                if sacp:
+                    weights = sync.hook_state.weights
+                    # Settled from the step after SETTLE_STEPS dense ones (begin_step reads the last table).
+                    assert weights.settled == (settles if step >= SETTLE_STEPS else set()), (step, weights.settled)
+                    if weights.settled == {0, 1}:
+                        assert weights._issued_rows is None and weights._rows_handle is None  # no rows gathered
+            grads[sacp] = [p.grad.clone() for p in net.parameters()]
+            if sacp:
+                saved = sync.state_dict()
+                assert saved["hook"]["settled"] == sorted(settles)
+                sync.close()
+                resumed = make_sync("dwbp", _Wide(), sacp=True)
+                resumed.load_state_dict(saved)
+                assert resumed.hook_state.weights.settled == settles
+                resumed.close()
+            else:
+                sync.close()
+        for dense, factored in zip(grads[False], grads[True]):
+            torch.testing.assert_close(factored, dense, rtol=1e-4, atol=1e-6)
+    comm.barrier()
+
+
+def test_layers_dense_by_a_wide_margin_settle_and_their_rows_stop_travelling():
+    launch(_settle_body, 2, timeout=90)
