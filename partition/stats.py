@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -175,21 +175,33 @@ def _balance(values: list[int]) -> float:
 
 
 def _label_tvd(counts: list[Optional[list[int]]]) -> Optional[list[Optional[float]]]:
-    if not counts or any(c is None for c in counts):
+    if not counts or any(c is None for c in counts) or not any(sum(c) for c in counts):  # type: ignore[arg-type]
         return None
+    tvd = [group_label_tvd(counts, [p]) for p in range(len(counts))]
+    return [None if math.isnan(t) else t for t in tvd]
+
+
+def group_label_tvd(counts: Sequence[Optional[Sequence[int]]], group: Sequence[int]) -> float:
+    """Total variation distance between the label mix of parts ``group`` together and the whole graph's.
+
+    ``counts``: per part its label histogram (a partition's ``meta["parts"][p]["label_counts"]``).
+    nan when a part has none (link prediction, multi-label) or the group has no labelled node. What
+    ``--strategy aggregation`` reports per worker and ``graphdist-plan`` weighs before recommending it.
+
+    Example:
+        >>> group_label_tvd([[3, 1], [1, 3]], [0]), group_label_tvd([[3, 1], [1, 3]], [0, 1])
+        (0.25, 0.0)
+    """
+    if not counts or any(c is None for c in counts):
+        return float("nan")
     width = max(len(c) for c in counts)  # type: ignore[arg-type]
     mat = np.zeros((len(counts), width), dtype=np.float64)
     for p, c in enumerate(counts):
         mat[p, : len(c)] = c  # type: ignore[arg-type]
-    total = mat.sum()
-    if total == 0:
-        return None
-    glob = mat.sum(axis=0) / total
-    out: list[Optional[float]] = []
-    for row in mat:
-        s = row.sum()
-        out.append(None if s == 0 else float(0.5 * np.abs(row / s - glob).sum()))
-    return out
+    mine = mat[list(group)].sum(axis=0)
+    if mine.sum() == 0 or mat.sum() == 0:
+        return float("nan")
+    return float(0.5 * np.abs(mine / mine.sum() - mat.sum(axis=0) / mat.sum()).sum())
 
 
 def format_table(stats: PartitionStats) -> str:

@@ -15,6 +15,8 @@ Written as YAML (``--cluster cluster.yaml``)::
     duplex: 0.5                 # optional, measured: each direction's share of a link carrying both
     duplex_stream: 0.97         #   (one exchange at a time / back to back; default 1: full duplex)
     burst: 64KiB                # optional, measured: what a rate-limited link passes at once after idling
+    machine_cores: 2            # optional: every host is emulated on one machine of 2 cores (network
+                                #   namespaces, graphdist.testing.netns): their workers share those cores
 
 ``duplex`` and ``duplex_stream`` are what ``bench/bench_simulator.py --strategy fullgraph`` measures
 on a link (the simulator's full-graph halo model reads them), ``burst`` what ``bench/bench_simulator.py``
@@ -79,6 +81,7 @@ class ClusterSpec:
     duplex: float = 1.0
     duplex_stream: float = 1.0
     burst_bytes: float = 0.0
+    machine_cores: int = 0  # > 0: all hosts share one machine of this many cores (0: each host its own, unbounded)
 
     @property
     def workers(self) -> tuple[WorkerSpec, ...]:
@@ -100,7 +103,7 @@ class ClusterSpec:
         return min(rate[wa.host], rate[wb.host])
 
     def describe(self) -> str:
-        lines = []
+        lines = [f"all hosts on one machine of {self.machine_cores} cores"] if self.machine_cores else []
         for h in self.hosts:
             lines.append(f"host {h.name} (link {h.link_bps / 1e9:g} Gbit/s): " + ", ".join(
                 f"{w.device} x{w.threads} threads, {w.memory_bytes / 2**30:.1f} GiB, speed {w.speed:g}"
@@ -147,9 +150,12 @@ def parse_cluster(doc: Any, source: str = "cluster spec") -> ClusterSpec:
     errors: list[str] = []
     if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
         raise ClusterSpecError(f"{source}: expected a mapping with a non-empty list 'hosts'")
-    unknown = set(doc) - {"hosts", "local_link", "duplex", "duplex_stream", "burst"}
-    errors += [f"{source}: unknown key {k!r} (expected hosts, local_link, duplex, duplex_stream, burst)"
+    unknown = set(doc) - {"hosts", "local_link", "duplex", "duplex_stream", "burst", "machine_cores"}
+    errors += [f"{source}: unknown key {k!r} (expected hosts, local_link, duplex, duplex_stream, burst, machine_cores)"
                for k in sorted(unknown)]
+    cores = doc.get("machine_cores", 0)
+    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
+        errors.append(f"{source}: machine_cores: expected an integer >= 0 (got {cores!r})")
     local = _field(errors, f"{source}: local_link", doc.get("local_link", 100e9), parse_rate)
     duplex = {k: _field(errors, f"{source}: {k}", doc.get(k, 1.0), _share) for k in ("duplex", "duplex_stream")}
     burst = _field(errors, f"{source}: burst", doc.get("burst", 0), _burst)
@@ -176,7 +182,8 @@ def parse_cluster(doc: Any, source: str = "cluster spec") -> ClusterSpec:
     if errors:
         raise ClusterSpecError("\n".join(errors))
     return ClusterSpec(hosts=tuple(hosts), local_link_bps=local or 100e9, duplex=duplex["duplex"] or 1.0,
-                       duplex_stream=duplex["duplex_stream"] or 1.0, burst_bytes=burst or 0.0)
+                       duplex_stream=duplex["duplex_stream"] or 1.0, burst_bytes=burst or 0.0,
+                       machine_cores=cores)
 
 
 def _burst(value: Any) -> float:
@@ -243,8 +250,8 @@ def load_cluster(path: Union[str, Path]) -> ClusterSpec:
 
 
 def local_cluster(num_workers: int, devices: tuple[str, ...] = ("cpu",), threads: int = 1,
-                  memory_bytes: Optional[float] = None, host: str = "localhost") -> ClusterSpec:
-    """This machine as a one-host spec: its memory split among the local workers.
+                  memory_bytes: Optional[float] = None, host: str = "localhost", cores: int = 0) -> ClusterSpec:
+    """This machine as a one-host spec: its memory split among the local workers (``cores``: its cores, 0 unbounded).
 
     Example:
         >>> local_cluster(2, memory_bytes=2**33).workers[0].memory_bytes / 2**30
@@ -257,4 +264,4 @@ def local_cluster(num_workers: int, devices: tuple[str, ...] = ("cpu",), threads
     devs = list(devices) if len(devices) == num_workers else [devices[0]] * num_workers
     workers = tuple(WorkerSpec(host=host, device=d, threads=threads, memory_bytes=memory_bytes / num_workers)
                     for d in devs)
-    return ClusterSpec(hosts=(HostSpec(name=host, link_bps=100e9, workers=workers),))
+    return ClusterSpec(hosts=(HostSpec(name=host, link_bps=100e9, workers=workers),), machine_cores=cores)

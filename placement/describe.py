@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from placement.profiled import mean_worker
 from placement.shares import LinearCost
 from placement.simulator import Layout, ModelShape, WorkerCosts, simulate
 
@@ -105,16 +106,12 @@ def _predict(workers: Sequence[WorkerCosts], sample_bytes: Sequence[tuple[float,
              feature_bytes: Sequence[tuple[float, float]], shape: ModelShape, profiled_cut: float,
              profiled_features: int, graph: Described, assume: Assumptions, strategy: str, steps: int) -> Any:
     n = len(workers)
-    mean = lambda get: LinearCost(sum(get(w).fixed_s for w in workers) / n,  # noqa: E731
-                                  sum(get(w).per_seed_s for w in workers) / n)
     cut = assume.edge_cut / max(profiled_cut, 1e-9)
     wide = graph.features / max(1, profiled_features)
     fixed = sum(b[0] for b in sample_bytes) / n * cut + sum(b[0] for b in feature_bytes) / n * cut * wide
     per_seed = sum(b[1] for b in sample_bytes) / n * cut + sum(b[1] for b in feature_bytes) / n * cut * wide
-    slow = 1.0 / assume.speedup
-    one = WorkerCosts(sample=_scaled(mean(lambda w: w.sample), slow), gather=_scaled(mean(lambda w: w.gather), slow),
-                      compute=_scaled(mean(lambda w: w.compute), slow), wait=_scaled(mean(lambda w: w.wait), slow),
-                      sent_bytes=LinearCost(fixed, per_seed), rows=workers[0].rows, exchanges=workers[0].exchanges)
+    one = replace(mean_worker(workers, slow=1.0 / assume.speedup, sent_bytes=LinearCost(fixed, per_seed)),
+                  pipelined=None, sync_wait_s=0.0)
     linears = list(shape.linears)
     if linears:  # the first layer reads the features: its input width follows F
         name, out, inp = linears[0]
@@ -123,7 +120,3 @@ def _predict(workers: Sequence[WorkerCosts], sample_bytes: Sequence[tuple[float,
     layout = Layout.hosts_of([assume.workers_per_machine] * assume.machines, assume.link_bps)
     share = max(1, assume.batch_size // assume.workers)
     return simulate([one] * assume.workers, [share] * assume.workers, layout, steps, model=model, strategy=strategy)
-
-
-def _scaled(cost: LinearCost, factor: float) -> LinearCost:
-    return LinearCost(cost.fixed_s * factor, cost.per_seed_s * factor)

@@ -9,13 +9,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from placement.shares import LinearCost
 from placement.simulator import (COST_MODELS, EpochPrediction, FullGraphCosts, Layout, ModelShape, Pipelined, Wire,
                                  WorkerCosts, simulate, simulate_fullgraph)
 
-__all__ = ["costs_from_profile", "fullgraph_costs_from_profile", "predict_from_profile"]
+__all__ = ["costs_from_profile", "fullgraph_costs_from_profile", "mean_worker", "planned_workers",
+           "predict_from_profile"]
 
 
 def predict_from_profile(profile: dict[str, Any], cost_model: str, layout: Layout, shares: list[int], steps: int,
@@ -60,6 +61,58 @@ def costs_from_profile(profile: dict[str, Any]) -> tuple[list[WorkerCosts], Mode
             rows=tuple(LinearCost(*r) for r in m["rows"]), exchanges=float(m["exchanges"]),
             sync_wait_s=float(m.get("sync_wait", 0.0)), pipelined=_pipelined(m.get("pipelined"))))
     return workers, _model_shape(measures[0])
+
+
+def mean_worker(workers: Sequence[WorkerCosts], slow: float = 1.0, bytes_scale: float = 1.0,
+                sent_bytes: Optional[LinearCost] = None) -> WorkerCosts:
+    """The profiled workers' mean, every time ``slow`` times longer and the bytes sent ``bytes_scale`` times
+    more (or ``sent_bytes``): one worker of another speed, or on another cut of the graph.
+
+    Example:
+        >>> a = WorkerCosts(sample=LinearCost(0.0, 2e-5), gather=LinearCost(0.0, 0.0), compute=LinearCost(1e-3, 0.0),
+        ...                 sent_bytes=LinearCost(0.0, 100.0))
+        >>> w = mean_worker([a, a], slow=2.0, bytes_scale=0.5)
+        >>> w.sample.per_seed_s, w.compute.fixed_s, w.sent_bytes.per_seed_s
+        (4e-05, 0.002, 50.0)
+    """
+    n = len(workers)
+
+    def mean(costs: Sequence[LinearCost], factor: float) -> LinearCost:
+        return LinearCost(factor * sum(c.fixed_s for c in costs) / n, factor * sum(c.per_seed_s for c in costs) / n)
+
+    pipes = [w.pipelined for w in workers]
+    pipelined = None
+    if all(p is not None for p in pipes):
+        pipelined = Pipelined(**{k: mean([getattr(p, k) for p in pipes], slow)  # type: ignore[misc]
+                                 for k in ("step", "load_cpu", "compute_cpu", "compute_wall", "other_cpu")},
+                              sync_wait_s=sum(p.sync_wait_s for p in pipes) / n)  # type: ignore[union-attr]
+    return WorkerCosts(sample=mean([w.sample for w in workers], slow), gather=mean([w.gather for w in workers], slow),
+                       compute=mean([w.compute for w in workers], slow), wait=mean([w.wait for w in workers], slow),
+                       sent_bytes=sent_bytes or mean([w.sent_bytes for w in workers], bytes_scale),
+                       rows=workers[0].rows, exchanges=workers[0].exchanges,
+                       sync_wait_s=sum(w.sync_wait_s for w in workers) / n, pipelined=pipelined)
+
+
+def planned_workers(profiled: Sequence[WorkerCosts], speeds: Sequence[float], cut_ratio: float) -> tuple[
+        list[WorkerCosts], bool]:
+    """Per planned worker its costs, from a profile of any number of workers; and whether they are as measured.
+
+    As measured (each worker its profiled one's) where the plan has the profile's workers, all of speed 1,
+    on the same cut. Otherwise each worker is the profiled workers' mean, its times divided by its
+    ``speed`` (the cluster spec's: relative to a worker of the profiled machine), and the bytes it sends
+    for sampling and features scaled by ``cut_ratio``: the plan's share of edges cut between workers
+    over the profile's. A worker's remote share of its edges is about twice the cut share whatever the
+    number of workers, so this scales from W to W' workers as ``placement/describe.py`` scales to a
+    graph that is not here.
+
+    Example:
+        >>> a = WorkerCosts(sample=LinearCost(0.0, 2e-5), gather=LinearCost(0.0, 0.0), compute=LinearCost(1e-3, 0.0))
+        >>> planned_workers([a, a], [1.0, 1.0], 1.0)[1], len(planned_workers([a, a], [1.0] * 4, 1.2)[0])
+        (True, 4)
+    """
+    if len(speeds) == len(profiled) and all(s == 1.0 for s in speeds) and cut_ratio == 1.0:
+        return list(profiled), True
+    return [mean_worker(profiled, slow=1.0 / s, bytes_scale=cut_ratio) for s in speeds], False
 
 
 def fullgraph_costs_from_profile(profile: dict[str, Any]) -> tuple[list[FullGraphCosts], ModelShape]:

@@ -91,7 +91,7 @@ def able_modes(sync: str, compress: str, sacp: str, sacp_override: Optional[str]
 
 
 def choose_sync(able: Sequence[str], one_host: bool, step_s: Optional[dict[str, float]] = None,
-                margin: float = MARGIN) -> SyncChoice:
+                margin: float = MARGIN, timed_by: str = "probe steps") -> SyncChoice:
     """``--sync auto``'s decision among ``able`` (:func:`able_modes`; bucketed first, per-layer last).
 
     Args:
@@ -99,6 +99,7 @@ def choose_sync(able: Sequence[str], one_host: bool, step_s: Optional[dict[str, 
         step_s: per candidate, the slowest rank's median probe step in seconds; None: not measured
             (a strategy without probe batches), and the per-layer sync, the default before ``auto``, stays.
         margin: how much faster DDP's buckets must be to be chosen across hosts.
+        timed_by: what gave ``step_s``, for the reason (``graphdist-plan`` passes its predictions).
     """
     able = list(able)
     if len(able) == 1:
@@ -109,7 +110,7 @@ def choose_sync(able: Sequence[str], one_host: bool, step_s: Optional[dict[str, 
         return SyncChoice(bucketed, "all workers on one host: loopback links leave per-layer sync nothing to hide")
     if not step_s:
         return SyncChoice(layered, "across hosts, no probe steps to compare: per-layer sync")
-    words = f"probe steps {layered} {1e3 * step_s[layered]:.1f} ms, {bucketed} {1e3 * step_s[bucketed]:.1f} ms"
+    words = f"{timed_by} {layered} {1e3 * step_s[layered]:.1f} ms, {bucketed} {1e3 * step_s[bucketed]:.1f} ms"
     if step_s[bucketed] < (1.0 - margin) * step_s[layered]:
         return SyncChoice(bucketed, words)
     return SyncChoice(layered, words + (f" (within {100 * margin:.0f}%: per-layer)"

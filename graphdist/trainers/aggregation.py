@@ -35,25 +35,19 @@ from graphdist.trainers.kit import broadcast_parameters, build_model, loader_see
 from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.samplers import local_graph, training_loader
 from graphdist.trainers.steps import reporter, train_steps
+from partition.stats import group_label_tvd
 
 logger = logging.getLogger(__name__)
 
 
 def part_label_tvd(meta: dict[str, Any], part_ids: Sequence[int]) -> float:
-    """Total variation distance between the label mix of parts ``part_ids`` and the whole graph's (nan: no labels).
+    """The label TVD of parts ``part_ids`` against the whole graph (``partition.stats.group_label_tvd``; nan: no labels).
 
     Example:
         >>> part_label_tvd({"parts": [{"label_counts": [3, 1]}, {"label_counts": [1, 3]}]}, [0])
         0.25
     """
-    counts = [p.get("label_counts") for p in meta["parts"]]
-    if any(c is None for c in counts):
-        return float("nan")
-    total = torch.tensor(counts, dtype=torch.float64).sum(dim=0)
-    mine = torch.tensor([counts[p] for p in part_ids], dtype=torch.float64).sum(dim=0)
-    if mine.sum() == 0 or total.sum() == 0:
-        return float("nan")
-    return float(0.5 * (mine / mine.sum() - total / total.sum()).abs().sum())
+    return group_label_tvd([p.get("label_counts") for p in meta["parts"]], part_ids)
 
 
 def make_averager(cfg: Any, algorithm: Any) -> Any:

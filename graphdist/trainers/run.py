@@ -309,6 +309,21 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDi
         comm.shutdown()
 
 
+def profile_worker(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, out_dir: str,
+                   init_method: str) -> None:
+    """``graphdist-plan``'s profile job on this rank (the local launcher's ``fn(rank, *args)``): the strategy is
+    built under ``--placement profiled``, whose start-up profiler probes a copy of the model and writes
+    ``profile.json`` into ``out_dir``; nothing is trained."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    with logging_restored():
+        join_job(rank, world_size, cfg, init_method)
+        try:
+            seed_everything(worker_seed(cfg.seed, rank))
+            build_strategy(rank, world_size, cfg, partitions, run_dir=RunDir.at(out_dir)).close()
+        finally:
+            comm.shutdown()
+
+
 def spawned_worker(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str, run_dir: RunDir | str,
                    init_method: str, model: Optional[torch.nn.Module] = None) -> None:
     """The local launcher's entry point (``fn(rank, *args)``)."""

@@ -93,7 +93,7 @@ def test_plan_cli(tmp_path, capsys):
     from partition.api import partition
 
     out = partition(random_graph(400, avg_degree=4, seed=1), 4, method="metis", out=tmp_path / "p", seed=0)
-    assert main(["--partitions", str(out), "--num-workers", "2", "--batch-size", "64", "--json",
+    assert main(["--partitions", str(out), "--num-workers", "2", "--batch-size", "64", "--no-profile", "--json",
                  str(tmp_path / "plan.json")]) == 0
     text = capsys.readouterr().out
     assert "rank 0 (cpu): parts" in text and "rank 1 (cpu)" in text and "edges cut between workers" in text
