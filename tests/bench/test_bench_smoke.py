@@ -27,7 +27,7 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py",
           "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py",
-          "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
+          "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_plan.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
           "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_sync_cost.py",
           "bench_train.py", "check_cuda.py")
 
@@ -228,6 +228,16 @@ def test_bench_small_allreduce(tmp_path):
     doc = _read(out, "exchange_max_bytes", "rows")
     assert [r["bytes"] for r in doc["rows"]] == [8, 512]
     assert all(len(r["rounds"]["ring"]) == 2 and r["exchange_us"] > 0 for r in doc["rows"])
+
+
+def test_bench_plan(tmp_path):
+    out = tmp_path / "plan.json"
+    res = _bench("bench_plan.py", "--dataset", "synthetic-3000", "--rates", "", "--epochs", 2, "--out", out)
+    _ok(res)
+    assert "predicted s" in res.stdout and "local" in res.stdout
+    doc = _read(out, "dataset", "cases")
+    local = doc["cases"]["local"]
+    assert local["workers"] == 2 and local["predicted_s"] > 0 and local["measured_s"] > 0 and local["plan_wall_s"] > 0
 
 
 def test_bench_sync_cost(tmp_path):
