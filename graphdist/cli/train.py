@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data = p.add_argument_group("Data")
     _add(data, "--dataset", metavar="NAME|PATH",
-         help="cora, citeseer, pubmed, synthetic-<N> (e.g. synthetic-100k) or a path (default synthetic-100k)")
+         help="cora, citeseer, pubmed, ogbn-arxiv, ogbn-products, ogbn-papers100M, synthetic-<N> "
+              "(e.g. synthetic-100k) or a path (default synthetic-100k)")
     _add(data, "--partitions", metavar="DIR", help="an existing partition directory (graphdist-partition)")
     _add(data, "--partition-method", choices=list(PARTITION_METHODS),
          help=f"how --dataset is partitioned on the fly (default {d('partition_method')})")

@@ -9,6 +9,10 @@ PyG ``Data``                    converted with ``Graph.from_pyg``
 ``"pubmed"``                    directory, then in ``GRAPHDIST_CACHE``; if absent and
                                 online, fetched with torch_geometric's ``Planetoid``
                                 into the cache and converted once
+``"ogbn-arxiv"``,                OGB's own folder (``ogbn_arxiv/``) in each ``GRAPHDIST_DATA``
+``"ogbn-products"``,             directory, then in ``GRAPHDIST_CACHE``; if absent, OGB's zip
+``"ogbn-papers100M"``           downloaded into the cache (``readers/ogb_names.py``); made
+                                undirected, OGB's split, memory checked before reading
 ``"synthetic-<N>"``             ``synthetic(N)`` with the documented defaults (e.g.
                                 ``synthetic-100k``, ``synthetic-1m``, ``synthetic-2500``);
                                 from 2M nodes on generated out of core once into
@@ -34,6 +38,7 @@ Environment:
 * ``GRAPHDIST_CACHE``: where graphdist writes downloads and derived files (default
   ``~/.cache/graphdist``); nothing else is ever written.
 * ``GRAPHDIST_OFFLINE=1``: never try the network.
+* ``GRAPHDIST_OGB_URL``: where OGB's archives are downloaded from (a base URL; default OGB's own).
 
 Memory: arrays are read one at a time and intermediates freed; a ``.npz`` member stored
 uncompressed (``np.savez``, as ogbn-papers100M's ``data.npz``) is memory-mapped rather than
@@ -65,6 +70,7 @@ from graphdist.data.readers.common import PathLike
 from graphdist.data.readers.edgelist import EDGE_LIST_SUFFIXES, load_edge_list  # noqa: F401 - re-exported
 from graphdist.data.readers.npz import load_npz
 from graphdist.data.readers.ogb import load_ogb
+from graphdist.data.readers.ogb_names import OGB_DATASETS
 from graphdist.data.readers.planetoid import PLANETOID_NAMES
 from graphdist.data.readers.pyg import load_pyg_dataset
 from graphdist.data.readers.registry import claim
@@ -73,7 +79,7 @@ from graphdist.data.readers.text import read_table
 if TYPE_CHECKING:  # torch_geometric is imported lazily: spawned workers start fast.
     from torch_geometric.data import Data
 
-KNOWN_NAMES = tuple(PLANETOID_NAMES)
+KNOWN_NAMES = (*PLANETOID_NAMES, *OGB_DATASETS)
 _PATH_FORMATS = (
     "a .npz file in the graphdist format (datasets/README.md), an OGB node-property directory "
     "(raw/edge.csv.gz or raw/data.npz), a saved PyG dataset directory (processed/*.pt), "
@@ -108,10 +114,12 @@ def load_graph(
         labels: edge lists only: labels, or their file (``.npy``, ``.npz`` or one per line).
         num_nodes: edge lists only: node count (default: from the features or labels,
             else the largest id + 1).
-        split: OGB only: the ``split/<split>`` folder to use when there are several.
-        add_inverse_edge: OGB only: add the reverse of every edge. Default: ogb's own
-            flag for the known datasets (products, proteins: True), else False.
-        download: for a named Planetoid dataset missing locally, try to download it
+        split: OGB only: the ``split/<split>`` folder to use when there are several
+            (default for the OGB names: OGB's own split).
+        add_inverse_edge: OGB folders only: add the reverse of every edge. Default: ogb's own
+            flag for the known datasets (products, proteins: True), else False. The OGB
+            names are always undirected.
+        download: for a named Planetoid or OGB dataset missing locally, try to download it
             into the cache (default True; ``GRAPHDIST_OFFLINE=1`` disables it).
 
     Returns:
@@ -122,6 +130,8 @@ def load_graph(
             contents (the message names the file and the field).
         FileNotFoundError: a path or a named dataset that does not exist (the message
             says where it looked and how to point elsewhere).
+        NotEnoughMemory: (a ``ValueError``) an OGB name whose estimated memory exceeds what is
+            available, refused before reading.
 
     Example:
         >>> g = load_graph("synthetic-2k")

@@ -185,13 +185,14 @@ def test_synthetic_names():
     assert load_graph("synthetic-3k").num_nodes == 3000
 
 
-@pytest.mark.parametrize("name", ["coraa", "ogbn-arxiv", "synthetic-", "synthetic-abc", "synthetic-0"])
+@pytest.mark.parametrize("name", ["coraa", "ogbn-arxive", "synthetic-", "synthetic-abc", "synthetic-0"])
 def test_unknown_names_list_the_known_ones_and_the_formats(name):
     with pytest.raises(ValueError) as info:
         load_graph(name)
     message = str(info.value)
     assert f"Unknown dataset {name!r}" in message
-    for part in ("cora", "citeseer", "pubmed", "synthetic-<N>", ".npz", "OGB", "edge-list"):
+    for part in ("cora", "citeseer", "pubmed", "ogbn-arxiv", "ogbn-papers100M", "synthetic-<N>", ".npz", "OGB",
+                 "edge-list"):
         assert part in message
 
 

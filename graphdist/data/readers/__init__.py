@@ -2,6 +2,8 @@
 
 * ``npz``: the graphdist ``.npz`` format (``load_npz``), memory-mapping uncompressed members.
 * ``ogb``: OGB node-property dataset directories (``load_ogb``), without the ``ogb`` package.
+* ``ogb_names``: ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M`` by name: found, or downloaded
+  (``graphdist.data.download``), made undirected, memory checked.
 * ``pyg``: saved torch_geometric dataset directories (``load_pyg_dataset``).
 * ``planetoid``: the named Planetoid datasets (cora, citeseer, pubmed): fetch, download, raw files.
 * ``edgelist``: ``src dst`` edge-list files with optional feature and label files (``load_edge_list``).

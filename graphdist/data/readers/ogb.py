@@ -20,6 +20,17 @@ from graphdist.data.readers.text import read_table
 _OGB_ADD_INVERSE = {"ogbn-proteins": True, "ogbn-products": True, "ogbn-arxiv": False, "ogbn-papers100M": False}
 
 
+def is_ogb_directory(path: PathLike) -> bool:
+    """Whether ``path`` is an OGB node-property folder: it holds ``raw/edge.csv.gz`` or the binary ``raw/data.npz``.
+
+    Example:
+        >>> is_ogb_directory("/nonexistent/ogbn_arxiv")
+        False
+    """
+    raw = Path(path) / "raw"
+    return (raw / "edge.csv.gz").is_file() or (raw / "data.npz").is_file()
+
+
 def load_ogb(path: PathLike, split: Optional[str] = None, add_inverse_edge: Optional[bool] = None) -> Graph:
     """Loads an OGB node-property dataset directory as the ``ogb`` package lays it out.
 

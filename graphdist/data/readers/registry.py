@@ -85,6 +85,26 @@ def _planetoid_key(name: str) -> str:
     return "missing" if found is None else path_key(found)
 
 
+def _ogb_name(text: str, is_name: bool) -> Optional[str]:
+    from graphdist.data.readers.ogb_names import ogb_dataset
+
+    spec = ogb_dataset(text) if is_name else None
+    return spec.name if spec is not None else None
+
+
+def _read_ogb_name(name: str, download: bool = True, split: Optional[str] = None) -> Any:
+    from graphdist.data.readers.ogb_names import load_ogb_named
+
+    return load_ogb_named(name, download=download, split=split)
+
+
+def _ogb_name_key(name: str) -> str:
+    from graphdist.data.readers.ogb_names import find_ogb
+
+    found = find_ogb(name)
+    return "missing" if found is None else path_key(found)
+
+
 def _synthetic(text: str, is_name: bool) -> Optional[str]:
     from graphdist.data.synthetic import parse_synthetic_name
 
@@ -117,7 +137,9 @@ def _generated(path: Path) -> bool:
 
 
 def _ogb(path: Path) -> bool:
-    return (path / "raw" / "edge.csv.gz").is_file() or (path / "raw" / "data.npz").is_file()
+    from graphdist.data.readers.ogb import is_ogb_directory
+
+    return is_ogb_directory(path)
 
 
 def _ogb_heterogeneous(path: Path) -> bool:
@@ -169,6 +191,9 @@ def _lazy(module: str, function: str) -> Callable[..., Any]:
 READERS: list[Reader] = [
     Reader("planetoid", _planetoid, _read_planetoid, key=_planetoid_key, what=lambda name: f"dataset {name!r}",
            named=True),
+    # ogbn-arxiv & co.: always undirected, so add_inverse_edge is not theirs (a folder path takes it)
+    Reader("OGB name", _ogb_name, _read_ogb_name, accepts=frozenset({"split"}), key=_ogb_name_key,
+           what=lambda name: f"dataset {name!r}", named=True),
     Reader("synthetic", _synthetic, _read_synthetic, key=lambda name: "gen", what=lambda name: f"dataset {name!r}",
            named=True),
     Reader("generated directory", _directory(_generated),
