@@ -32,7 +32,6 @@ FIXED_ON_RESUME: dict[str, str] = {
     "partition_method": "each rank's part, and its sampler state, come from that partitioning",
     "seed": "the random streams in the checkpoint, and the on-the-fly partitioning, follow it",
     "strategy": "the checkpoint holds that strategy's state",
-    "num_workers": "the checkpoint holds one part, sampler and RNG state per worker",
     "batch_size": "each rank's epoch order and position in it are saved at that batch size",
     "replicate": "it decides which sampler state each rank saved",
     "staleness": "the stale halo buffers are saved (or not) with it",

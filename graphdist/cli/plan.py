@@ -28,14 +28,10 @@ the whole graph's label mix (label TVD <= 0.1). Bad input exits 2 with one line 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -263,7 +259,11 @@ def _profile(a: argparse.Namespace, cfg: Any, spec: Any, meta: dict[str, Any]) -
     if workers < 2 or workers > int(meta["num_parts"]):
         raise ValueError(f"--profile-workers {workers}: a profile needs 2 to {meta['num_parts']} workers (the parts of "
                          f"{a.partitions}): what crosses between workers is measured, not guessed")
+    from graphdist.api import default_profile_path, measure_profile
+
     out = Path(a.save_profile) if a.save_profile else default_profile_path(a.partitions, cfg, workers)
+    print(f"profiling {workers} workers on this machine (a few probe steps each; --profile FILE skips this)...",
+          file=sys.stderr, flush=True)
     seconds = measure_profile(cfg, a.partitions, workers, out)
     return _read_profile(str(out)), {"source": "measured", "path": str(out), "workers": workers,
                                      "seconds": seconds}
@@ -273,55 +273,6 @@ def _usable_cores() -> int:
     from graphdist.launch import usable_cores
 
     return len(usable_cores())
-
-
-def default_profile_path(partitions: str, cfg: Any, workers: int) -> Path:
-    """``$GRAPHDIST_CACHE/profiles/<partition>-<recipe hash>.json``: one file per partition, recipe and workers."""
-    from graphdist.data.paths import cache_dir
-    from graphdist.trainers.profile import profile_key
-
-    key = json.dumps({**profile_key(cfg, workers, []), "strategy": _profiled_strategy(cfg)}, sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return cache_dir() / "profiles" / f"{Path(partitions).resolve().name}-{digest}.json"
-
-
-def _profiled_strategy(cfg: Any) -> str:
-    """A full-graph recipe is profiled as full-graph steps; any other as minibatch steps (which predict
-    minibatch and aggregation alike)."""
-    return "fullgraph" if cfg.strategy == "fullgraph" else "minibatch"
-
-
-def measure_profile(cfg: Any, partitions: str, workers: int, out: Path) -> float:
-    """Runs the profile job (``graphdist.trainers.run.profile_worker``) with ``workers`` local workers and writes
-    its ``profile.json`` to ``out`` (atomically); returns the seconds it took.
-
-    Raises:
-        ValueError: the recipe cannot run here (a device this machine lacks); ``WorkerFailed`` naming the rank.
-    """
-    from graphdist.config import replace
-    from graphdist.launch import spawn, start_workers_early
-    from graphdist.api import check_devices
-    from graphdist.trainers.run import profile_worker
-
-    devices = cfg.devices if len(cfg.devices) in (1, workers) else cfg.devices[:1]
-    check_devices(devices)
-    job = replace(cfg, num_workers=workers, cluster=None, devices=tuple(devices), placement="profiled",
-                  strategy=_profiled_strategy(cfg), rebalance_every=0, run_dir=None, resume=None, verbose=False)
-    started = time.perf_counter()
-    print(f"profiling {workers} workers on this machine (a few probe steps each; --profile FILE skips this)...",
-          file=sys.stderr, flush=True)
-    start_workers_early()
-    with tempfile.TemporaryDirectory(prefix="graphdist-plan-") as tmp:
-        spawn(profile_worker, workers, args=(workers, job, partitions, tmp, f"file://{os.path.join(tmp, 'store')}"),
-              timeout=max(600.0, 4 * cfg.timeout))
-        made = Path(tmp) / "profile.json"
-        if not made.exists():
-            raise ValueError("the profile job wrote no profile.json (the strategy has no probe steps?)")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_name(out.name + ".partial")
-        shutil.copyfile(made, partial)
-        os.replace(partial, out)
-    return time.perf_counter() - started
 
 
 def describe_from_args(a: argparse.Namespace, cfg: Any) -> dict[str, Any]:

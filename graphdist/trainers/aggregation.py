@@ -204,5 +204,30 @@ class AggregationStrategy(Strategy):
         self.batches.load_state_dict(state["correction"])
         self.correction_optimizer.load_state_dict(state["correction_optimizer"])
 
+    def resized_state(self, fresh: dict[str, Any], saved: list[dict[str, Any]]) -> dict[str, Any]:
+        """On another worker count: the optimizer's moments averaged over the saved ranks (each rank kept its own
+        between averages, unless ``--avg-optimizer``); the rest as built for the new formation."""
+        return {**fresh, "optimizer": averaged_optimizer_state([r["optimizer"] for r in saved])}
 
-__all__ = ["AggregationStrategy", "make_averager", "part_label_tvd"]
+
+def averaged_optimizer_state(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several ranks' ``optimizer.state_dict()`` of one model as one: floating tensors (Adam's moments)
+    averaged, the rest (its step count) taken from the first.
+
+    Example:
+        >>> a = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.tensor([1.0])}}, "param_groups": [{}]}
+        >>> b = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.tensor([3.0])}}, "param_groups": [{}]}
+        >>> averaged_optimizer_state([a, b])["state"][0]["exp_avg"]
+        tensor([2.])
+    """
+    first = states[0]
+    merged = {}
+    for key, slots in first["state"].items():
+        merged[key] = {name: (torch.stack([s["state"][key][name] for s in states]).mean(0)
+                              if isinstance(value, torch.Tensor) and value.is_floating_point() and name != "step"
+                              else value)
+                       for name, value in slots.items()}
+    return {"state": merged, "param_groups": first["param_groups"]}
+
+
+__all__ = ["AggregationStrategy", "averaged_optimizer_state", "make_averager", "part_label_tvd"]

@@ -223,6 +223,12 @@ class Strategy(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`."""
 
+    def resized_state(self, fresh: dict[str, Any], saved: list[dict[str, Any]]) -> dict[str, Any]:
+        """This rank's state when resuming on another worker count: ``fresh`` (its own, as built for the new
+        formation, random streams reseeded: ``checkpoints.resume``) with what carries over from every saved
+        rank's ``saved`` state. Default: nothing carries over (per-rank caches, residuals, shares reset)."""
+        return fresh
+
     def close(self) -> None:
         """Releases hooks, threads and groups."""
 

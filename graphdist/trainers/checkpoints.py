@@ -1,14 +1,20 @@
 """A run's checkpoints as the loop writes and reads them: every rank's state gathered into one atomic
-file with the plan in force, the best epoch's model, and the resume that restores them (bit-identical)."""
+file with the plan in force, the best epoch's model, and the resume that restores them: bit-identical on
+the same worker count, and on another one (a job that lost or gained workers) with the model and
+optimizer as saved and each rank's own state reset for the new formation (:func:`resume`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
+import logging
+
 from graphdist import comm
 from graphdist.rundir import RunDir
 from graphdist.trainers.base import Strategy
+
+logger = logging.getLogger(__name__)
 
 
 def _rank_state(strategy: Strategy) -> dict[str, Any]:
@@ -57,22 +63,26 @@ def saved_decisions(ckpt: dict[str, Any]) -> dict[str, Any]:
     return dict(ckpt["extra"].get("decisions") or {})
 
 
+def saved_world_size(ckpt: dict[str, Any]) -> int:
+    """The workers that wrote ``ckpt``."""
+    return int(ckpt["extra"].get("world_size", 1))
+
+
 def resume(strategy: Strategy, resume_dir: Path, ckpt: Optional[dict[str, Any]] = None) -> int:
     """Restores model, optimizer, this rank's RNGs and strategy state from ``resume_dir``'s checkpoint
-    (``ckpt`` when the caller has loaded it); returns the epochs completed."""
+    (``ckpt`` when the caller has loaded it); returns the epochs completed.
+
+    On another worker count than the checkpoint's (a job that shrank or grew), see :func:`resume_resized`.
+    """
     from graphdist.checkpoint import set_rng_state
 
     ckpt = ckpt if ckpt is not None else load(resume_dir)
-    saved_world = int(ckpt["extra"].get("world_size", 1))
-    if saved_world != strategy.ctx.world_size:
-        raise ValueError(
-            f"--resume {resume_dir}: the checkpoint was written by {saved_world} workers, "
-            f"this job has {strategy.ctx.world_size}; resume with --num-workers {saved_world}"
-        )
     saved_strategy = ckpt["extra"].get("strategy", "minibatch")
     if saved_strategy != strategy.name:
         raise ValueError(f"--resume {resume_dir}: the checkpoint was written by --strategy {saved_strategy}, "
                          f"this job runs --strategy {strategy.name}; resume with --strategy {saved_strategy}")
+    if saved_world_size(ckpt) != strategy.ctx.world_size:
+        return resume_resized(strategy, ckpt)
     strategy.model.load_state_dict(ckpt["model"])
     strategy.optimizer.load_state_dict(ckpt["optimizer"])
     saved = ckpt["extra"]["ranks"][strategy.ctx.rank]
@@ -89,4 +99,33 @@ def resume(strategy: Strategy, resume_dir: Path, ckpt: Optional[dict[str, Any]] 
     return int(ckpt["epoch"])
 
 
-__all__ = ["load", "resume", "save", "save_best", "saved_decisions"]
+def resume_resized(strategy: Strategy, ckpt: dict[str, Any]) -> int:
+    """Resumes an epoch-end checkpoint of W workers on this job's W' (collective only as building the strategy was).
+
+    The placement has already regrouped the parts onto the W' workers as at a start. Carried over: the
+    model and the optimizer (the same on every rank at an epoch's end), the epochs done, and what the
+    strategy merges from every saved rank (:meth:`Strategy.resized_state`: aggregation averages its
+    per-rank optimizer moments). Reset, as at a start: the loss scalers, the sync's int8 residuals and
+    settled layers, stale halo buffers (the first step after a resize is exact), the rebalancer's
+    shares (back to the plan's), the feature cache (rebuilt at start), the measured decisions. Every
+    random stream (global, loader, sampler, serving) derives from (seed, epochs done, rank in the new
+    formation), so the same checkpoint resumed twice on W' workers trains alike.
+    """
+    from graphdist.trainers.kit import reseeded, resized_seed, seed_everything
+
+    ctx = strategy.ctx
+    epoch, was = int(ckpt["epoch"]), saved_world_size(ckpt)
+    strategy.model.load_state_dict(ckpt["model"])
+    strategy.optimizer.load_state_dict(ckpt["optimizer"])
+    seed = resized_seed(ctx.cfg.seed, epoch, ctx.rank)
+    seed_everything(seed)
+    fresh = reseeded(strategy.state_dict(), seed + 1, epoch)
+    saved = [{k: v for k, v in r.items() if k not in ("rng", "scalers")} for r in ckpt["extra"]["ranks"]]
+    strategy.load_state_dict(strategy.resized_state(fresh, saved))
+    if comm.is_main_process():
+        logger.info("resumed after epoch %d on %d workers (was %d): %d parts regrouped", epoch, ctx.world_size, was,
+                    strategy.plan.num_parts)
+    return epoch
+
+
+__all__ = ["load", "resume", "resume_resized", "save", "save_best", "saved_decisions", "saved_world_size"]

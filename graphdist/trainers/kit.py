@@ -37,6 +37,56 @@ def loader_seed(seed: int, rank: int) -> int:
     return sampler_seed(seed, rank) + 17
 
 
+def resized_seed(seed: int, epoch: int, rank: int) -> int:
+    """Seed of a rank's random streams after a resume on another worker count: from the run's seed, the
+    epochs done and the rank in the new formation, so a checkpoint resumed twice on W' workers trains alike.
+
+    Example:
+        >>> resized_seed(0, 3, 1) == resized_seed(0, 3, 1) != resized_seed(0, 3, 0)
+        True
+    """
+    return (int(seed) * 1_000_003 + int(epoch) * 10_007 + int(rank) * 101 + 7) % 2**62
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds the global RNGs (torch, numpy, random)."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def reseeded(state: Any, seed: int, epoch: int) -> Any:
+    """``state`` (a strategy's ``state_dict()``) with every generator state replaced by a fresh generator's, seeded
+    from ``seed`` in traversal order, and every loader's epoch counter set to ``epoch``.
+
+    Example:
+        >>> g = torch.Generator().manual_seed(5)
+        >>> out = reseeded({"loader": {"epoch": 0, "generator": g.get_state()}}, seed=1, epoch=4)
+        >>> out["loader"]["epoch"], torch.equal(out["loader"]["generator"], torch.Generator().manual_seed(1).get_state())
+        (4, True)
+    """
+    counter = [0]
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:  # a generator's state
+            counter[0] += 1
+            return torch.Generator().manual_seed(seed + counter[0] - 1).get_state()
+        if isinstance(value, dict):
+            out = {k: walk(v) for k, v in value.items()}
+            if "epoch" in out and "generator" in out:  # a loader's: the epochs it has run
+                out["epoch"] = epoch
+            return out
+        if isinstance(value, (list, tuple)):
+            return type(value)(walk(v) for v in value)
+        return value
+
+    return walk(state)
+
+
 def use_prefetch(setting: Optional[bool], threads: int, remote: bool = False) -> bool:
     """``--prefetch`` as given, or (None) whether a background loading thread pays.
 

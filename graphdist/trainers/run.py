@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import numpy as np
 import torch
 
 from graphdist import comm, runlog
@@ -31,9 +29,10 @@ from graphdist.rundir import RunDir
 from graphdist.section import ConfigError, fail_at
 from graphdist.trainers.base import Strategy, WorkerContext, strategy_class
 from graphdist.trainers.checkpoints import load as load_checkpoint
-from graphdist.trainers.checkpoints import resume, save, save_best, saved_decisions
+from graphdist.trainers.checkpoints import resume, save, save_best, saved_decisions, saved_world_size
 from graphdist.trainers.devices import cluster_spec, heterogeneous, resolve_device  # noqa: F401 - heterogeneous: re-exported
 from graphdist.trainers.heap import frozen_heap
+from graphdist.trainers.kit import seed_everything
 from graphdist.trainers.profile import start_plan
 from graphdist.trainers.records import epoch_line, reduce_epoch, traffic
 from graphdist.trainers.tensorboard import open_log as open_tensorboard
@@ -50,12 +49,6 @@ def worker_seed(seed: int, rank: int) -> int:
         2
     """
     return int(seed) + int(rank)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def apply_cluster(cfg: TrainConfig, world_size: Optional[int] = None) -> TrainConfig:
@@ -176,7 +169,11 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: Par
     topology = comm.discover_topology()
     partitions = opened(partitions)  # meta.json read once per process, here
     plan = plan_job(partitions, cfg, world_size)
-    decisions = saved_decisions(checkpoint if checkpoint is not None else load_checkpoint(cfg.resume)) if cfg.resume else {}
+    if cfg.resume and checkpoint is None:
+        checkpoint = load_checkpoint(cfg.resume)
+    decisions = saved_decisions(checkpoint) if cfg.resume else {}
+    if cfg.resume and saved_world_size(checkpoint) != world_size:
+        decisions = {}  # measured for the old formation (its shares, its hosts): measured again
     if comm.is_main_process():
         logger.debug("topology: %s; plan:\n%s", topology.describe(), plan.describe())
         if decisions:
