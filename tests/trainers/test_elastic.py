@@ -57,14 +57,15 @@ def test_a_killed_worker_restarts_the_job_which_resumes_from_its_checkpoint(tmp_
     assert all(torch.equal(a[k], b[k]) for k in a), "the resumed job's parameters differ from an uninterrupted run"
 
 
-def _formation(tmp_path: Path, parts: Path, port: int, fault: str = "") -> list[subprocess.CompletedProcess]:
-    """One formation of a 2-worker torchrun job, as torchrun's agent starts it: the agent's store (the
-    test's), the job's id, restart count 0 (a membership change of ``--nnodes MIN:MAX`` does not count)."""
+def _formation(tmp_path: Path, parts: Path, port: int, fault: str = "",
+               workers: int = 2) -> list[subprocess.CompletedProcess]:
+    """One formation of a torchrun job of ``workers`` workers, as torchrun's agent starts it: the agent's store
+    (the test's), the job's id, restart count 0 (a membership change of ``--nnodes MIN:MAX`` does not count)."""
     procs = []
-    for rank in range(2):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "TORCHELASTIC_RUN_ID": "grow-test", "TORCHELASTIC_RESTART_COUNT": "0",
+    for rank in range(workers):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(workers),
+               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "grow-test", "TORCHELASTIC_RESTART_COUNT": "0",
                "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True", "GLOO_SOCKET_IFNAME": "lo"}
         env.pop("GRAPHDIST_TEST_FAULT", None)
         if fault:
@@ -99,3 +100,25 @@ def test_a_job_formed_again_with_the_same_restart_count_resumes_and_deletes_noth
     assert (run / "metrics.jsonl").read_text().startswith(kept)  # epoch 1's record kept as it was
     assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["grow-test"]
+
+
+def test_a_job_formed_again_on_more_workers_resumes_with_its_parts_regrouped(tmp_path):
+    """A host joined a --nnodes MIN:MAX job: torchrun forms it again on 3 workers where it had 2. The run goes
+    on from its checkpoint on the new count, the 4 parts regrouped, every train seed trained once an epoch."""
+    from torch.distributed import TCPStore
+
+    from graphdist.data import load_graph
+    from partition.api import partition, read_meta
+
+    parts = partition(load_graph("synthetic-2000"), 4, out=tmp_path / "parts")
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    first = _formation(tmp_path, parts, store.port, fault="evaluate:1:2")  # ends in epoch 2
+    assert any(p.returncode != 0 for p in first), [p.stdout[-2000:] for p in first]
+    grown = _formation(tmp_path, parts, store.port, workers=3)
+    out = "".join(p.stdout for p in grown)
+    assert all(p.returncode == 0 for p in grown), out[-4000:]
+    assert "the job formed again with 3 workers" in out and "on 3 workers (was 2): 4 parts regrouped" in out, out[-4000:]
+    run = tmp_path / "runs" / "grow-test"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = sum(int(p["num_train"]) for p in read_meta(parts)["parts"])
+    assert [r["epoch"] for r in records] == [1, 2] and [r["seeds"] for r in records] == [train, train]

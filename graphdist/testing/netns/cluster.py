@@ -407,8 +407,11 @@ class EmulatedCluster:
         stdout: Union[None, int, IO[Any]] = None,
         stderr: Union[None, int, IO[Any]] = None,
         cwd: Optional[str] = None,
+        nnodes: Optional[str] = None,
+        launcher_args: Sequence[str] = (),
     ) -> subprocess.Popen:
-        """Starts host ``host``'s torchrun agent with the multi-host recipe (:func:`torchrun_argv`).
+        """Starts host ``host``'s torchrun agent with the multi-host recipe (:func:`torchrun_argv`); ``nnodes``
+        ``"MIN:MAX"`` makes the job elastic (default: every host), ``launcher_args`` are more torchrun options.
 
         Start one per host; each runs ``nproc_per_node`` workers of ``args`` (``["-m", module, ...]``).
 
@@ -422,10 +425,21 @@ class EmulatedCluster:
             >>> argv[argv.index("--rdzv-conf"):]
             ['--rdzv-conf', 'is_host=false', '--local-addr', '10.213.0.2', '-m', 'm']
         """
-        argv = torchrun_argv(len(self.hosts), nproc_per_node, self.addr(0), port, host == 0, self.addr(host),
-                             args, rdzv_conf=rdzv_conf)
+        argv = torchrun_argv(nnodes or len(self.hosts), nproc_per_node, self.addr(0), port, host == 0,
+                             self.addr(host), args, rdzv_conf=rdzv_conf, launcher_args=launcher_args)
         full_env = {"GLOO_SOCKET_IFNAME": self.iface(host), **(dict(env) if env else {})}
         return self.run(host, argv, env=full_env, stdout=stdout, stderr=stderr, cwd=cwd)
+
+    def kill_processes(self, host: int) -> int:
+        """SIGKILLs every process running in host ``host`` at once (a machine that dies: an agent's workers
+        are in sessions of their own, so its process group is not enough); returns how many."""
+        pids = _run_cmd(["ip", "netns", "pids", self.host(host).netns], check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        return len(pids)
 
     # ---------------------------------------------------------------- teardown
     def _check_open(self) -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:  # cluster.py imports torchrun_argv from here, so only for the annotation
     from graphdist.testing.netns.cluster import EmulatedCluster
@@ -30,6 +30,10 @@ class TorchrunJob:
         cwd: working directory of the agents.
         on_line: called as ``on_line(host, line)`` from a reader thread for every output line
             (e.g. to cut a link when a line appears); must not block. What it raises, ``wait`` raises.
+        nnodes: ``"MIN:MAX"`` for an elastic job (default: every host, fixed).
+        hosts: the hosts whose agents start now (default all); :meth:`start_host` starts another later,
+            :meth:`kill_host` takes one away (its agent and workers, at once, as a host that dies).
+        launcher_args: more torchrun options (``--max-restarts``, ``--rdzv-id``, ``--monitor-interval``).
 
     Example::
 
@@ -47,6 +51,9 @@ class TorchrunJob:
         rdzv_conf: Optional[Mapping[str, Any]] = None,
         cwd: Optional[str] = None,
         on_line: Optional[Any] = None,
+        nnodes: Optional[str] = None,
+        hosts: Optional[Sequence[int]] = None,
+        launcher_args: Sequence[str] = (),
     ) -> None:
         self.cluster = cluster
         self.start = time.monotonic()
@@ -55,17 +62,33 @@ class TorchrunJob:
         self._on_line = on_line
         self.errors: list[BaseException] = []  # raised by on_line (re-raised by wait)
         self._lock = threading.Lock()
-        self.agents = [
-            cluster.torchrun(h, nproc_per_node, args, port=port, env=env, rdzv_conf=rdzv_conf,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
-            for h in range(len(cluster.hosts))
-        ]
-        self._readers = [threading.Thread(target=self._read, args=(h,), daemon=True) for h in range(len(self.agents))]
-        for t in self._readers:
-            t.start()
+        self._agent_args = dict(nproc_per_node=nproc_per_node, args=args, port=port, env=env, rdzv_conf=rdzv_conf,
+                                cwd=cwd, nnodes=nnodes, launcher_args=launcher_args)
+        self.agents: list[Optional[subprocess.Popen]] = [None] * len(cluster.hosts)
+        self._readers: list[threading.Thread] = []
+        for h in (range(len(cluster.hosts)) if hosts is None else hosts):
+            self.start_host(h)
 
-    def _read(self, host: int) -> None:
+    def start_host(self, host: int) -> None:
+        """Starts host ``host``'s agent (an elastic job's host joining); its earlier output stays in :meth:`output`."""
+        a = self._agent_args
+        self.agents[host] = self.cluster.torchrun(host, a["nproc_per_node"], a["args"], port=a["port"], env=a["env"],
+                                                  rdzv_conf=a["rdzv_conf"], stdout=subprocess.PIPE,
+                                                  stderr=subprocess.STDOUT, cwd=a["cwd"], nnodes=a["nnodes"],
+                                                  launcher_args=a["launcher_args"])
+        self.exit_times[host] = None
+        reader = threading.Thread(target=self._read, args=(host, self.agents[host]), daemon=True)
+        self._readers.append(reader)
+        reader.start()
+
+    def kill_host(self, host: int) -> None:
+        """SIGKILLs host ``host``'s agent and its workers at once, as a machine that dies."""
+        self.cluster.kill_processes(host)
         proc = self.agents[host]
+        if proc is not None:
+            proc.wait(timeout=10)
+
+    def _read(self, host: int, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip("\n")
@@ -80,7 +103,8 @@ class TorchrunJob:
         self.exit_times[host] = time.monotonic() - self.start
 
     def wait(self, timeout: float) -> list[int]:
-        """Waits for every agent; returns their exit codes in host order.
+        """Waits for every agent; returns their exit codes in host order (-1: a host never started; a host
+        started again: its last agent's).
 
         Raises:
             TimeoutError: agents still running after ``timeout`` s (named; they are stopped first).
@@ -90,12 +114,12 @@ class TorchrunJob:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.errors:
             raise self.errors[0]
-        running = [h for h, p in enumerate(self.agents) if p.poll() is None]
+        running = [h for h, p in enumerate(self.agents) if p is not None and p.poll() is None]
         if running:
             self.cluster.stop_processes()
             raise TimeoutError(f"torchrun agents on hosts {running} still running after {timeout:.0f}s; stopped. "
                                f"Last output:\n{self.output()[-3000:]}")
-        return [int(p.returncode) for p in self.agents]
+        return [int(p.returncode) if p is not None else -1 for p in self.agents]
 
     def output(self, host: Optional[int] = None) -> str:
         """Captured lines (of one host, or all, each prefixed ``[h<i> +<s>s]``)."""
@@ -105,7 +129,7 @@ class TorchrunJob:
 
 
 def torchrun_argv(
-    nnodes: int,
+    nnodes: Union[int, str],
     nproc_per_node: int,
     master_addr: str,
     port: int,
@@ -114,6 +138,7 @@ def torchrun_argv(
     args: Sequence[str],
     rdzv_conf: Optional[Mapping[str, Any]] = None,
     python: str = sys.executable,
+    launcher_args: Sequence[str] = (),
 ) -> list[str]:
     """One host's torchrun command for a multi-host job (the same on real machines).
 
@@ -124,7 +149,7 @@ def torchrun_argv(
     Bind gloo to the host's interface with ``GLOO_SOCKET_IFNAME`` in the environment.
 
     Args:
-        nnodes: number of hosts.
+        nnodes: number of hosts, or ``"MIN:MAX"`` for an elastic job (torchrun re-forms it as hosts leave and join).
         nproc_per_node: workers per host.
         master_addr: host 0's address (serves the rendezvous store).
         port: the rendezvous port on host 0.
@@ -133,6 +158,7 @@ def torchrun_argv(
         args: what each worker runs, e.g. ``["-m", "graphdist.cli.train", "--partitions", "parts/x"]``.
         rdzv_conf: extra ``--rdzv-conf`` entries (e.g. ``{"read_timeout": 20}``).
         python: the interpreter (torchrun is ``python -m torch.distributed.run``).
+        launcher_args: more torchrun options, e.g. ``["--max-restarts", "5", "--rdzv-id", "job-7"]``.
 
     Returns:
         The argv list.
@@ -147,7 +173,7 @@ def torchrun_argv(
         "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{master_addr}:{port}",
         "--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items()),
-        "--local-addr", local_addr,
+        "--local-addr", local_addr, *map(str, launcher_args),
         *map(str, args),
     ]
 
