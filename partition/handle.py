@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from partition.format import PathLike, content_checksum, load_partition, read_meta
+from partition.format import PathLike, content_checksum, load_partition, part_files, read_meta
 from partition.merge import load_parts
 from partition.part import Partition
 
@@ -61,6 +61,19 @@ class PartitionDir(os.PathLike):
     def load(self, part_ids: Sequence[int], verify: bool = True) -> Partition:
         """The parts ``part_ids`` as one ``Partition`` (``partition.merge.load_parts``)."""
         return load_parts(self.path, part_ids, verify=verify, meta=self.meta)
+
+    def missing(self, part_ids: Sequence[int]) -> list[tuple[int, Path]]:
+        """``(part, file)`` for each file of ``part_ids`` not on this machine (a host that was never sent them).
+
+        Example:
+            >>> import tempfile
+            >>> from graphdist.testing import tiny_graph
+            >>> from partition.api import partition
+            >>> PartitionDir(partition(tiny_graph(), 2, method="random", out=tempfile.mkdtemp() + "/p")).missing([0, 1])
+            []
+        """
+        return [(int(p), self.path / name) for p in part_ids for name in part_files(self.meta, int(p))
+                if not (self.path / name).exists()]
 
     def part_edges(self) -> list[list[int]]:
         """Edges between every two parts (``partition.views.part_edges``)."""

@@ -156,6 +156,23 @@ def plan_job(partitions: PartitionDir | str, cfg: TrainConfig, world_size: int) 
                     part_edges=partitions.part_edges, workers=workers, where=str(partitions.path))
 
 
+def check_parts_here(partitions: PartitionDir, plan: Any, rank: int) -> None:
+    """Every rank holds the files of the parts the plan gave it, or every rank refuses in one line naming the
+    host, the part and the path, before anything is trained (collective). After a regrouping (a resume on
+    another worker count) a host may be given parts it never read: the partition directory must be on
+    storage every host reads, or copied to every host."""
+    import socket
+
+    mine = [(socket.gethostname(), rank, part, str(path)) for part, path in partitions.missing(plan.of(rank).parts)]
+    missing = [m for gathered in comm.all_gather_object(mine) for m in gathered]
+    if missing:
+        host, who, part, path = missing[0]
+        more = f" (and {len(missing) - 1} more files)" if len(missing) > 1 else ""
+        raise fail_at("partitions", str(partitions.path), f"host {host} (rank {who}) was given part {part}, but {path} "
+                      f"is not there{more}; put the partition directory on storage every host reads, or a copy of "
+                      "it on every host (docs/multi-node.md#elastic-jobs-resuming-on-another-worker-count)")
+
+
 def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDir | str,
                    model: Optional[torch.nn.Module] = None, run_dir: Optional[RunDir | str] = None,
                    checkpoint: Optional[dict[str, Any]] = None) -> Strategy:
@@ -169,6 +186,7 @@ def build_strategy(rank: int, world_size: int, cfg: TrainConfig, partitions: Par
     topology = comm.discover_topology()
     partitions = opened(partitions)  # meta.json read once per process, here
     plan = plan_job(partitions, cfg, world_size)
+    check_parts_here(partitions, plan, rank)
     if cfg.resume and checkpoint is None:
         checkpoint = load_checkpoint(cfg.resume)
     decisions = saved_decisions(checkpoint) if cfg.resume else {}

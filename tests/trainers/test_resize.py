@@ -85,3 +85,22 @@ def test_aggregation_averages_the_ranks_optimizer_moments_on_a_resize():
         expected = (states[0]["state"][key]["exp_avg_sq"] + states[1]["state"][key]["exp_avg_sq"]) / 2
         torch.testing.assert_close(slots["exp_avg_sq"], expected)
         assert torch.equal(slots["step"], states[0]["state"][key]["step"])
+
+
+def test_a_worker_given_a_part_its_host_lacks_is_refused_naming_host_part_and_path(tmp_path):
+    """After a regrouping a host may be given parts it never read: refused before training, in one line."""
+    import socket
+
+    from partition.api import partition
+
+    parts = Path(partition("synthetic-2000", 4, method="random", out=tmp_path / "p4", seed=0))
+    (parts / "part-3" / "indices.npy").unlink()  # this host has every part but one file of part 3
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(parts), "--num-workers",
+                           "2", "--epochs", "1", "--hidden", "8", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, cwd=REPO, timeout=240)
+    err = done.stderr
+    assert done.returncode != 0
+    line = next(l for l in err.splitlines() if "was given part" in l)
+    assert f"host {socket.gethostname()}" in line and "part 3" in line and str(parts / "part-3" / "indices.npy") in line
+    assert "storage every host reads" in line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
