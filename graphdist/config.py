@@ -94,6 +94,9 @@ class RuntimeSection(Section):
     threads: int = 1  # torch threads per worker: N workers x 1 thread fill N cores
     seed: int = 0
     timeout: float = 180.0  # seconds before a collective fails instead of hanging
+    # seconds a peer's heartbeat may stay still before this rank ends, naming it (a host that died silently,
+    # a stopped process), so torchrun can form the job again without waiting out --timeout; 0: never
+    peer_timeout: float = 10.0
     # Remote-feature cache rows per worker, by the probability a batch reads them (sampling/inclusion.py):
     # -1 every remote node a batch may read within 512 MiB (sampling.dist_features' AUTO_CACHE_MIB: all of
     # them on small graphs, a bounded cache on large ones), 0 none, n the n likeliest.
@@ -136,6 +139,8 @@ class RuntimeSection(Section):
             raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", self.cache_rows)
         if self.timeout <= 0:
             raise _fail("timeout", "must be > 0 seconds", self.timeout)
+        if self.peer_timeout < 0:
+            raise _fail("peer_timeout", "must be >= 0 seconds (0: off)", self.peer_timeout)
         if self.overwrite and (self.resume or self.predict):
             raise _fail("overwrite", "starts a new run: it cannot go with {0} or {1}", True,
                         "drop it to continue the run, or drop {0} to start anew", ("resume", "RUN"), ("predict", "RUN"))

@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(system, "--threads", type=int, help=f"torch threads per worker (default {d('threads')})")
     _add(system, "--seed", type=int, help=f"random seed (default {d('seed')})")
     _add(system, "--timeout", type=float, help=f"seconds before a collective fails instead of hanging (default {default['timeout'].default:g})")
+    _add(system, "--peer-timeout", type=float, metavar="S",
+         help="seconds a peer's heartbeat may stay still before this rank ends naming it (a host that died "
+              f"silently), so torchrun can form the job again (default {default['peer_timeout'].default:g}; 0 = off)")
     _add(system, "--replicate", choices=("none", "structure", "graph"),
          help="what each worker holds beyond its part: none (default; remote neighbourhoods and features come "
               "from their owners), structure (the whole CSR, 8 bytes per node and edge: sampling is local), "

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch.distributed as dist
 
-from graphdist.comm.heartbeat import STORE_TIMEOUT_S, within
+from graphdist.comm.heartbeat import STORE_TIMEOUT_S, PeerWatch, within
 from graphdist.comm.heartbeat import start as start_heartbeat
 from graphdist.comm.heartbeat import stop as stop_heartbeat
 
@@ -34,6 +34,7 @@ def init_process_group(
     init_method: Optional[str] = None,
     backend: str = "gloo",
     timeout_s: float = 120.0,
+    peer_timeout_s: float = 0.0,
 ) -> None:
     """Joins (or creates) the default process group.
 
@@ -45,6 +46,8 @@ def init_process_group(
         backend: ``gloo`` (CPU, or mixed CPU/GPU) or ``nccl`` (every rank has a GPU).
         timeout_s: every collective of this group fails after this many seconds
             instead of hanging.
+        peer_timeout_s: a peer whose heartbeat stands still this long ends this rank at once, naming
+            it (``heartbeat.PeerWatch``: a host that died without closing its sockets); 0: never.
 
     Raises:
         ValueError: on a rank outside ``[0, world_size)`` or an unknown backend.
@@ -90,8 +93,31 @@ def init_process_group(
     gathered: list[Optional[str]] = [None] * world_size
     dist.all_gather_object(gathered, local_address(), group=_CPU_GROUP)
     _PEER_ADDRESSES = [str(a) for a in gathered]
-    if world_size > 1:
-        start_heartbeat(rank)  # so that a timeout can name a stopped peer
+    if world_size > 1:  # so that a timeout can name a stopped peer, and a silent one ends the job sooner
+        watch = PeerWatch(rank, world_size, peer_timeout_s, _end_for_silent_peer) if peer_timeout_s > 0 else None
+        start_heartbeat(rank, watch=watch)
+
+
+def _end_for_silent_peer(silent: list[int], seconds: float) -> None:
+    """``PeerWatch``'s verdict: one line naming the silent peer (or the store), then this process ends at
+    once (its main thread may be blocked in a collective for ``--timeout``). Checkpoints are written
+    atomically: the last complete one stays."""
+    import sys
+
+    rank = dist.get_rank() if dist.is_initialized() else -1
+    if silent:
+        where = describe_addresses(silent)
+        what = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}{f' ({where})' if where else ''} "
+                f"sent no heartbeat for {seconds:.0f} s (--peer-timeout): its host died or lost its link, or the "
+                "process is stopped")
+    else:
+        what = (f"the job's store answered no heartbeat for {seconds:.0f} s (--peer-timeout): the host serving it "
+                "(torchrun's rendezvous host, or rank 0) is gone")
+    sys.stderr.write(f"graphdist-train: error: [rank {rank}] {what}; ending this rank so that the job can be formed "
+                     "again (torchrun --max-restarts) or resumed (--resume)\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)
 
 
 JOINED = "graphdist-joined/"

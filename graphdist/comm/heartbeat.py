@@ -8,6 +8,11 @@ store, or rank 0's TCP store under ``tcp://``) every ``BEAT_S`` seconds. When a 
 out, :func:`silent_ranks` reads every counter twice, ``LISTEN_S`` apart: a rank whose counter did
 not move (or never appeared: stopped before it joined) is the one the job waits for. Counters,
 not clocks, so hosts' clocks need not agree.
+
+With a peer timeout the same thread also watches: a peer whose counter stood still for that long
+(its host died without closing its sockets, or it is stopped) ends this rank at once, naming it,
+instead of every rank waiting out the collective timeout; torchrun can then form the job again
+(``--max-restarts``). A rank that left the job on purpose marks itself done first and is not watched.
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ BEAT_S = 0.5
 LISTEN_S = 1.5  # three beats: a live rank's counter moves, even on a loaded machine
 STORE_TIMEOUT_S = 5.0
 PREFIX = "graphdist-beat/"
+DONE = "graphdist-beat-done/"
+WATCH_EVERY_S = 1.0
 
 _beat: Optional["_Beat"] = None
 
 
 class _Beat:
-    def __init__(self, store: Any, rank: int, period_s: float) -> None:
-        self.store, self.rank, self.period_s = store, rank, period_s
+    def __init__(self, store: Any, rank: int, period_s: float, watch: Optional["PeerWatch"] = None) -> None:
+        self.store, self.rank, self.period_s, self.watch = store, rank, period_s, watch
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="graphdist-heartbeat", daemon=True)
         self.thread.start()
@@ -39,12 +46,80 @@ class _Beat:
             try:
                 self.store.set(f"{PREFIX}{self.rank}", str(count))
             except Exception:  # noqa: BLE001 - the store went away (shutdown, its host died): stop beating
+                if self.watch is not None and not self.done.is_set():
+                    self.watch.store_failed(time.monotonic())
                 return
+            if self.watch is not None and not self.done.is_set():
+                self.watch.look(self.store, time.monotonic())
             self.done.wait(self.period_s)
 
     def stop(self) -> None:
         self.done.set()
+        try:
+            within(lambda: self.store.set(f"{DONE}{self.rank}", "1"), STORE_TIMEOUT_S)  # left on purpose: unwatched
+        except Exception:  # noqa: BLE001 - the store is gone: nobody is left to watch
+            pass
         self.thread.join(timeout=2 * self.period_s + 1)
+
+
+class PeerWatch:
+    """Ends this rank when a peer's heartbeat stood still for ``timeout_s`` (see the module doc).
+
+    ``on_silent(ranks, seconds)`` is called once, from the heartbeat thread, with the silent ranks
+    (``[]``: the store itself stopped answering); it should say so and end the process.
+
+    Example (no store: a peer whose counter never moves is named after the timeout):
+        >>> class Store(dict):
+        ...     def check(self, keys): return all(k in self for k in keys)
+        ...     def get(self, k): return self[k].encode()
+        >>> told = []
+        >>> watch = PeerWatch(rank=0, world_size=2, timeout_s=10.0, on_silent=lambda r, s: told.append(r))
+        >>> store = Store({"graphdist-beat/1": "5"})
+        >>> watch.look(store, now=100.0); watch.look(store, now=105.0); told
+        []
+        >>> watch.look(store, now=111.0); told
+        [[1]]
+    """
+
+    def __init__(self, rank: int, world_size: int, timeout_s: float,
+                 on_silent: Callable[[list[int], float], None]) -> None:
+        self.rank, self.world_size, self.timeout_s, self.on_silent = rank, world_size, timeout_s, on_silent
+        self._seen: dict[int, tuple[str, float]] = {}  # rank -> (last counter, when it last moved)
+        self._last_look = -1e18
+        self._store_failing_since: Optional[float] = None
+        self._fired = False
+
+    def look(self, store: Any, now: float) -> None:
+        """Reads the peers' counters (at most every ``WATCH_EVERY_S``) and fires on the silent ones."""
+        if self._fired or now - self._last_look < WATCH_EVERY_S:
+            return
+        self._last_look = now
+        silent = []
+        for r in range(self.world_size):
+            key = f"{PREFIX}{r}"
+            if r == self.rank or not store.check([key]) or store.check([f"{DONE}{r}"]):
+                continue  # not beating yet (judged by the join), or left on purpose
+            value = store.get(key).decode()
+            last = self._seen.get(r)
+            if last is None or last[0] != value:
+                self._seen[r] = (value, now)
+            elif now - last[1] >= self.timeout_s:
+                silent.append(r)
+        self._store_failing_since = None
+        if silent:
+            self._fire(silent, max(now - self._seen[r][1] for r in silent))
+
+    def store_failed(self, now: float) -> None:
+        """The store did not take this rank's beat: after ``timeout_s`` of that, the store's host is gone."""
+        if self._store_failing_since is None:
+            self._store_failing_since = now
+        if now - self._store_failing_since >= self.timeout_s:
+            self._fire([], now - self._store_failing_since)
+
+    def _fire(self, silent: list[int], seconds: float) -> None:
+        if not self._fired:
+            self._fired = True
+            self.on_silent(silent, seconds)
 
 
 def _store() -> Any:
@@ -56,14 +131,15 @@ def _store() -> Any:
         return None
 
 
-def start(rank: int, period_s: float = BEAT_S) -> bool:
-    """Starts this rank's heartbeat (once per process group); False where the store is not reachable."""
+def start(rank: int, period_s: float = BEAT_S, watch: Optional[PeerWatch] = None) -> bool:
+    """Starts this rank's heartbeat (once per process group), watching the peers' with ``watch``; False where
+    the store is not reachable."""
     global _beat
     stop()
     store = _store()
     if store is None:
         return False
-    _beat = _Beat(store, rank, period_s)
+    _beat = _Beat(store, rank, period_s, watch)
     return True
 
 
@@ -151,4 +227,4 @@ def describe_silent(world_size: int, describe_addresses: Callable[[list[int]], s
             f"see its log and process state.")
 
 
-__all__ = ["BEAT_S", "LISTEN_S", "describe_silent", "silent_ranks", "start", "stop", "within"]
+__all__ = ["BEAT_S", "LISTEN_S", "PeerWatch", "describe_silent", "silent_ranks", "start", "stop", "within"]

@@ -26,6 +26,7 @@ def _child(
     backend: str,
     timeout_s: float,
     args: Sequence[Any],
+    peer_timeout_s: float = 0.0,
 ) -> None:
     # Set before torch.distributed makes any socket: loopback only in tests.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -33,7 +34,8 @@ def _child(
     from graphdist.plugins import load_plugins_from_environment
 
     load_plugins_from_environment()  # a body that builds a strategy itself gets the test hooks worker_main would
-    comm.init_process_group(rank, world_size, f"file://{init_file}", backend=backend, timeout_s=timeout_s)
+    comm.init_process_group(rank, world_size, f"file://{init_file}", backend=backend, timeout_s=timeout_s,
+                            peer_timeout_s=peer_timeout_s)
     try:
         fn(rank, world_size, *args)
     finally:
@@ -47,6 +49,7 @@ def launch(
     backend: str = "gloo",
     timeout: float = 60.0,
     collective_timeout: Optional[float] = None,
+    peer_timeout: float = 0.0,
 ) -> None:
     """Runs ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes.
 
@@ -59,6 +62,7 @@ def launch(
         backend: process-group backend (default ``gloo``).
         timeout: seconds before the whole launch is killed (default 60; tests pass a few).
         collective_timeout: seconds before a collective fails (default ``timeout``).
+        peer_timeout: seconds a silent peer's heartbeat is waited for before a rank ends (0: never, the default).
 
     Raises:
         WorkerFailed: a worker raised or exited non-zero (its rank and traceback in the message).
@@ -79,8 +83,8 @@ def launch(
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
     with tempfile.TemporaryDirectory(prefix="graphdist-launch-") as tmp:
         init_file = os.path.join(tmp, "store")
-        spawn(_child, world_size, args=(fn, world_size, init_file, backend, collective_timeout or timeout, args),
-              timeout=timeout)
+        spawn(_child, world_size, args=(fn, world_size, init_file, backend, collective_timeout or timeout, args,
+                                        peer_timeout), timeout=timeout)
 
 
 @contextlib.contextmanager

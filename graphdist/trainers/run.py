@@ -137,7 +137,7 @@ def join_job(rank: int, world_size: int, cfg: TrainConfig, init_method: str) -> 
     if all_cuda and cfg.device_of(rank).startswith("cuda"):
         torch.cuda.set_device(torch.device(cfg.device_of(rank)))
     comm.init_process_group(rank, world_size, init_method, backend="nccl" if all_cuda else "gloo",
-                            timeout_s=cfg.timeout)
+                            timeout_s=cfg.timeout, peer_timeout_s=cfg.peer_timeout)
     return cores
 
 

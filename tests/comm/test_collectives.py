@@ -165,6 +165,20 @@ def test_stopped_peer_is_named_and_the_job_ends_within_timeout_plus_5s():
     assert took < 2 * (timeout + 5) + 5, f"the job took {took:.1f} s to end"  # start-up, then tests allow 2x
 
 
+def test_a_silent_peer_ends_the_job_within_the_peer_timeout_not_the_collective_timeout(capfd):
+    """--peer-timeout: a stopped rank's heartbeat stands still; the others end after ~3 s, naming it, while their
+    collective would wait 60 s."""
+    from graphdist.testing.launch import launch as launch_with_timeout
+
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed):
+        launch_with_timeout(_stopped_peer_body, 3, timeout=60, collective_timeout=60, peer_timeout=3.0)
+    took = time.monotonic() - start
+    err = capfd.readouterr().err
+    assert "rank 2 (127.0.0.1 = rank 2) sent no heartbeat for 3 s (--peer-timeout)" in err, err[-3000:]
+    assert took < 30, f"the job took {took:.1f} s to end"  # start-up, ~3 s of silence; 60 s without the watch
+
+
 def _busy_peer_body(rank: int, world_size: int) -> None:
     from graphdist import comm
 
