@@ -25,7 +25,7 @@ BENCH = REPO / "bench"
 TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
-SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py",
+SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py", "bench_elastic.py",
           "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py",
           "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_plan.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
           "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_sync_cost.py",
@@ -228,6 +228,22 @@ def test_bench_small_allreduce(tmp_path):
     doc = _read(out, "exchange_max_bytes", "rows")
     assert [r["bytes"] for r in doc["rows"]] == [8, 512]
     assert all(len(r["rounds"]["ring"]) == 2 and r["exchange_us"] > 0 for r in doc["rows"])
+
+
+def test_bench_elastic(tmp_path):
+    from graphdist.testing.netns import unavailable_reason
+
+    reason = unavailable_reason()
+    require(reason is None, f"bench_elastic: {reason}")
+    out, png = tmp_path / "elastic.json", tmp_path / "elastic.png"
+    res = _bench("bench_elastic.py", "--dataset", "synthetic-2000", "--parts", 3, "--epochs", 3, "--seeds", 1,
+                 "--kill-in", 2, "--out", out, "--png", png, timeout=300)
+    _ok(res)
+    assert "kill->step s" in res.stdout and "mean test accuracy" in res.stdout
+    doc = _read(out, "config", "summary", "rows")
+    [row] = doc["rows"]
+    assert row["elastic"]["codes"][:2] == [0, 0] and len(row["elastic"]["records"]) == 3
+    assert row["elastic"]["kill_to_next_step_s"] > 0 and png.stat().st_size > 0
 
 
 def test_bench_plan(tmp_path):
