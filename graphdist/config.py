@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -114,6 +115,9 @@ class RuntimeSection(Section):
     bind_cores: Optional[bool] = None
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always); full-graph epochs are one step
+    # steps between checkpoints inside an epoch ("500steps"; --strategy minibatch): a resume, on any worker
+    # count, trains the epoch's remaining seeds once; None: epoch ends only
+    checkpoint_interval: Optional[str] = None
     log_interval: int = 20  # steps between progress lines (and between reads of the loss: a read syncs a GPU)
     verbose: bool = False  # the console's diagnostics: resolved config, topology and plan, sync wiring, cores
     tensorboard: bool = False  # off: tensorboard is an optional package; metrics.jsonl and the plots are always written
@@ -132,6 +136,8 @@ class RuntimeSection(Section):
     def check(self) -> None:
         check_choices(("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS),
                       ("sampler", self.sampler, SAMPLERS))
+        if self.checkpoint_interval is not None:
+            interval_steps(self.checkpoint_interval)  # refused here, naming the flag
         for name in ("num_workers", "threads", "log_interval", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise _fail(name, "must be >= 1", getattr(self, name))
@@ -193,6 +199,24 @@ class TrainConfig(RuntimeSection, LinkSection, PlacementSection, AggregationSect
         return self.devices[0] if len(self.devices) == 1 else self.devices[rank]
 
 
+def interval_steps(value: Optional[str]) -> int:
+    """``--checkpoint-interval`` in steps: ``"500steps"`` or ``"500"`` -> 500; None -> 0 (off).
+
+    Example:
+        >>> interval_steps("500steps"), interval_steps("20"), interval_steps(None)
+        (500, 20, 0)
+    """
+    if value is None:
+        return 0
+    m = re.fullmatch(r"\s*(\d+)\s*(steps?)?\s*", str(value))
+    if not m or int(m.group(1)) < 1:
+        seconds = re.fullmatch(r"\s*[0-9.]+\s*s\s*", str(value))
+        raise _fail("checkpoint_interval", "must be a number of steps >= 1, e.g. 500steps" + (
+            " (an interval in seconds is not supported yet: ranks must agree on the step without a new "
+            "collective, which a step count gives them)" if seconds else ""), value)
+    return int(m.group(1))
+
+
 def section_of(name: str) -> str:
     """The section that holds option ``name``.
 
@@ -234,7 +258,9 @@ def _check_cluster(cfg: TrainConfig) -> None:
                                ("rebalance_every", cfg.rebalance_every != 0, "cluster batches are whole clusters of a "
                                 "part, not seeds that can migrate"),
                                ("placement", cfg.placement == "profiled", "the profiler probes neighbour-sampled "
-                                "batches")):
+                                "batches"),
+                               ("checkpoint_interval", cfg.checkpoint_interval is not None, "a mid-epoch checkpoint "
+                                "records the seeds trained, and cluster batches are not seeds")):
         if refused:
             raise _fail(name, f"cannot go with {{0}}: {why}", getattr(cfg, name), "", ("sampler", "cluster"))
 
@@ -251,6 +277,7 @@ def _check_link(cfg: TrainConfig) -> None:
     if cfg.placement == "profiled":
         raise _fail("placement", "profiled probes node batches; with {0} use {1} (or auto)", cfg.placement, "",
                     ("task", "link"), ("placement", "equal"))
+
 
 
 # ----------------------------------------------------------------- resolution

@@ -146,7 +146,8 @@ SAMPLERS: dict[str, str] = {
 STRATEGIES: dict[str, StrategySpec] = {
     "minibatch": StrategySpec(
         "graphdist.trainers.minibatch:MinibatchStrategy",
-        _SAMPLED | {"replicate", "placement", "rebalance_every", "rebalance_eps"}, cost_model="minibatch",
+        _SAMPLED | {"replicate", "placement", "rebalance_every", "rebalance_eps", "checkpoint_interval"},
+        cost_model="minibatch",
         summary="sampled mini-batches of each worker's seeds, remote neighbourhoods fetched, gradients synced"),
     "fullgraph": StrategySpec(
         "graphdist.trainers.fullgraph:FullGraphStrategy",
@@ -166,8 +167,9 @@ TASKS: dict[str, TaskSpec] = {
     "link": TaskSpec(frozenset({"edge_split", "eval_negatives", "num_negatives", "neg_sampling", "decoder",
                                 "hits_k"}), frozenset({"minibatch"}), summary="link prediction on held-out edges",
                      # a link batch is edges of the worker's own parts: no seeds migrate between workers, and
-                     # it is drawn by the edge sampler (trainers/link.py), whatever --sampler says
-                     drops=frozenset({"rebalance_every", "rebalance_eps", "sampler"})),
+                     # it is drawn by the edge sampler (trainers/link.py), whatever --sampler says; a mid-epoch
+                     # checkpoint records the seed nodes trained, not edges
+                     drops=frozenset({"rebalance_every", "rebalance_eps", "sampler", "checkpoint_interval"})),
 }
 
 

@@ -223,6 +223,15 @@ class Strategy(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`."""
 
+    # Seeds of the epoch in progress trained before a mid-epoch checkpoint this run resumed from: the loop adds
+    # them to that epoch's record (set by :meth:`resume_progress`, read once).
+    carried_seeds: int = 0
+
+    def resume_progress(self, progress: dict[str, Any]) -> None:
+        """Trains only the seeds ``progress`` (a mid-epoch checkpoint's) had not, in its epoch. Strategies
+        without mid-epoch checkpoints never get one (``--checkpoint-interval`` is minibatch's)."""
+        raise ValueError(f"--strategy {self.name} cannot resume inside an epoch")
+
     def resized_state(self, fresh: dict[str, Any], saved: list[dict[str, Any]]) -> dict[str, Any]:
         """This rank's state when resuming on another worker count: ``fresh`` (its own, as built for the new
         formation, random streams reseeded: ``checkpoints.resume``) with what carries over from every saved

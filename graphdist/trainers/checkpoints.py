@@ -6,13 +6,16 @@ optimizer as saved and each rank's own state reset for the new formation (:func:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import logging
 
 from graphdist import comm
 from graphdist.rundir import RunDir
 from graphdist.trainers.base import Strategy
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -24,17 +27,50 @@ def _rank_state(strategy: Strategy) -> dict[str, Any]:
             **strategy.state_dict()}
 
 
-def save(strategy: Strategy, run_dir: RunDir, epoch: int) -> None:
-    """Every rank's states gathered to rank 0, which writes one atomic checkpoint."""
-    from graphdist.checkpoint import save_checkpoint
+def save(strategy: Strategy, run_dir: RunDir, epoch: int, progress: Optional[dict[str, Any]] = None) -> None:
+    """Every rank's states gathered to rank 0, which writes one atomic checkpoint.
 
+    ``epoch``: the epochs completed. ``progress``: a checkpoint inside epoch ``epoch + 1`` (``--checkpoint-interval``):
+    the seeds trained in it so far (``progress_record``), which a resume trains the rest of.
+    """
+    from graphdist.checkpoint import save_checkpoint
 
     ranks = comm.all_gather_object(_rank_state(strategy))
     if comm.is_main_process():
-        save_checkpoint(run_dir.path, strategy.model, strategy.optimizer, epoch,
-                        extra={"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
-                               "decisions": strategy.ctx.decisions, "plan": strategy.plan.to_dict()})
-        run_dir.write_status(checkpoint_epoch=epoch)
+        extra = {"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
+                 "decisions": strategy.ctx.decisions, "plan": strategy.plan.to_dict()}
+        if progress is not None:
+            extra["progress"] = progress
+        save_checkpoint(run_dir.path, strategy.model, strategy.optimizer, epoch, extra=extra)
+        run_dir.write_status(checkpoint_epoch=epoch, checkpoint_step=progress["step"] if progress else None)
+
+
+def progress_record(epoch: int, step: int, trained: "torch.Tensor", num_nodes: int) -> dict[str, Any]:
+    """What a mid-epoch checkpoint keeps of epoch ``epoch`` after ``step`` steps: the seed nodes trained in it so far
+    (global ids, every rank's), as a bit mask over the graph's nodes, and their count.
+
+    Example:
+        >>> import torch
+        >>> rec = progress_record(3, 2, torch.tensor([0, 5, 9]), num_nodes=10)
+        >>> rec["seeds"], trained_mask(rec).nonzero().view(-1).tolist()
+        (3, [0, 5, 9])
+    """
+    import numpy as np
+    import torch
+
+    mask = torch.zeros(num_nodes, dtype=torch.bool)
+    mask[trained.to(torch.int64)] = True
+    return {"epoch": int(epoch), "step": int(step), "num_nodes": int(num_nodes), "seeds": int(mask.sum()),
+            "mask": torch.from_numpy(np.packbits(mask.numpy()))}
+
+
+def trained_mask(progress: dict[str, Any]) -> "torch.Tensor":
+    """The bool mask over the graph's nodes of the seeds a mid-epoch checkpoint's epoch had trained."""
+    import numpy as np
+    import torch
+
+    bits = np.unpackbits(progress["mask"].numpy())[: progress["num_nodes"]]
+    return torch.from_numpy(bits.astype(bool))
 
 
 def save_best(strategy: Strategy, run_dir: RunDir, record: dict[str, Any]) -> None:
@@ -81,7 +117,9 @@ def resume(strategy: Strategy, resume_dir: Path, ckpt: Optional[dict[str, Any]] 
     if saved_strategy != strategy.name:
         raise ValueError(f"--resume {resume_dir}: the checkpoint was written by --strategy {saved_strategy}, "
                          f"this job runs --strategy {strategy.name}; resume with --strategy {saved_strategy}")
-    if saved_world_size(ckpt) != strategy.ctx.world_size:
+    if saved_world_size(ckpt) != strategy.ctx.world_size or ckpt["extra"].get("progress"):
+        # Mid-epoch, the ranks' loaders were somewhere inside their epoch's order: the rest of it is trained
+        # from the progress mask with fresh streams, on the same worker count as on any other.
         return resume_resized(strategy, ckpt)
     strategy.model.load_state_dict(ckpt["model"])
     strategy.optimizer.load_state_dict(ckpt["optimizer"])
@@ -122,10 +160,16 @@ def resume_resized(strategy: Strategy, ckpt: dict[str, Any]) -> int:
     fresh = reseeded(strategy.state_dict(), seed + 1, epoch)
     saved = [{k: v for k, v in r.items() if k not in ("rng", "scalers")} for r in ckpt["extra"]["ranks"]]
     strategy.load_state_dict(strategy.resized_state(fresh, saved))
+    progress = ckpt["extra"].get("progress")
+    if progress:
+        strategy.resume_progress(progress)
     if comm.is_main_process():
-        logger.info("resumed after epoch %d on %d workers (was %d): %d parts regrouped", epoch, ctx.world_size, was,
+        where = (f"in epoch {progress['epoch']} at step {progress['step']} ({progress['seeds']:,} of its seeds trained)"
+                 if progress else f"after epoch {epoch}")
+        logger.info("resumed %s on %d workers (was %d): %d parts regrouped", where, ctx.world_size, was,
                     strategy.plan.num_parts)
     return epoch
 
 
-__all__ = ["load", "resume", "resume_resized", "save", "save_best", "saved_decisions", "saved_world_size"]
+__all__ = ["load", "progress_record", "resume", "resume_resized", "save", "save_best", "saved_decisions",
+           "saved_world_size", "trained_mask"]

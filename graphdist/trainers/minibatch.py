@@ -17,7 +17,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+import torch
+
 from graphdist import comm
+from graphdist.config import interval_steps
 from graphdist.models.registry import capabilities
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
@@ -66,6 +69,8 @@ class MinibatchStrategy(Strategy):
             self.stretch.attach(self.model)
         self._stats = EpochStats()
         self.rebalancer = self._build_rebalancer()
+        self._interval = interval_steps(cfg.checkpoint_interval)  # --checkpoint-interval, in steps (0: off)
+        self._pending: Optional[dict[str, Any]] = None  # a mid-epoch checkpoint's progress, to train the rest of
         self._log_setup()
 
     # The pieces, under the names evaluation and benches use.
@@ -165,8 +170,55 @@ class MinibatchStrategy(Strategy):
             words.append(f"rebalancing every {cfg.rebalance_every} steps")
         return [("strategy", ", ".join(words)), *super().describe()[1:]]
 
+    def resume_progress(self, progress: dict[str, Any]) -> None:
+        """The next epoch trains only the seeds a mid-epoch checkpoint's epoch had not (:meth:`_remaining`)."""
+        self._pending = progress
+
+    def _remaining(self, progress: dict[str, Any]) -> tuple[torch.Tensor, Callable[[], None]]:
+        """Sets the loader to this rank's seeds the checkpoint had not trained, over as many steps as the rank
+        with the most needs (collective: one all-reduce); returns the mask of the seeds trained before and
+        what puts the loader back for the next epoch."""
+        from graphdist.trainers.checkpoints import trained_mask
+
+        done = trained_mask(progress)
+        loader = self.loader
+        seeds, batches = loader.seeds, loader.num_batches
+        own = self.batches.train_seeds
+        left = own[~done[own]]
+        steps = torch.tensor([float(-(-left.numel() // max(1, loader.batch_size)))])
+        steps = comm.all_reduce(steps, op="max")
+        loader.seeds, loader.num_batches = left, int(steps.item())
+        self.carried_seeds = int(progress["seeds"])
+
+        def restore() -> None:
+            loader.seeds, loader.num_batches = seeds, batches
+
+        return done, restore
+
+    def _save_progress(self, epoch: int, step: int, trained: list[torch.Tensor], done: Optional[torch.Tensor]) -> None:
+        """A mid-epoch checkpoint after ``step`` (collective, every rank at the same step): the model, and every
+        seed this epoch trained so far on any rank (with ``done``, those of the checkpoint this epoch resumed from)."""
+        from graphdist.trainers.checkpoints import progress_record, save
+
+        mine = torch.cat(trained) if trained else torch.zeros(0, dtype=torch.int64)
+        everyone = torch.cat([t.to(torch.int64) for t in comm.all_gather_object(mine)])
+        if done is not None:
+            everyone = torch.cat([everyone, done.nonzero().view(-1)])
+        num_nodes = int(self.ctx.partitions.meta["num_nodes"])
+        save(self, self.ctx.run_dir, epoch - 1, progress=progress_record(epoch, step, everyone, num_nodes))
+
     def train_epoch(self, epoch: int, progress: Optional[Progress] = None) -> EpochStats:
-        """One epoch of the plan's steps on this rank."""
+        """One epoch of the plan's steps on this rank (after a mid-epoch resume: the rest of that epoch)."""
+        partial, self._pending = self._pending, None
+        done, restore = self._remaining(partial) if partial is not None else (None, None)
+        try:
+            return self._train_epoch(epoch, progress, done, partial is not None)
+        finally:
+            if restore is not None:
+                restore()
+
+    def _train_epoch(self, epoch: int, progress: Optional[Progress], done: Optional[torch.Tensor],
+                     partial: bool) -> EpochStats:
         self.model.train()
         start = time.perf_counter()
         self.loader.stats.reset()
@@ -177,17 +229,27 @@ class MinibatchStrategy(Strategy):
             self.stretch.set_epoch(epoch)
             self.stretch.mark()
         self._stats = EpochStats()
-        rebalancer = self.rebalancer if self.rebalancer.active else None
+        # The rest of a resumed epoch trains its own seeds at the plan's shares: nothing to migrate.
+        rebalancer = self.rebalancer if self.rebalancer.active and not partial else None
         if rebalancer is not None:
             rebalancer.begin_epoch(epochs_left=self.ctx.cfg.epochs - epoch + 1)
         share_at_start = self.loader.batch_size
         busy_at_start = self.rebalancer.read_clock()
 
+        trained: list[torch.Tensor] = []
+        steps = len(self.loader)
+        saving = self._interval > 0 and self.ctx.run_dir is not None
+
         def after_step(step: int, seeds: int) -> float:
             if self.stretch is not None:
                 self.stretch.tick()
+            held = 0.0
+            if saving and step % self._interval == 0 and step < steps:  # every rank at the same step
+                t0 = time.perf_counter()
+                self._save_progress(epoch, step, trained, done)
+                held = time.perf_counter() - t0
             if rebalancer is None:
-                return 0.0
+                return held
             # The rebalancer's exchanges (and, on a fast rank, its wait there for a slow one) are
             # not work that moves with seeds. Counted as busy, they were 37-47 ms an epoch of the
             # fast rank's (5-7%), which the rebalancer then read as balance (synthetic-100k, batch 4096).
@@ -195,10 +257,11 @@ class MinibatchStrategy(Strategy):
             plan = rebalancer.after_step(step, seeds)
             if plan is not None:  # decided on every rank at this step: every rank applies it here
                 self.apply_plan(plan, step)
-            return time.perf_counter() - t0
+            return held + time.perf_counter() - t0
 
         interval = self.ctx.cfg.log_interval
-        stats = train_steps(self.loader, self.sync, self.optimizer, self.device, self.with_degrees,
+        batches = _Recording(self.loader, trained) if saving else self.loader
+        stats = train_steps(batches, self.sync, self.optimizer, self.device, self.with_degrees,
                             after_step=after_step,
                             progress=(reporter(progress, epoch, self.steps_per_epoch, self.ctx.world_size, interval,
                                                suffix=self._comm_words) if progress is not None else None),
@@ -261,3 +324,19 @@ class MinibatchStrategy(Strategy):
 
 
 __all__ = ["MinibatchStrategy"]
+
+
+class _Recording:
+    """The loader's batches, each one's seed nodes kept in ``trained`` as it is handed to the step (what a
+    mid-epoch checkpoint records)."""
+
+    def __init__(self, loader: Any, trained: list[torch.Tensor]) -> None:
+        self.loader, self.trained = loader, trained
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Any:
+        for batch in self.loader:
+            self.trained.append(batch.seed_nodes)
+            yield batch

@@ -247,6 +247,9 @@ def run_epochs(strategy: Strategy, cfg: TrainConfig, run_dir: RunDir | Path,
             stats = strategy.train_epoch(epoch, progress=progress if main else None)
         stats.per_rank["peak_rss_bytes"] = peak_rss_bytes()  # each worker's own (VmHWM)
         record = {"epoch": epoch, **reduce_epoch(stats), **traffic()}
+        if strategy.carried_seeds:  # resumed inside this epoch: its seeds trained before the checkpoint count too
+            record["seeds"] += strategy.carried_seeds
+            strategy.carried_seeds = 0
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
             comm.injection_point("evaluate")
             t0 = time.perf_counter()

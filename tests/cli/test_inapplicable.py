@@ -27,7 +27,8 @@ SAMPLE = {"sampler": "cluster", "fanouts": "5,5", "cache_rows": "0", "prefetch":
           "boundary_sample": "0.5", "max_memory": "4", "avg_every": "5", "avg_seconds": "2", "avg_optimizer": True,
           "avg_overlap": True, "correction_steps": "2", "allreduce": "ring", "sacp": "off", "sacp_override": "a=dense",
           "compress": "fp16", "sync": "blocking", "edge_split": "0.8,0.1,0.1", "eval_negatives": "50",
-          "num_negatives": "2", "neg_sampling": "degree", "decoder": "dot", "hits_k": "5"}
+          "num_negatives": "2", "neg_sampling": "degree", "decoder": "dot", "hits_k": "5",
+          "checkpoint_interval": "5steps"}
 
 
 def _runs():

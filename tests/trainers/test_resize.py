@@ -104,3 +104,28 @@ def test_a_worker_given_a_part_its_host_lacks_is_refused_naming_host_part_and_pa
     assert f"host {socket.gethostname()}" in line and "part 3" in line and str(parts / "part-3" / "indices.npy") in line
     assert "storage every host reads" in line
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_mid_epoch_checkpoint_resumes_on_any_worker_count_training_each_remaining_seed_once(six_parts, tmp_path):
+    """--checkpoint-interval: rank 1 is killed inside epoch 2, after a checkpoint at its step 3; the run resumed
+    on 1 worker (twice: alike) and on 3 trains the rest of epoch 2, every train seed of it once in all."""
+    from partition.api import read_meta
+
+    first = tmp_path / "first"
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(six_parts), "--num-workers",
+                           "2", "--epochs", "3", "--batch-size", "128", "--hidden", "16", "--fanouts", "5,5",
+                           "--eval-every", "0", "--timeout", "60", "--checkpoint-interval", "3steps", "--run-dir",
+                           str(first)], capture_output=True, text=True, cwd=REPO, timeout=240,
+                          env={**__import__("os").environ, "GRAPHDIST_TEST_FAULT": "allreduce:1:30"})
+    assert done.returncode != 0 and "fault injected" in done.stdout + done.stderr, done.stderr[-2000:]
+    status = json.loads((first / "run.json").read_text())
+    assert (status["checkpoint_epoch"], status["checkpoint_step"]) == (1, 3)
+    train = sum(int(p["num_train"]) for p in read_meta(six_parts)["parts"])
+    runs = {name: tmp_path / name for name in ("one_a", "one_b", "three")}
+    for name, workers in (("one_a", 1), ("one_b", 1), ("three", 3)):
+        shutil.copytree(first, runs[name])
+        out = _train("--resume", str(runs[name]), "--num-workers", str(workers))
+        assert f"resumed in epoch 2 at step 3" in out and f"on {workers} workers (was 2)" in out, out[-2000:]
+        assert _seeds_per_epoch(runs[name]) == [train] * 3
+    a, b = _model(runs["one_a"]), _model(runs["one_b"])
+    assert all(torch.equal(a[k], b[k]) for k in a)
