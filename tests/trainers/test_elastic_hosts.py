@@ -2,8 +2,9 @@
 
 Root and iproute2 (``graphdist.testing.netns``; skipped elsewhere, failed when ``CI=true``). Three
 hosts x 1 worker train synthetic-2000 on 6 parts; after epoch 2 host 2 dies (its agent and worker
-SIGKILLed at once). The survivors' next collective names the lost peer, torchrun forms the job again
-on the 2 hosts left, and graphdist resumes the last checkpoint on 2 workers, the 6 parts regrouped.
+SIGKILLed at once). The survivors fail (their next collective, or --peer-timeout), torchrun forms the
+job again on the 2 hosts left, and graphdist resumes the last checkpoint on 2 workers, the 6 parts
+regrouped. (Which message the survivors print depends on the timing: tests/comm covers each.)
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ def test_a_job_that_loses_a_host_resumes_on_the_hosts_left_with_its_parts_regrou
     assert codes[:2] == [0, 0] and codes[2] != 0, out[-4000:]
     assert killed, out[-4000:]
     assert re.search(r"resumed after epoch \d on 2 workers \(was 3\): 6 parts regrouped", out), out[-4000:]
-    assert "Unreachable peer 10.213" in out  # the survivors named the lost host
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     train = sum(int(p["num_train"]) for p in read_meta(parts)["parts"])
     # Every epoch recorded once with all its train seeds, the 3-host ones and the 2-host ones alike.
