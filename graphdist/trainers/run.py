@@ -332,7 +332,10 @@ def profile_worker(rank: int, world_size: int, cfg: TrainConfig, partitions: Par
     """``graphdist-plan``'s profile job on this rank (the local launcher's ``fn(rank, *args)``): the strategy is
     built under ``--placement profiled``, whose start-up profiler probes a copy of the model and writes
     ``profile.json`` into ``out_dir``; nothing is trained."""
+    from graphdist.console import LOG_ENV
+
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault(LOG_ENV, "warning")  # graphdist-plan prints what the profile says, not the job's log
     with logging_restored():
         join_job(rank, world_size, cfg, init_method)
         try:
