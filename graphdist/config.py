@@ -115,8 +115,8 @@ class RuntimeSection(Section):
     bind_cores: Optional[bool] = None
     eval_every: int = 1  # 0 = never evaluate (throughput benchmarks)
     checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always); full-graph epochs are one step
-    # steps between checkpoints inside an epoch ("500steps"; --strategy minibatch): a resume, on any worker
-    # count, trains the epoch's remaining seeds once; None: epoch ends only
+    # checkpoints inside an epoch every so many steps or seconds ("500steps", "30s"; --strategy minibatch): a
+    # resume, on any worker count, trains the epoch's remaining seeds once; None: epoch ends only
     checkpoint_interval: Optional[str] = None
     log_interval: int = 20  # steps between progress lines (and between reads of the loss: a read syncs a GPU)
     verbose: bool = False  # the console's diagnostics: resolved config, topology and plan, sync wiring, cores
@@ -137,7 +137,7 @@ class RuntimeSection(Section):
         check_choices(("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS),
                       ("sampler", self.sampler, SAMPLERS))
         if self.checkpoint_interval is not None:
-            interval_steps(self.checkpoint_interval)  # refused here, naming the flag
+            checkpoint_interval(self.checkpoint_interval)  # refused here, naming the flag
         for name in ("num_workers", "threads", "log_interval", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise _fail(name, "must be >= 1", getattr(self, name))
@@ -199,22 +199,23 @@ class TrainConfig(RuntimeSection, LinkSection, PlacementSection, AggregationSect
         return self.devices[0] if len(self.devices) == 1 else self.devices[rank]
 
 
-def interval_steps(value: Optional[str]) -> int:
-    """``--checkpoint-interval`` in steps: ``"500steps"`` or ``"500"`` -> 500; None -> 0 (off).
+def checkpoint_interval(value: Optional[str]) -> tuple[int, float]:
+    """``--checkpoint-interval`` as ``(steps, seconds)``, one of them 0: ``"500steps"`` (or ``"500"``), or ``"30s"``;
+    None: ``(0, 0.0)`` (off).
 
     Example:
-        >>> interval_steps("500steps"), interval_steps("20"), interval_steps(None)
-        (500, 20, 0)
+        >>> checkpoint_interval("500steps"), checkpoint_interval("20"), checkpoint_interval("30s")
+        ((500, 0.0), (20, 0.0), (0, 30.0))
     """
     if value is None:
-        return 0
-    m = re.fullmatch(r"\s*(\d+)\s*(steps?)?\s*", str(value))
-    if not m or int(m.group(1)) < 1:
-        seconds = re.fullmatch(r"\s*[0-9.]+\s*s\s*", str(value))
-        raise _fail("checkpoint_interval", "must be a number of steps >= 1, e.g. 500steps" + (
-            " (an interval in seconds is not supported yet: ranks must agree on the step without a new "
-            "collective, which a step count gives them)" if seconds else ""), value)
-    return int(m.group(1))
+        return 0, 0.0
+    steps = re.fullmatch(r"\s*(\d+)\s*(steps?)?\s*", str(value))
+    seconds = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*s\s*", str(value))
+    if steps and int(steps.group(1)) >= 1:
+        return int(steps.group(1)), 0.0
+    if seconds and float(seconds.group(1)) > 0:
+        return 0, float(seconds.group(1))
+    raise _fail("checkpoint_interval", "must be a number of steps or seconds > 0, e.g. 500steps or 30s", value)
 
 
 def section_of(name: str) -> str:

@@ -223,9 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "<run-dir>/tensorboard (rank 0; needs pip install 'graphdist[tensorboard]')")
     _add(system, "--checkpoint-every", type=int,
          help=f"epochs between checkpoints; the last is always saved (default {d('checkpoint_every')})")
-    _add(system, "--checkpoint-interval", metavar="Nsteps",
-         help="also checkpoint every N steps inside an epoch (--strategy minibatch), e.g. 500steps: a resume, on "
-              "any worker count, trains the epoch's remaining seeds once (default: epoch ends only)")
+    _add(system, "--checkpoint-interval", metavar="Nsteps|Ts",
+         help="also checkpoint inside an epoch every N steps or T seconds (--strategy minibatch), e.g. 500steps or "
+              "30s: a resume, on any worker count, trains the epoch's remaining seeds once (default: epoch ends only)")
     _add(system, "--eval-every", type=int, help=f"evaluate every N epochs, and after the last (default {d('eval_every')}; 0 = never)")
     _add(system, "--run-dir", metavar="DIR", help="where metrics, checkpoints and plots go (default runs/<time>)")
     _add(system, "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")

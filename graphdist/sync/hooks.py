@@ -101,11 +101,17 @@ class SeedWeights:
             is already its part of one global mean, as in full-graph training, where halo
             gradients cross ranks and a per-rank share would weigh them wrongly).
 
+    The same all-reduce carries one flag: a rank that :meth:`ask`\ s before a step makes :meth:`asked` true on
+    every rank once the step's count has landed (the trainer's time-based checkpoints ride on it, so that
+    every rank saves after the same step without a collective of their own).
+
     Example:
         >>> w = SeedWeights()
         >>> w.begin_step(5)  # no process group: N = n_r
         >>> w.total(), w.scale(), SeedWeights(normalize=False).scale()
         (5, 1.0, 1.0)
+        >>> w.ask(True); w.begin_step(3); w.asked()
+        True
     """
 
     def __init__(self, group: Any = None, tag: str = "grad", normalize: bool = True) -> None:
@@ -114,6 +120,7 @@ class SeedWeights:
         self._total = 0
         self._count: Optional[torch.Tensor] = None
         self._handle: Optional[comm.Handle] = None
+        self._ask, self._asked = False, False
         # Time this step blocked on the peers' counts (they had not started this step, or, for
         # SACP's rows, ended its forward yet). Backward waits here (the first layer's hook needs
         # N), so a fast rank's wait for a slow one lands inside backward; the trainer subtracts it
@@ -127,15 +134,26 @@ class SeedWeights:
         self.num_seeds = self._total = int(num_seeds)
         self._handle = None
         self.wait_s = 0.0
+        self._asked, self._ask = self._ask, False
         if comm.is_initialized() and comm.get_world_size() > 1:
-            self._count = torch.tensor([float(num_seeds)], dtype=torch.float64)
+            self._count = torch.tensor([float(num_seeds), float(self._asked)], dtype=torch.float64)
             self._handle = comm.all_reduce_async(self._count, group=self.group, tag=self.tag)
+
+    def ask(self, flag: bool = True) -> None:
+        """Raises (or lowers) this rank's flag for the next step's count (:meth:`asked`)."""
+        self._ask = bool(flag)
+
+    def asked(self) -> bool:
+        """Whether any rank asked before this step (waits for the step's count, as :meth:`total` does)."""
+        self.total()
+        return self._asked
 
     def total(self) -> int:
         """``N``: the seeds of this step over all ranks (waits for the count once)."""
         if self._handle is not None:
             self._timed_wait(self._handle)
-            self._total = int(round(float(self._count.item())))
+            self._total = int(round(float(self._count[0])))
+            self._asked = bool(self._count[1] > 0)
             self._handle = None
         return self._total
 

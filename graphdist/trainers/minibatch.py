@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from graphdist import comm
-from graphdist.config import interval_steps
+from graphdist.config import checkpoint_interval
 from graphdist.models.registry import capabilities
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
                                      job_sync)
@@ -69,7 +69,9 @@ class MinibatchStrategy(Strategy):
             self.stretch.attach(self.model)
         self._stats = EpochStats()
         self.rebalancer = self._build_rebalancer()
-        self._interval = interval_steps(cfg.checkpoint_interval)  # --checkpoint-interval, in steps (0: off)
+        # --checkpoint-interval: every so many steps, or seconds of rank 0's clock (0: off)
+        self._interval, self._interval_s = checkpoint_interval(cfg.checkpoint_interval)
+        self._last_save = time.perf_counter()
         self._pending: Optional[dict[str, Any]] = None  # a mid-epoch checkpoint's progress, to train the rest of
         self._log_setup()
 
@@ -207,6 +209,20 @@ class MinibatchStrategy(Strategy):
         num_nodes = int(self.ctx.partitions.meta["num_nodes"])
         save(self, self.ctx.run_dir, epoch - 1, progress=progress_record(epoch, step, everyone, num_nodes))
 
+    def _save_now(self, step: int) -> bool:
+        """Whether every rank checkpoints after this step: a multiple of the interval's steps; or, in seconds, a
+        flag rank 0 raised for this step when its clock passed the interval, carried to every rank by the
+        step's seed-count all-reduce (no collective of its own; one step late)."""
+        if self._interval:
+            return step % self._interval == 0
+        weights = getattr(getattr(self.sync, "hook_state", None), "weights", None)
+        due = self.ctx.rank == 0 and time.perf_counter() - self._last_save >= self._interval_s
+        if weights is None:  # one worker: nobody to agree with
+            return due
+        asked = weights.asked()
+        weights.ask(due and not asked)  # for the next step's count
+        return asked
+
     def train_epoch(self, epoch: int, progress: Optional[Progress] = None) -> EpochStats:
         """One epoch of the plan's steps on this rank (after a mid-epoch resume: the rest of that epoch)."""
         partial, self._pending = self._pending, None
@@ -238,16 +254,17 @@ class MinibatchStrategy(Strategy):
 
         trained: list[torch.Tensor] = []
         steps = len(self.loader)
-        saving = self._interval > 0 and self.ctx.run_dir is not None
+        saving = (self._interval > 0 or self._interval_s > 0) and self.ctx.run_dir is not None
 
         def after_step(step: int, seeds: int) -> float:
             if self.stretch is not None:
                 self.stretch.tick()
             held = 0.0
-            if saving and step % self._interval == 0 and step < steps:  # every rank at the same step
+            if saving and self._save_now(step) and step < steps:  # every rank at the same step
                 t0 = time.perf_counter()
                 self._save_progress(epoch, step, trained, done)
-                held = time.perf_counter() - t0
+                self._last_save = time.perf_counter()
+                held = self._last_save - t0
             if rebalancer is None:
                 return held
             # The rebalancer's exchanges (and, on a fast rank, its wait there for a slow one) are

@@ -129,3 +129,23 @@ def test_a_mid_epoch_checkpoint_resumes_on_any_worker_count_training_each_remain
         assert _seeds_per_epoch(runs[name]) == [train] * 3
     a, b = _model(runs["one_a"]), _model(runs["one_b"])
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_interval_in_seconds_rides_on_the_seed_count_and_resumes_mid_epoch(six_parts, tmp_path):
+    """--checkpoint-interval 0.05s: rank 0's clock raises a flag that every rank reads from the next step's seed
+    count, so all save after the same step; killed inside epoch 2, the run resumed on 1 worker counts every seed."""
+    from partition.api import read_meta
+
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(six_parts), "--num-workers",
+                           "2", "--epochs", "2", "--batch-size", "128", "--hidden", "16", "--fanouts", "5,5",
+                           "--eval-every", "0", "--timeout", "60", "--checkpoint-interval", "0.05s", "--run-dir",
+                           str(run)], capture_output=True, text=True, cwd=REPO, timeout=240,
+                          env={**__import__("os").environ, "GRAPHDIST_TEST_FAULT": "allreduce:1:30"})
+    assert done.returncode != 0 and "fault injected" in done.stdout + done.stderr, done.stderr[-2000:]
+    status = json.loads((run / "run.json").read_text())
+    assert status["checkpoint_epoch"] == 1 and status["checkpoint_step"], status  # saved inside epoch 2
+    out = _train("--resume", str(run), "--num-workers", "1")
+    assert f"resumed in epoch 2 at step {status['checkpoint_step']}" in out, out[-2000:]
+    train = sum(int(p["num_train"]) for p in read_meta(six_parts)["parts"])
+    assert _seeds_per_epoch(run) == [train] * 2
