@@ -24,7 +24,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from graphdist.models.registry import DECODERS, MODELS, ModelSection  # noqa: F401 - the CLI
 from graphdist.options import SAMPLERS, STRATEGIES, TASKS, AggregationSection, FullGraphSection
-from graphdist.refusals import ConfigError, read_options, refuse_inapplicable, scoped  # noqa: F401 - re-exported
+from graphdist.refusals import (  # noqa: F401 - re-exported
+    ConfigError, check_cluster, check_link, read_options, refuse_inapplicable, scoped)
 from graphdist.section import Section, check_choices
 from graphdist.section import fail as _fail
 from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, COMPRESSIONS, SACP_MODES,  # noqa: F401 - the CLI
@@ -248,37 +249,9 @@ def check_across(cfg: TrainConfig) -> None:
                     "NCCL: every worker on a GPU", cfg.compress, "on CPUs use {1} (graphdist's own cast) or {2}",
                     ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
     if cfg.task == "link":
-        _check_link(cfg)
+        check_link(cfg)
     if cfg.sampler == "cluster":
-        _check_cluster(cfg)
-
-
-def _check_cluster(cfg: TrainConfig) -> None:
-    """What ClusterGCN batches, drawn from each worker's own part, cannot go with."""
-    for name, refused, why in (("replicate", cfg.replicate != "none", "a cluster batch reads only the worker's own part"),
-                               ("rebalance_every", cfg.rebalance_every != 0, "cluster batches are whole clusters of a "
-                                "part, not seeds that can migrate"),
-                               ("placement", cfg.placement == "profiled", "the profiler probes neighbour-sampled "
-                                "batches"),
-                               ("checkpoint_interval", cfg.checkpoint_interval is not None, "a mid-epoch checkpoint "
-                                "records the seeds trained, and cluster batches are not seeds")):
-        if refused:
-            raise _fail(name, f"cannot go with {{0}}: {why}", getattr(cfg, name), "", ("sampler", "cluster"))
-
-
-def _check_link(cfg: TrainConfig) -> None:
-    """What link prediction cannot be combined with."""
-    able = sorted(TASKS["link"].strategies)
-    if cfg.strategy not in able:
-        raise _fail("task", "link needs " + " or ".join(f"{{{i}}}" for i in range(len(able))) + " (the others train "
-                    "node labels)", cfg.task, "", *(("strategy", s) for s in able))
-    if cfg.rebalance_every:
-        raise _fail("rebalance-every", "applies to {0} only (link batches are edges of each worker's own parts, "
-                    "which do not migrate)", cfg.rebalance_every, "", ("task", "node"))
-    if cfg.placement == "profiled":
-        raise _fail("placement", "profiled probes node batches; with {0} use {1} (or auto)", cfg.placement, "",
-                    ("task", "link"), ("placement", "equal"))
-
+        check_cluster(cfg)
 
 
 # ----------------------------------------------------------------- resolution

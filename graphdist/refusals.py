@@ -93,4 +93,31 @@ def _inapplicable(cfg: "TrainConfig", name: str) -> ConfigError:
                        mentions=(*mentions, own))
 
 
-__all__ = ["ConfigError", "fail", "read_options", "refuse_inapplicable", "scoped"]
+def check_cluster(cfg: "TrainConfig") -> None:
+    """What ClusterGCN batches, drawn from each worker's own part, cannot go with."""
+    for name, refused, why in (("replicate", cfg.replicate != "none", "a cluster batch reads only the worker's own part"),
+                               ("rebalance_every", cfg.rebalance_every != 0, "cluster batches are whole clusters of a "
+                                "part, not seeds that can migrate"),
+                               ("placement", cfg.placement == "profiled", "the profiler probes neighbour-sampled "
+                                "batches"),
+                               ("checkpoint_interval", cfg.checkpoint_interval is not None, "a mid-epoch checkpoint "
+                                "records the seeds trained, and cluster batches are not seeds")):
+        if refused:
+            raise fail(name, f"cannot go with {{0}}: {why}", getattr(cfg, name), "", ("sampler", "cluster"))
+
+
+def check_link(cfg: "TrainConfig") -> None:
+    """What link prediction cannot be combined with."""
+    able = sorted(TASKS["link"].strategies)
+    if cfg.strategy not in able:
+        raise fail("task", "link needs " + " or ".join(f"{{{i}}}" for i in range(len(able))) + " (the others train "
+                    "node labels)", cfg.task, "", *(("strategy", s) for s in able))
+    if cfg.rebalance_every:
+        raise fail("rebalance-every", "applies to {0} only (link batches are edges of each worker's own parts, "
+                    "which do not migrate)", cfg.rebalance_every, "", ("task", "node"))
+    if cfg.placement == "profiled":
+        raise fail("placement", "profiled probes node batches; with {0} use {1} (or auto)", cfg.placement, "",
+                    ("task", "link"), ("placement", "equal"))
+
+
+__all__ = ["ConfigError", "check_cluster", "check_link", "fail", "read_options", "refuse_inapplicable", "scoped"]

@@ -62,7 +62,10 @@ ALLOWED = {
     "graphdist.api": {"graphdist.trainers", "graphdist.models", "partition", "graphdist.data", "graphdist.config",
                       "graphdist.options", "graphdist.checkpoint", "graphdist.resume", "graphdist.launch",
                       "graphdist.runlog", "graphdist.rundir"},
-    "graphdist.cli": {"graphdist.api", "graphdist.predict", "graphdist.interop", "graphdist.sync", "partition",
+    # graphdist-plan's profile job: a short local run of the start-up profiler, nothing trained
+    "graphdist.planning": {"graphdist.api", "graphdist.trainers", "graphdist.config", "graphdist.data",
+                           "graphdist.launch"},
+    "graphdist.cli": {"graphdist.api", "graphdist.planning", "graphdist.predict", "graphdist.interop", "graphdist.sync", "partition",
                       "placement", "graphdist.data", "graphdist.config", "graphdist.options", "graphdist.checkpoint",
                       "graphdist.launch", "graphdist.runlog", "graphdist.console"},
     "graphdist.__main__": {"graphdist.cli"},

@@ -259,7 +259,7 @@ def _profile(a: argparse.Namespace, cfg: Any, spec: Any, meta: dict[str, Any]) -
     if workers < 2 or workers > int(meta["num_parts"]):
         raise ValueError(f"--profile-workers {workers}: a profile needs 2 to {meta['num_parts']} workers (the parts of "
                          f"{a.partitions}): what crosses between workers is measured, not guessed")
-    from graphdist.api import default_profile_path, measure_profile
+    from graphdist.planning import default_profile_path, measure_profile
 
     out = Path(a.save_profile) if a.save_profile else default_profile_path(a.partitions, cfg, workers)
     print(f"profiling {workers} workers on this machine (a few probe steps each; --profile FILE skips this)...",

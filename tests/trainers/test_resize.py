@@ -4,6 +4,7 @@ random stream derived from (seed, epoch, rank), every train seed once in the res
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -106,19 +107,24 @@ def test_a_worker_given_a_part_its_host_lacks_is_refused_naming_host_part_and_pa
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def _killed_inside_epoch_2(parts: Path, run: Path, epochs: int, interval: str) -> dict:
+    """A 2-worker run with ``--checkpoint-interval interval``, rank 1 SIGKILLed inside epoch 2; its ``run.json``."""
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(parts), "--num-workers",
+                           "2", "--epochs", str(epochs), "--batch-size", "128", "--hidden", "16", "--fanouts", "5,5",
+                           "--eval-every", "0", "--timeout", "60", "--checkpoint-interval", interval, "--run-dir",
+                           str(run)], capture_output=True, text=True, cwd=REPO, timeout=240,
+                          env={**os.environ, "GRAPHDIST_TEST_FAULT": "allreduce:1:30"})
+    assert done.returncode != 0 and "fault injected" in done.stdout + done.stderr, done.stderr[-2000:]
+    return json.loads((run / "run.json").read_text())
+
+
 def test_a_mid_epoch_checkpoint_resumes_on_any_worker_count_training_each_remaining_seed_once(six_parts, tmp_path):
     """--checkpoint-interval: rank 1 is killed inside epoch 2, after a checkpoint at its step 3; the run resumed
     on 1 worker (twice: alike) and on 3 trains the rest of epoch 2, every train seed of it once in all."""
     from partition.api import read_meta
 
     first = tmp_path / "first"
-    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(six_parts), "--num-workers",
-                           "2", "--epochs", "3", "--batch-size", "128", "--hidden", "16", "--fanouts", "5,5",
-                           "--eval-every", "0", "--timeout", "60", "--checkpoint-interval", "3steps", "--run-dir",
-                           str(first)], capture_output=True, text=True, cwd=REPO, timeout=240,
-                          env={**__import__("os").environ, "GRAPHDIST_TEST_FAULT": "allreduce:1:30"})
-    assert done.returncode != 0 and "fault injected" in done.stdout + done.stderr, done.stderr[-2000:]
-    status = json.loads((first / "run.json").read_text())
+    status = _killed_inside_epoch_2(six_parts, first, 3, "3steps")
     assert (status["checkpoint_epoch"], status["checkpoint_step"]) == (1, 3)
     train = sum(int(p["num_train"]) for p in read_meta(six_parts)["parts"])
     runs = {name: tmp_path / name for name in ("one_a", "one_b", "three")}
@@ -137,13 +143,7 @@ def test_a_checkpoint_interval_in_seconds_rides_on_the_seed_count_and_resumes_mi
     from partition.api import read_meta
 
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--partitions", str(six_parts), "--num-workers",
-                           "2", "--epochs", "2", "--batch-size", "128", "--hidden", "16", "--fanouts", "5,5",
-                           "--eval-every", "0", "--timeout", "60", "--checkpoint-interval", "0.05s", "--run-dir",
-                           str(run)], capture_output=True, text=True, cwd=REPO, timeout=240,
-                          env={**__import__("os").environ, "GRAPHDIST_TEST_FAULT": "allreduce:1:30"})
-    assert done.returncode != 0 and "fault injected" in done.stdout + done.stderr, done.stderr[-2000:]
-    status = json.loads((run / "run.json").read_text())
+    status = _killed_inside_epoch_2(six_parts, run, 2, "0.05s")
     assert status["checkpoint_epoch"] == 1 and status["checkpoint_step"], status  # saved inside epoch 2
     out = _train("--resume", str(run), "--num-workers", "1")
     assert f"resumed in epoch 2 at step {status['checkpoint_step']}" in out, out[-2000:]

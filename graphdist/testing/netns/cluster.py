@@ -26,6 +26,7 @@ from graphdist.testing.netns.iproute import (
     ClusterUnavailable,
     Rate,
     _kill_namespace,
+    _kill_pids,
     _run_cmd,
     _tbf_args,
     list_namespaces,
@@ -430,16 +431,10 @@ class EmulatedCluster:
         full_env = {"GLOO_SOCKET_IFNAME": self.iface(host), **(dict(env) if env else {})}
         return self.run(host, argv, env=full_env, stdout=stdout, stderr=stderr, cwd=cwd)
 
-    def kill_processes(self, host: int) -> int:
-        """SIGKILLs every process running in host ``host`` at once (a machine that dies: an agent's workers
-        are in sessions of their own, so its process group is not enough); returns how many."""
-        pids = _run_cmd(["ip", "netns", "pids", self.host(host).netns], check=False).stdout.split()
-        for pid in pids:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        return len(pids)
+    def kill_processes(self, host: int) -> None:
+        """SIGKILLs every process in host ``host`` at once, as a machine that dies (an agent's process group
+        would miss its workers, which have sessions of their own)."""
+        _kill_pids(_run_cmd(["ip", "netns", "pids", self.host(host).netns], check=False).stdout.split())
 
     # ---------------------------------------------------------------- teardown
     def _check_open(self) -> None:

@@ -119,14 +119,18 @@ def list_namespaces(prefix: str = PREFIX) -> list[str]:
     return [n for n in names if n.startswith(prefix + "-")]
 
 
-def _kill_namespace(name: str) -> None:
-    """SIGKILLs whatever still runs in namespace ``name``, then deletes it."""
-    pids = _run_cmd(["ip", "netns", "pids", name], check=False).stdout.split()
+def _kill_pids(pids: list[str]) -> None:
+    """SIGKILLs each pid (as ``ip netns pids`` lists them); gone ones are skipped."""
     for pid in pids:
         try:
             os.kill(int(pid), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+
+
+def _kill_namespace(name: str) -> None:
+    """SIGKILLs whatever still runs in namespace ``name``, then deletes it."""
+    _kill_pids(_run_cmd(["ip", "netns", "pids", name], check=False).stdout.split())
     # The kernel frees a namespace once its last process is gone; the name goes away at once.
     _run_cmd(["ip", "netns", "del", name], check=False)
 
