@@ -73,12 +73,12 @@ class PeerWatch:
         ...     def check(self, keys): return all(k in self for k in keys)
         ...     def get(self, k): return self[k].encode()
         >>> told = []
-        >>> watch = PeerWatch(rank=0, world_size=2, timeout_s=10.0, on_silent=lambda r, s: told.append(r))
-        >>> store = Store({"graphdist-beat/1": "5"})
-        >>> watch.look(store, now=100.0); watch.look(store, now=105.0); told
+        >>> watch = PeerWatch(rank=0, world_size=3, timeout_s=10.0, on_silent=lambda r, s: told.append(r))
+        >>> store = Store({"graphdist-beat/1": "5", "graphdist-beat/2": "7"})
+        >>> watch.look(store, now=100.0); store["graphdist-beat/2"] = "8"; watch.look(store, now=101.0); told
         []
-        >>> watch.look(store, now=111.0); told
-        [[1]]
+        >>> watch.look(store, now=110.5); told  # rank 1 silent 10.5 s; rank 2, silent 9.5 s, stopped with it
+        [[1, 2]]
     """
 
     def __init__(self, rank: int, world_size: int, timeout_s: float,
@@ -107,7 +107,12 @@ class PeerWatch:
                 silent.append(r)
         self._store_failing_since = None
         if silent:
-            self._fire(silent, max(now - self._seen[r][1] for r in silent))
+            # Peers that fell silent with it (a dead host's other ranks stop within a beat or two of each
+            # other) are named too, not left for a second message that never comes.
+            slack = WATCH_EVERY_S + 2 * BEAT_S
+            quiet = [r for r, (_, moved) in sorted(self._seen.items())
+                     if now - moved >= self.timeout_s - slack and r != self.rank]
+            self._fire(sorted(set(silent) | set(quiet)), max(now - self._seen[r][1] for r in silent))
 
     def store_failed(self, now: float) -> None:
         """The store did not take this rank's beat: after ``timeout_s`` of that, the store's host is gone."""
