@@ -192,7 +192,8 @@ class WorkerExplanation:
 def optimize_plan(train: Sequence[int], inner: Sequence[int], memory: Sequence[float],
                   part_edges: Sequence[Sequence[int]], devices: Sequence[str], speeds: Sequence[float],
                   capacity: Sequence[float], batch_size: int,
-                  costs: Optional[Sequence[dict[str, LinearCost]]] = None) -> tuple[Plan, list[WorkerExplanation]]:
+                  costs: Optional[Sequence[dict[str, LinearCost]]] = None,
+                  assignment: Optional[Sequence[Sequence[int]]] = None) -> tuple[Plan, list[WorkerExplanation]]:
     """Parts -> workers, then batch shares that balance the predicted step times.
 
     Args:
@@ -202,6 +203,8 @@ def optimize_plan(train: Sequence[int], inner: Sequence[int], memory: Sequence[f
         batch_size: the global batch.
         costs: per worker its profiled ``{"sample", "gather", "compute"}`` costs (serial sum); without
             them each worker's per-seed cost is ``1 / speed`` (relative units) and the bottleneck "compute".
+        assignment: the parts of each worker when the caller has placed them already (:func:`assign_parts`
+            of these same inputs); None places them here.
 
     Example:
         >>> plan, why = optimize_plan([60, 60], [100, 100], [1.0, 1.0], [[5, 1], [1, 5]], ["cpu", "cpu"],
@@ -209,7 +212,8 @@ def optimize_plan(train: Sequence[int], inner: Sequence[int], memory: Sequence[f
         >>> [r.batch_share for r in plan.ranks]
         [10, 20]
     """
-    assignment = assign_parts(train, memory, part_edges, speeds, capacity)
+    if assignment is None:
+        assignment = assign_parts(train, memory, part_edges, speeds, capacity)
     if costs is None:
         costs = [{"sample": LinearCost(0.0, 0.0), "gather": LinearCost(0.0, 0.0),
                   "compute": LinearCost(0.0, 1.0 / s)} for s in speeds]

@@ -145,16 +145,17 @@ def plan_from_args(a: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
     edges = part_edges(a.partitions)
     speeds = [w.speed for w in workers]
     profile, origin = _profile(a, cfg, spec, meta)
-    costs, measured_costs, scaling = None, None, None
+    costs, planned, scaling = None, None, None
+    # Placed once, before the costs: the bytes each worker sends scale with the cut this placement makes.
     assignment = assign_parts(train, memory, edges, speeds, [w.memory_bytes for w in workers])
-    cut = cut_between_workers(assignment, edges) / max(1, int(meta["num_edges"]))
+    cut_edges = cut_between_workers(assignment, edges)
+    cut = cut_edges / max(1, int(meta["num_edges"]))
     if profile is not None and profile.get("parts"):
         profiled_cut = _profiled_cut(profile, a.partitions, meta, edges)
         ratio = cut / profiled_cut if profiled_cut > 0 else 1.0
         measured_workers, _shape = costs_from_profile(profile)
-        scaled, as_measured = planned_workers(measured_workers, speeds, ratio)
-        measured_costs = scaled
-        costs = [{"sample": w.sample, "gather": w.gather, "compute": w.compute} for w in scaled]
+        planned, as_measured = planned_workers(measured_workers, speeds, ratio)
+        costs = [{"sample": w.sample, "gather": w.gather, "compute": w.compute} for w in planned]
         scaling = {"profiled_workers": len(measured_workers), "as_measured": as_measured,
                    "profiled_cut": profiled_cut, "planned_cut": cut, "bytes_scale": ratio, "speeds": speeds}
     elif profile is not None and len(profile["fullgraph"]) != len(workers):
@@ -162,16 +163,17 @@ def plan_from_args(a: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
                          f"workers predicts only {len(profile['fullgraph'])} (the cluster has {len(workers)}); "
                          f"profile with --profile-workers {len(workers)}")
     plan, why = optimize_plan(train, inner, memory, edges, [w.device for w in workers], speeds,
-                              [w.memory_bytes for w in workers], cfg.batch_size, costs=costs)
-    assignment = [list(r.parts) for r in plan.ranks]
+                              [w.memory_bytes for w in workers], cfg.batch_size, costs=costs,
+                              assignment=assignment)
+    assignment = [list(parts) for parts in assignment]
     step = max(w.step_s for w in why)
     counts = [p.get("label_counts") for p in meta["parts"]]
     tvd = [_group_tvd(counts, parts, meta) for parts in assignment]
-    simulated, sync = (_simulated(profile, spec, plan, measured_costs, cfg) if profile is not None else (None, None))
+    simulated, sync = (_simulated(profile, spec, plan, planned, cfg) if profile is not None else (None, None))
     res = {"partitions": str(a.partitions), "cluster": spec.describe(), "batch_size": cfg.batch_size,
            "steps_per_epoch": plan.steps_per_epoch, "assignment": assignment,
            "shares": list(plan.shares), "lines": [w.line(measured=costs is not None) for w in why],
-           "cut_edges_between_workers": cut_between_workers(assignment, edges),
+           "cut_edges_between_workers": cut_edges,
            "num_edges": int(meta["num_edges"]), "measured": costs is not None,
            "predicted_epoch_s": step * plan.steps_per_epoch if costs is not None else None,
            "profile": origin, "scaling": scaling, "label_tvd": tvd, "sync": sync, "simulated": simulated,
