@@ -52,6 +52,7 @@ from torch import Tensor
 from graphdist.data.graph import Graph
 from sampling.base import FeatureSource, LocalFeatureSource, SampledBatch, Sampler
 from sampling.prefetch import DONE, POLL_S, BufferRing, Failure, acquire, put
+from sampling.staging import DeviceStager, StreamOps
 
 __all__ = ["NodeLoader", "LoaderStats"]
 
@@ -106,10 +107,13 @@ class NodeLoader:
         num_batches: exact batches per epoch, so that every distributed worker runs the same
             number of steps: extra batches are empty (no seed repeats); fewer drop the rest of
             the epoch. Default None (``ceil`` or ``floor`` of ``len(seeds)/batch_size``).
-        device: move each batch there in the prefetch thread (CUDA: via pinned buffers).
+        device: move each batch there in the prefetch thread. CUDA: gathered into pinned buffers and
+            copied on a side stream; the step calls ``sampling.staging.on_device`` before reading it.
         reuse_buffers: gather ``x`` into recycled buffers (valid until batch t+1 is requested, t+2 with prefetch).
             Default True.
         prefetch_depth: batches prepared ahead. Default 1.
+        stream_ops: the device's streams for staging (``sampling.staging``; default CUDA's on a CUDA
+            device, none elsewhere: a plain copy). Tests pass fakes.
 
     Raises:
         ValueError: on bad arguments, naming the argument and what was received.
@@ -138,6 +142,7 @@ class NodeLoader:
         device: Optional[Union[str, torch.device]] = None,
         reuse_buffers: bool = True,
         prefetch_depth: int = 1,
+        stream_ops: Optional[StreamOps] = None,
     ) -> None:
         self.features, default_labels = _resolve_data(data)
         self.labels: Optional[LabelSource] = labels if labels is not None else default_labels
@@ -154,6 +159,8 @@ class NodeLoader:
         self.shuffle, self.drop_last, self.prefetch = bool(shuffle), bool(drop_last), bool(prefetch)
         self.num_batches, self.prefetch_depth = num_batches, int(prefetch_depth)
         self.device = torch.device(device) if device is not None else None
+        staged = self.device is not None and (self.device.type == "cuda" or stream_ops is not None)
+        self._stager = DeviceStager(self.device, stream_ops) if staged else None
         self.reuse_buffers = bool(reuse_buffers)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
@@ -334,14 +341,18 @@ class NodeLoader:
         if self.labels is not None:
             lab = self.labels
             batch.y = lab.index_select(0, batch.seed_nodes) if isinstance(lab, Tensor) else lab(batch.seed_nodes)
-        if self.device is not None and self.device.type != "cpu":
-            moved = batch.to(self.device, non_blocking=True)
+        if self._stager is not None:
+            # On a side stream; the step's stream waits for the copy's event (sampling.staging), and
+            # the pinned buffer is taken again only once the copy out of it is done.
+            moved, event = self._stager.stage(batch)
+            batch.blocks, batch.input_nodes, batch.seed_nodes = moved.blocks, moved.input_nodes, moved.seed_nodes
+            batch.x, batch.y, batch.meta = moved.x, moved.y, moved.meta
+            if self._ring is not None and self.features is not None and self.reuse_buffers:
+                self._ring.fence(event)
+        elif self.device is not None and self.device.type != "cpu":
+            moved = batch.to(self.device)
             batch.blocks, batch.input_nodes, batch.seed_nodes = moved.blocks, moved.input_nodes, moved.seed_nodes
             batch.x, batch.y = moved.x, moved.y
-            if self.device.type == "cuda":
-                # The copy ran on this thread's current stream; finish it before the pinned
-                # buffer is recycled and before the caller's stream reads the batch.
-                torch.cuda.current_stream(self.device).synchronize()
 
     def _buffers(self) -> BufferRing:
         if self._ring is None:

@@ -32,16 +32,28 @@ DONE = object()  # the producer's end-of-epoch marker
 
 
 class BufferRing:
-    """A few reusable host buffers (pinned when copying to CUDA), grown on demand."""
+    """A few reusable host buffers (pinned when copying to CUDA), grown on demand.
+
+    A buffer a device copy reads from is fenced with the copy's event (:meth:`fence`): taking it
+    again waits for that copy to finish (in the thread that takes it, never the step's).
+    """
 
     def __init__(self, slots: int, num_features: int, dtype: torch.dtype, pin: bool) -> None:
         self.buffers: list[Optional[Tensor]] = [None] * slots
+        self.fences: list[Any] = [None] * slots
         self.num_features, self.dtype, self.pin = num_features, dtype, pin
         self.next = 0
+
+    def fence(self, event: Any) -> None:
+        """The buffer :meth:`take` returned last is read by a copy that ends with ``event``."""
+        self.fences[(self.next - 1) % len(self.buffers)] = event
 
     def take(self, rows: int) -> Tensor:
         slot = self.next
         self.next = (self.next + 1) % len(self.buffers)
+        if self.fences[slot] is not None:
+            self.fences[slot].synchronize()  # the copy out of this buffer must be done before it is rewritten
+            self.fences[slot] = None
         buf = self.buffers[slot]
         if buf is None or buf.shape[0] < rows:
             # 25% headroom: input-node counts vary from batch to batch.

@@ -9,6 +9,7 @@
 - ``topology``: which ranks share a host (``Topology``, ``discover_topology``).
 - ``counters``: bytes sent per purpose tag, and the part that crosses hosts.
 - ``ddp``: torch DDP over a graphdist group, with a communication hook.
+- ``hostcopy``: a CUDA tensor's copy to host memory that the calling thread does not wait for.
 
 Example:
     >>> from graphdist import comm
@@ -49,6 +50,7 @@ from graphdist.comm.counters import (
     time_counts,
 )
 from graphdist.comm.ddp import ddp_wrap, torch_compress_wrapper
+from graphdist.comm.hostcopy import HostCopy
 from graphdist.comm.p2p import AlgorithmThread, channel
 from graphdist.comm.group import (
     CommError,
@@ -70,6 +72,7 @@ __all__ = [
     "COUNTER",
     "CommError",
     "HalvingDoubling",
+    "HostCopy",
     "Handle",
     "Hierarchical",
     "Ring",

@@ -227,9 +227,10 @@ def all_to_all_v_async(
         payload = torch.cat([t.reshape(-1, *trailing) for t in inputs]) if inputs else torch.empty(0)
     me = dist.get_rank(group)
     COUNTER.add(tag, row_bytes * (sum(send_rows) - send_rows[me]))
-    staged = _staged(payload, group).contiguous()
+    by_p2p = bool(duplex) and _backend(group) == "gloo"  # point-to-point: gloo needs host memory
+    staged = _staged(payload, group, gloo_takes_cuda=not by_p2p).contiguous()
     out = torch.empty((sum(recv_rows), *trailing), dtype=dtype, device=staged.device)
-    if duplex and _backend(group) == "gloo":
+    if by_p2p:
         work = _run("all_to_all_v", group, lambda: _exchange_rows(out, staged, send_rows, recv_rows, me, group))
     else:
         work = _run(

@@ -35,6 +35,7 @@ from graphdist.comm.counters import COUNTER
 from graphdist.comm.group import (CommError, cpu_group, get_rank, get_world_size, group_timeout_s, is_initialized,
                                   describe_addresses, ranks_at)
 from graphdist.comm.heartbeat import describe_silent
+from graphdist.comm.hostcopy import HostCopy
 from graphdist.plugins import call as call_hook
 
 Group = Optional[Any]  # a torch.distributed ProcessGroup, or None for the default group
@@ -58,10 +59,17 @@ def _route(group: Group, tensor: Optional[torch.Tensor] = None) -> Group:
     return group
 
 
-def _staged(tensor: torch.Tensor, group: Group) -> torch.Tensor:
-    """The tensor to hand to the backend: a host copy of a CUDA tensor under gloo."""
-    if tensor.is_cuda and _backend(group) == "gloo":
-        return tensor.cpu()
+def _staged(tensor: torch.Tensor, group: Group, gloo_takes_cuda: bool = True) -> torch.Tensor:
+    """The tensor to hand to the backend.
+
+    gloo runs allreduce, broadcast and all-to-all on CUDA tensors itself, staging them through
+    pinned memory on a stream of its own, so this thread does not wait for a copy (a blocking
+    ``.cpu()`` here held every DWBP layer's hook for its copy). For the other operations
+    (``gloo_takes_cuda=False``: point-to-point) a CUDA tensor is copied to host memory
+    (``comm.hostcopy``); NCCL takes it as it is.
+    """
+    if tensor.is_cuda and _backend(group) == "gloo" and not gloo_takes_cuda:
+        return HostCopy(tensor).wait()
     return tensor
 
 

@@ -37,6 +37,7 @@ import torch
 import graphdist.comm.p2p as p2p
 from graphdist.comm.collectives import Group, Handle, new_group
 from graphdist.comm.counters import COUNTER
+from graphdist.comm.hostcopy import HostCopy
 from graphdist.comm.group import get_rank, get_world_size, is_initialized
 from graphdist.comm.rankmap import halving_distances, hd_positions, hd_shares
 from graphdist.comm.topology import Topology
@@ -75,16 +76,15 @@ class _ThreadedAllreduce:
             return Handle(self.op_name, None, None, result=tensor)
         sent, inter = self.bytes_sent(tensor.numel() * tensor.element_size(), self.rank, self.world_size)
         COUNTER.add(tag, sent, inter_host=inter)
-        # The steps run over gloo on a flat host buffer: a CUDA or non-contiguous tensor goes through a copy.
-        staged = tensor.detach()
-        if staged.is_cuda or not staged.is_contiguous():
-            staged = staged.cpu().contiguous()
-        copy_back = staged.data_ptr() != tensor.data_ptr()
-        flat = staged.view(-1)
+        # The steps run over gloo on a flat host buffer: a CUDA tensor's copy starts here, on a side stream
+        # (comm.hostcopy), and the algorithm's thread waits for it; a non-contiguous one is copied.
+        host = HostCopy(tensor.detach())
 
         def run() -> torch.Tensor:
-            self._run(flat)
-            if copy_back:
+            staged = host.wait()
+            staged = staged if staged.is_contiguous() else staged.contiguous()
+            self._run(staged.view(-1))
+            if staged.data_ptr() != tensor.data_ptr():
                 tensor.copy_(staged)
             return tensor
 

@@ -164,9 +164,10 @@ def int8_allreduce(state: Int8State, bucket):  # noqa: ANN001, ANN201 - see Comm
         fut.set_result(buf)
         return fut
     key = bucket_key(bucket)
+    host = comm.HostCopy(buf)  # a CUDA bucket's copy starts here; the thread waits for it, not the hook
 
     def run() -> torch.Tensor:
-        buf.copy_(_int8_sum(state, key, buf))
+        buf.copy_(_int8_sum(state, key, host.wait()))
         return buf
 
     return comm.Handle("int8 allreduce", state._thread.submit(run), state._group, result=buf).future()

@@ -199,11 +199,13 @@ def sacp_allreduce(state: SacpState, bucket):  # noqa: ANN001, ANN201 - see Comm
     if scale == 0.0:  # no seeds here: the local "mean" gradient may be nan; contribute nothing
         u = torch.zeros_like(u)
         flat.zero_()
-    payload = torch.cat([u * scale, v], dim=1).to(state.factor_dtype).cpu().contiguous()
+    factors = torch.cat([u * scale, v], dim=1).to(state.factor_dtype).contiguous()
+    host = comm.HostCopy(factors)  # a CUDA rank's copy starts here; the exchange's thread waits for it
     size = group_size()
-    state.scheme_bytes[(bucket.name, "sfb")] += payload.numel() * payload.element_size() * (size - 1)
+    state.scheme_bytes[(bucket.name, "sfb")] += factors.numel() * factors.element_size() * (size - 1)
 
     def run() -> torch.Tensor:
+        payload = host.wait()
         pending = comm.all_to_all_v_async([payload] * size, group=state._group, tag=state.tag, recv_rows=rows,
                                           duplex=True)
         # Every rank's term, this rank's own included, multiplied from the factors as sent and added
@@ -281,13 +283,15 @@ def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN2
     scale = state.weights.scale()
     if scale == 0.0:
         values = torch.zeros_like(values)
-    packed = torch.cat([index.cpu().view(-1, 1).view(torch.uint8).view(-1, 8),
-                        (values * scale).float().cpu().contiguous().view(torch.uint8).view(-1, 4 * dim)], dim=1)
+    packed = torch.cat([index.view(-1, 1).contiguous().view(torch.uint8).view(-1, 8),
+                        (values * scale).float().contiguous().view(torch.uint8).view(-1, 4 * dim)], dim=1)
+    host = comm.HostCopy(packed)  # a CUDA rank's copy starts here; the exchange's thread waits for it
     size = group_size()
     state.scheme_bytes[(bucket.name, "sparse")] += packed.numel() * (size - 1)
 
     def run() -> torch.Tensor:
-        got = torch.cat(comm.all_to_all_v([packed] * size, group=state._group, tag=state.tag, recv_rows=rows,
+        packed_host = host.wait()
+        got = torch.cat(comm.all_to_all_v([packed_host] * size, group=state._group, tag=state.tag, recv_rows=rows,
                                            duplex=True))
         every_index = got[:, :8].contiguous().view(torch.int64).view(-1)
         every_value = got[:, 8:].contiguous().view(torch.float32).view(-1, dim)

@@ -81,10 +81,10 @@ class AggregationStrategy(Strategy):
         self.loader = training_loader(cfg.sampler, self.local_graph, train, ctx.plan.steps_per_epoch, mine.batch_share,
                                       cfg, seed=loader_seed(cfg.seed, rank),
                                       prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads()),
-                                      sampler_seed=sampler_seed(cfg.seed, rank))
+                                      sampler_seed=sampler_seed(cfg.seed, rank), device=self.device)
         # Evaluation (and correction steps) read the whole graph: the distributed sources, global degrees.
         self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps),
-                                          task=self.task)
+                                          task=self.task, device=self.device)
         self.model = model.to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)

@@ -37,12 +37,13 @@ class DistributedBatches:
     ``AggregationStrategy`` uses it for its global correction steps. ``replicate`` is
     ``--replicate`` and ``sampler`` ``--sampler`` (the minibatch strategy's; the correction steps
     replicate nothing and sample neighbourhoods: they correct toward the whole graph). Evaluation
-    reads the distributed sources whatever the sampler.
+    reads the distributed sources whatever the sampler. ``device``: the worker's, where the
+    loader copies each batch ahead of its step (CUDA: on a side stream, ``sampling.staging``).
     """
 
     def __init__(self, ctx: WorkerContext, part: Any, with_degrees: bool, num_batches: Optional[int] = None,
                  stretch: Optional[Any] = None, task: Optional[Any] = None, replicate: str = "none",
-                 sampler: str = "neighbor") -> None:
+                 sampler: str = "neighbor", device: Optional[torch.device] = None) -> None:
         from sampling import LocalFeatureSource, NeighborSampler, NodeLoader
         from sampling.distributed import DistFeatureSource, DistNeighborSource
         from sampling.owners import OwnerMap
@@ -86,7 +87,8 @@ class DistributedBatches:
             self.loader = cluster_loader(local_graph(part, cfg.feature_norm, with_degrees),
                                          ctx.plan.steps_per_epoch if num_batches is None else num_batches, cfg.layers,
                                          seed=loader_seed(cfg.seed, ctx.rank),
-                                         prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=False))
+                                         prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=False),
+                                         device=device)
             return
         self.loader = NodeLoader(
             loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
@@ -95,7 +97,7 @@ class DistributedBatches:
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(),
                                   remote=ctx.world_size > 1 and replicate != "graph"),
-            seed=loader_seed(cfg.seed, ctx.rank),
+            seed=loader_seed(cfg.seed, ctx.rank), device=device,
         )
 
     def _inclusion(self, ctx: WorkerContext, part: Any, task: Any) -> Optional[tuple[torch.Tensor, torch.Tensor]]:

@@ -59,7 +59,7 @@ class MinibatchStrategy(Strategy):
         self.with_degrees = capabilities(model).global_degrees
         self.stretch = emulated_slowdown(rank)
         self.batches = DistributedBatches(ctx, self.partition, self.with_degrees, stretch=self.stretch, task=self.task,
-                                          replicate=cfg.replicate, sampler=cfg.sampler)
+                                          replicate=cfg.replicate, sampler=cfg.sampler, device=self.device)
         self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
         self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)

@@ -51,6 +51,8 @@ def train_steps(
         scaler: ``fp16``'s loss scaler (``precision.loss_scaler``): backward from the scaled loss, the
             optimizer stepped through it; None steps plainly.
     """
+    from sampling.staging import on_device
+
     from graphdist.trainers.precision import autocast
     from graphdist.trainers.tasks import SingleLabel
 
@@ -64,7 +66,8 @@ def train_steps(
     unread: list[tuple[torch.Tensor, int, torch.Tensor]] = []
     for step, batch in enumerate(batches, start=1):
         t0 = time.perf_counter()
-        batch = batch.to(device) if device.type != "cpu" else batch
+        # A batch the loader staged on a side stream: this stream waits for its copy (no host wait)
+        batch = on_device(batch, device)
         n = task.batch_weight(batch)
         optimizer.zero_grad(set_to_none=False)
         sync.begin_step(n)
