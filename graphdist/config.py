@@ -110,6 +110,10 @@ class RuntimeSection(Section):
     # (its sampling overlaps their replies even on one core) or it may use a core beyond its compute
     # threads; a local-only sampler on a single core only steals time from the step it overlaps.
     prefetch: Optional[bool] = None
+    # Loader processes per worker that sample and gather its batches into shared memory (sampling/loader_procs.py):
+    # None = auto: a GPU worker's share of the machine's spare cores (at most AUTO_MAX_LOADERS), 0 for a CPU worker
+    # and where batches are sampled across parts (2+ workers without --replicate graph: not built yet).
+    loaders: Optional[int] = None
     # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fill
     # its cores exactly (graphdist.launch.worker_cores); True whenever they fit (an error where
     # they do not); False never.
@@ -142,6 +146,8 @@ class RuntimeSection(Section):
         for name in ("num_workers", "threads", "log_interval", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise _fail(name, "must be >= 1", getattr(self, name))
+        if self.loaders is not None and self.loaders < 0:
+            raise _fail("loaders", "must be 0 (the prefetch thread) or a count of loader processes", self.loaders)
         if self.cache_rows < -1:
             raise _fail("cache-rows", "must be -1 (every halo node), 0 (no cache) or a row count", self.cache_rows)
         if self.timeout <= 0:
@@ -248,6 +254,10 @@ def check_across(cfg: TrainConfig) -> None:
         raise _fail("compress", f"{cfg.compress} under {{0}} is torch's {compression.ddp_wrapper} hook, which needs "
                     "NCCL: every worker on a GPU", cfg.compress, "on CPUs use {1} (graphdist's own cast) or {2}",
                     ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
+    if cfg.loaders and cfg.strategy == "minibatch" and cfg.num_workers > 1 and cfg.replicate != "graph":
+        raise _fail("loaders", "samples from local sources only so far: with 2+ workers, batches sampled across parts "
+                    "would need a sampling group per loader", cfg.loaders,
+                    "give {0} (every worker holds the graph) or {1}", ("replicate", "graph"), ("loaders", 0))
     if cfg.task == "link":
         check_link(cfg)
     if cfg.sampler == "cluster":

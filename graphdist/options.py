@@ -133,8 +133,8 @@ class TaskSpec:
     drops: frozenset[str] = field(default_factory=frozenset)
 
 
-# Sampled mini-batches: the sampler, its fan-outs, the remote-feature cache, the prefetch thread.
-_SAMPLED = frozenset({"sampler", "fanouts", "cache_rows", "prefetch"})
+# Sampled mini-batches: the sampler, its fan-outs, the remote-feature cache, the prefetch thread, the loader processes.
+_SAMPLED = frozenset({"sampler", "fanouts", "cache_rows", "prefetch", "loaders"})
 
 # --sampler name -> what a batch is (trainers/samplers.py builds the loaders).
 SAMPLERS: dict[str, str] = {

@@ -52,6 +52,7 @@ from torch import Tensor
 from graphdist.data.graph import Graph
 from sampling.base import FeatureSource, LocalFeatureSource, SampledBatch, Sampler
 from sampling.prefetch import DONE, POLL_S, BufferRing, Failure, acquire, put
+from sampling.loader_procs import LoaderProcesses, pin_shared
 from sampling.staging import DeviceStager, StreamOps
 
 __all__ = ["NodeLoader", "LoaderStats"]
@@ -114,6 +115,10 @@ class NodeLoader:
         prefetch_depth: batches prepared ahead. Default 1.
         stream_ops: the device's streams for staging (``sampling.staging``; default CUDA's on a CUDA
             device, none elsewhere: a plain copy). Tests pass fakes.
+        loaders: processes that sample and gather the batches (``sampling.loader_procs``) instead of the
+            prefetch thread; 0 (default) none. 1 gives the batches 0 gives; 2+ are deterministic per count.
+        name: who the loader works for, in its loader processes' errors (``worker 0``).
+        timeout_s: seconds a loader process may take for a batch before it is declared stuck.
 
     Raises:
         ValueError: on bad arguments, naming the argument and what was received.
@@ -143,6 +148,9 @@ class NodeLoader:
         reuse_buffers: bool = True,
         prefetch_depth: int = 1,
         stream_ops: Optional[StreamOps] = None,
+        loaders: int = 0,
+        name: str = "",
+        timeout_s: float = 180.0,
     ) -> None:
         self.features, default_labels = _resolve_data(data)
         self.labels: Optional[LabelSource] = labels if labels is not None else default_labels
@@ -155,6 +163,8 @@ class NodeLoader:
             raise ValueError(f"num_batches: expected >= 0 or None (got {num_batches})")
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth: expected >= 1 (got {prefetch_depth})")
+        if loaders < 0:
+            raise ValueError(f"loaders: expected >= 0 (got {loaders})")
         self.sampler, self.batch_size = sampler, int(batch_size)
         self.shuffle, self.drop_last, self.prefetch = bool(shuffle), bool(drop_last), bool(prefetch)
         self.num_batches, self.prefetch_depth = num_batches, int(prefetch_depth)
@@ -165,6 +175,8 @@ class NodeLoader:
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator().manual_seed(seed)
+        self.loaders, self.name, self.timeout_s = int(loaders), name, float(timeout_s)
+        self._procs: Optional[LoaderProcesses] = None
         self.epoch = 0
         self.stats = LoaderStats()
         self._ring: Optional[BufferRing] = None
@@ -218,11 +230,18 @@ class NodeLoader:
         """The first batch of this epoch whose seeds are not drawn yet (0 between epochs).
 
         Batches before it may already be sampling: up to ``prefetch_depth`` ahead of the caller in
-        the prefetch thread, and ``sampler.lookahead`` more inside a pipelined sampler.
+        the prefetch thread (``prefetch_depth`` per loader process), and ``sampler.lookahead`` more
+        inside a pipelined sampler (per loader process).
         """
         if self._batches is None:
             return 0
-        return self._yielded + (self.prefetch_depth if self.prefetch else 0) + self.sampler.lookahead
+        return self._yielded + self._ahead() + self.sampler.lookahead * max(1, self.loaders)
+
+    def _ahead(self) -> int:
+        """How many batches past the caller's may be sampling: each loader process's depth, or the prefetch thread's."""
+        if self.loaders:
+            return self.prefetch_depth * self.loaders
+        return self.prefetch_depth if self.prefetch else 0
 
     def remaining_seeds(self, from_batch: int) -> Tensor:
         """This epoch's fresh seeds not planned before batch ``from_batch`` (in epoch order).
@@ -338,6 +357,11 @@ class NodeLoader:
             if self.reuse_buffers:
                 out = self._buffers().take(batch.input_nodes.numel())
             batch.x = self.features.gather(batch.input_nodes, out=out)
+        self._finish(batch)
+
+    def _finish(self, batch: SampledBatch) -> Any:
+        """Labels, and the copy to the device; returns the copy's event (None: no staged copy)."""
+        event = None
         if self.labels is not None:
             lab = self.labels
             batch.y = lab.index_select(0, batch.seed_nodes) if isinstance(lab, Tensor) else lab(batch.seed_nodes)
@@ -347,12 +371,13 @@ class NodeLoader:
             moved, event = self._stager.stage(batch)
             batch.blocks, batch.input_nodes, batch.seed_nodes = moved.blocks, moved.input_nodes, moved.seed_nodes
             batch.x, batch.y, batch.meta = moved.x, moved.y, moved.meta
-            if self._ring is not None and self.features is not None and self.reuse_buffers:
+            if self._ring is not None and self.features is not None and self.reuse_buffers and not self.loaders:
                 self._ring.fence(event)
         elif self.device is not None and self.device.type != "cpu":
             moved = batch.to(self.device)
             batch.blocks, batch.input_nodes, batch.seed_nodes = moved.blocks, moved.input_nodes, moved.seed_nodes
             batch.x, batch.y = moved.x, moved.y
+        return event
 
     def _buffers(self) -> BufferRing:
         if self._ring is None:
@@ -370,7 +395,50 @@ class NodeLoader:
         self._yielded = 0
         plan = self._plan()
         self.epoch += 1
+        if self.loaders:
+            return self._iter_loaders(plan)
         return self._iter_prefetch(plan) if self.prefetch else self._iter_sync(plan)
+
+    def _iter_loaders(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
+        procs = self._loader_procs()
+        batches = procs.iterate(self.epoch, plan, self._ahead(), self.sampler.lookahead * self.loaders)
+        try:
+            while True:
+                t0 = time.perf_counter()
+                got = next(batches, None)
+                if got is None:
+                    return
+                batch, layout = got
+                event = self._finish(batch)
+                if event is not None:
+                    procs.fence(event)
+                self.stats.wait_s += time.perf_counter() - t0
+                self.stats.sample_s += layout.sample_s
+                self.stats.gather_s += layout.gather_s
+                self.stats.batches += 1
+                self._yielded += 1
+                yield batch
+        finally:
+            batches.close()
+            self._end_epoch(plan)
+
+    def _loader_procs(self) -> LoaderProcesses:
+        """The loader processes, forked at the first epoch (each takes the sampler as it is then)."""
+        if self._procs is None:
+            procs = LoaderProcesses(self.loaders, self.sampler, self.features, slots=self.prefetch_depth + 3,
+                                    name=self.name, timeout_s=self.timeout_s)
+            if self.device is not None and self.device.type == "cuda":
+                procs.on_new_slot = pin_shared
+            procs.start()
+            self._procs = procs
+        return self._procs
+
+    def close(self) -> None:
+        """Stops the loader processes, if any (a later epoch starts new ones)."""
+        self._stop_previous()
+        if self._procs is not None:
+            self._procs.close()
+            self._procs = None
 
     def _iter_sync(self, plan: list[Tensor]) -> Iterator[SampledBatch]:
         prepared = self._prepared(plan)
@@ -457,13 +525,20 @@ class NodeLoader:
 
     # ------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
-        """Epoch counter and RNG states (loader and sampler), for resuming at an epoch boundary."""
-        return {"epoch": self.epoch, "generator": self.generator.get_state(), "sampler": self.sampler.get_state()}
+        """Epoch counter and RNG states (loader and sampler), for resuming at an epoch boundary.
+
+        With one loader process its sampler is the stream (asked for); with more, each loader's stream
+        derives from this process's sampler state, which does not advance, and the epoch.
+        """
+        sampler = self._procs.get_state() if self._procs is not None and self.loaders == 1 else self.sampler.get_state()
+        return {"epoch": self.epoch, "generator": self.generator.get_state(), "sampler": sampler}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = int(state["epoch"])
         self.generator.set_state(state["generator"])
         self.sampler.set_state(state.get("sampler"))
+        if self._procs is not None:
+            self._procs.set_state(state.get("sampler"))
 
 
 def _resolve_data(data: Union[Graph, FeatureSource, None]) -> tuple[Optional[FeatureSource], Optional[LabelSource]]:

@@ -210,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     _switch(system, "--prefetch", on="always sample the next batch in a background thread (default: when "
             "batches wait on other workers, or the worker may use a core beyond its --threads)",
             off="sample in the training thread")
+    _add(system, "--loaders", type=int, metavar="K",
+         help="processes per worker that sample and gather its batches into shared memory while it trains "
+              "(default: a GPU worker's share of the machine's spare cores, at most 4; 0 for a CPU worker: its "
+              "prefetch thread). 1 gives the batches 0 gives; 2+ are deterministic for a given K. Local sampling "
+              "only: one worker, or --replicate graph")
     _switch(system, "--bind-cores", on="bind each worker on this machine to its own --threads cores (default: "
             "when 2+ workers' threads fill the machine's cores exactly)",
             off="let the scheduler move workers between cores")

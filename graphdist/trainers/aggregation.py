@@ -31,7 +31,8 @@ from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy
                                      gradient_allreduce, job_sync)
 from graphdist.trainers.batches import DistributedBatches
 from graphdist.trainers.devices import resolve_device
-from graphdist.trainers.kit import broadcast_parameters, build_model, loader_seed, predictions, sampler_seed, use_prefetch
+from graphdist.trainers.kit import (broadcast_parameters, build_model, loader_count, loader_seed, predictions,
+                                    sampler_seed, use_prefetch)
 from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.samplers import local_graph, training_loader
 from graphdist.trainers.steps import reporter, train_steps
@@ -81,7 +82,9 @@ class AggregationStrategy(Strategy):
         self.loader = training_loader(cfg.sampler, self.local_graph, train, ctx.plan.steps_per_epoch, mine.batch_share,
                                       cfg, seed=loader_seed(cfg.seed, rank),
                                       prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads()),
-                                      sampler_seed=sampler_seed(cfg.seed, rank), device=self.device)
+                                      sampler_seed=sampler_seed(cfg.seed, rank), device=self.device,
+                                      loaders=loader_count(cfg.loaders, self.device, True, torch.get_num_threads(),
+                                                           ctx.world_size))
         # Evaluation (and correction steps) read the whole graph: the distributed sources, global degrees.
         self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps),
                                           task=self.task, device=self.device)
@@ -190,6 +193,9 @@ class AggregationStrategy(Strategy):
         return predictions(self.model, self.partition, self.batches, self.device, self.with_degrees)
 
     # ------------------------------------------------------------- checkpoint
+
+    def close(self) -> None:
+        self.loader.close()  # its loader processes, if any
 
     def state_dict(self) -> dict[str, Any]:
         # This rank's own optimizer: its moments are local (the checkpoint's optimizer is rank 0's).

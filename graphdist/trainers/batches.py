@@ -13,7 +13,7 @@ import torch
 from graphdist import comm
 from graphdist.trainers.base import WorkerContext
 from graphdist.trainers.features import feature_table
-from graphdist.trainers.kit import loader_seed, sampler_seed, use_prefetch
+from graphdist.trainers.kit import loader_count, loader_seed, sampler_seed, use_prefetch
 
 
 def replicated_feature_table(partitions: Any, how: str, with_degrees: bool, own: Any, own_table: torch.Tensor
@@ -67,6 +67,7 @@ class DistributedBatches:
         else:
             self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
         self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
+        self._stretched = stretch is not None
         if stretch is not None:  # GRAPHDIST_TEST_SLOWDOWN: this rank emulates a slower worker
             self.sampler = stretch.wrap_sampler(self.sampler)
         # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
@@ -88,17 +89,34 @@ class DistributedBatches:
                                          ctx.plan.steps_per_epoch if num_batches is None else num_batches, cfg.layers,
                                          seed=loader_seed(cfg.seed, ctx.rank),
                                          prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=False),
-                                         device=device)
+                                         device=device, loaders=self._loaders(cfg.loaders if num_batches is None else 0,
+                                                                              device, local=True))
             return
+        local = ctx.world_size == 1 or replicate == "graph"  # nothing to exchange: loader processes can sample
         self.loader = NodeLoader(
             loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
             batch_size=ctx.plan.of(ctx.rank).batch_share,
             shuffle=True, labels=self.labels,
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
-            prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(),
-                                  remote=ctx.world_size > 1 and replicate != "graph"),
+            prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=not local),
             seed=loader_seed(cfg.seed, ctx.rank), device=device,
+            loaders=self._loaders(cfg.loaders if num_batches is None else 0, device, local),
+            name=f"worker {ctx.rank}", timeout_s=cfg.timeout,
         )
+
+    def _loaders(self, setting: Optional[int], device: Optional[torch.device], local: bool) -> int:
+        """``--loaders`` for this worker's training batches (``kit.loader_count``); refused where they would sample
+        across parts (a stretched sampler, the slowdown test's, stays in this process)."""
+        from graphdist.section import fail
+
+        if self._stretched:
+            return 0
+        count = loader_count(setting, device or torch.device("cpu"), local, torch.get_num_threads(), self.ctx.world_size)
+        if count and not local:
+            raise fail("loaders", "samples from local sources only so far: with 2+ workers, batches sampled across "
+                       "parts would need a sampling group per loader", count, "give {0} or {1}",
+                       ("replicate", "graph"), ("loaders", 0))
+        return count
 
     def _inclusion(self, ctx: WorkerContext, part: Any, task: Any) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """How likely one of this rank's batches reads each node (``sampling.inclusion``, collective), which

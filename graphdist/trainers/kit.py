@@ -108,6 +108,34 @@ def use_prefetch(setting: Optional[bool], threads: int, remote: bool = False) ->
     return len(usable_cores()) > threads
 
 
+# --loaders' default for a GPU worker: its share of the spare cores, at most this many (each loader holds
+# prefetch_depth + 3 shared-memory slots of a batch's features; a container's /dev/shm is often small).
+AUTO_MAX_LOADERS = 4
+
+
+def loader_count(setting: Optional[int], device: torch.device, local_sources: bool, threads: int,
+                 world_size: int = 1) -> int:
+    """``--loaders`` as given, or (None) this worker's loader processes: on an accelerator, its share of the
+    machine's cores beyond every local worker's ``threads`` (at most ``AUTO_MAX_LOADERS``; ``world_size``: the
+    job's workers, all on this machine under the local launcher); 0 on a CPU worker,
+    whose cores the step uses, and where batches are sampled across parts (``local_sources`` False).
+
+    Example:
+        >>> loader_count(2, torch.device("cpu"), True, 1), loader_count(None, torch.device("cpu"), True, 1)
+        (2, 0)
+    """
+    if setting is not None:
+        return setting
+    if device.type == "cpu" or not local_sources:
+        return 0
+    from graphdist.launch import detect_environment, usable_cores
+
+    env = detect_environment()
+    local = max(1, env.local_world_size if env.kind != "local" else world_size)  # the local launcher: all here
+    spare = len(usable_cores()) - local * threads
+    return max(0, min(AUTO_MAX_LOADERS, spare // local))
+
+
 def emulated_slowdown(rank: int) -> Optional[Any]:
     """This rank's emulated slowdown (a stretch), or None: what the ``slowdown`` hook of ``graphdist.plugins``
     answers; ``graphdist.testing.slowdown`` installs it in a worker whose ``GRAPHDIST_TEST_SLOWDOWN`` is set."""
@@ -155,4 +183,4 @@ def predictions(model: torch.nn.Module, part: Any, batches: Any, device: torch.d
 
 
 __all__ = ["broadcast_parameters", "build_model", "class_labels", "emulated_slowdown", "loader_seed", "predictions",
-           "sampler_seed", "use_prefetch"]
+           "sampler_seed", "use_prefetch", "loader_count", "AUTO_MAX_LOADERS"]

@@ -164,8 +164,9 @@ class MinibatchStrategy(Strategy):
         fanouts = ",".join(str(f) for f in cfg.fanouts)
         batch = (f"batch {cfg.batch_size} (fan-outs {fanouts})" if cfg.sampler == "neighbor" else
                  f"ClusterGCN batches of {self.loader.batch_size} clusters of each part")
-        words = [f"minibatch, {batch}, {self.steps_per_epoch} steps an epoch",
-                 f"prefetch {'on' if self.loader.prefetch else 'off'}"]
+        loading = (f"{self.loader.loaders} loader process{'es' if self.loader.loaders > 1 else ''}" if self.loader.loaders
+                   else f"prefetch {'on' if self.loader.prefetch else 'off'}")
+        words = [f"minibatch, {batch}, {self.steps_per_epoch} steps an epoch", loading]
         if cfg.replicate != "none":
             words.append(f"--replicate {cfg.replicate}")
         if self.rebalancer.active:
@@ -334,6 +335,7 @@ class MinibatchStrategy(Strategy):
 
     def close(self) -> None:
         self.sync.close()
+        self.loader.close()  # its loader processes, if any
         # The rebalancer's clocks call back into this strategy: without that cycle the strategy, and
         # the sampling and sync groups in it, go with its last reference instead of waiting for a
         # garbage collection (the one at exit costs ~0.2 s per process; see comm.group).

@@ -72,12 +72,13 @@ def local_graph(part: Any, feature_norm: str, with_degrees: bool) -> Any:
     return graph
 
 
-def cluster_loader(graph: Any, steps: int, num_layers: int, seed: int, prefetch: bool, device: Any = None) -> Any:
+def cluster_loader(graph: Any, steps: int, num_layers: int, seed: int, prefetch: bool, device: Any = None,
+                   loaders: int = 0) -> Any:
     """A ClusterGCN loader over ``graph`` (a worker's :func:`local_graph`): ``steps`` batches an epoch,
     each the induced subgraph of ``CLUSTERS_PER_BATCH`` clusters, seeds its train nodes.
 
     Deterministic: the clusters (METIS, seeded) and the loader's order follow ``seed``. ``device``: where the
-    loader copies each batch ahead of its step.
+    loader copies each batch ahead of its step; ``loaders``: its loader processes (``--loaders``).
     """
     from sampling import NodeLoader
     from sampling.cluster import ClusterSampler, metis_clusters
@@ -89,19 +90,21 @@ def cluster_loader(graph: Any, steps: int, num_layers: int, seed: int, prefetch:
     sampler = ClusterSampler(graph, clusters, num_layers=num_layers, supervised=train)
     ids = torch.arange(sampler.num_clusters)
     return NodeLoader(graph, ids, sampler, batch_size=max(1, -(-sampler.num_clusters // steps)), shuffle=True,
-                      num_batches=steps, prefetch=prefetch, seed=seed, device=device)
+                      num_batches=steps, prefetch=prefetch, seed=seed, device=device, loaders=loaders)
 
 
 def training_loader(name: str, graph: Any, train: torch.Tensor, steps: int, batch_share: int, cfg: Any,
-                    seed: int, prefetch: bool, sampler_seed: int, device: Any = None) -> Any:
+                    seed: int, prefetch: bool, sampler_seed: int, device: Any = None, loaders: int = 0) -> Any:
     """The loader ``--sampler name`` trains a worker's local ``graph`` with (``aggregation``'s local steps).
 
     ``neighbor``: batches of ``batch_share`` of the ``train`` nodes, neighbourhoods sampled with
-    ``cfg.fanouts``; ``cluster``: :func:`cluster_loader`. ``device``: where batches are copied ahead of their step.
+    ``cfg.fanouts``; ``cluster``: :func:`cluster_loader`. ``device``: where batches are copied ahead of their step;
+    ``loaders``: the loader processes that sample them (``--loaders``).
     """
     from sampling import NeighborSampler, NodeLoader
 
     if name == "cluster":
-        return cluster_loader(graph, steps, cfg.layers, seed, prefetch, device)
+        return cluster_loader(graph, steps, cfg.layers, seed, prefetch, device, loaders)
     return NodeLoader(graph, train, NeighborSampler(graph, cfg.fanouts, seed=sampler_seed), batch_size=batch_share,
-                      num_batches=steps, prefetch=prefetch, seed=seed, device=device)
+                      num_batches=steps, prefetch=prefetch, seed=seed, device=device, loaders=loaders,
+                      timeout_s=cfg.timeout)

@@ -1,0 +1,461 @@
+"""Loader processes: K processes sample and gather one worker's batches into shared-memory slots.
+
+HyScale-GNN's CPU side: the cores a worker's device leaves idle prepare its batches. Each loader
+process owns a sampler (a copy of the worker's, taken at start) and reads the worker's feature
+table, which it shares rather than copies: the processes are forked, so the CSR, the features
+(memory-mapped or not) and the remote-feature cache are the worker's own pages. A loader writes
+a batch's features and its id arrays (seeds, input nodes, every block's ``src``, ``dst`` and
+``indptr``) into one of its slots, a pair of shared-memory tensors, and sends the slot's layout
+through a queue; the worker builds the batch from views into the slot (no copy on a CPU worker;
+on a CUDA worker the slots are pinned, ``cudaHostRegister``, and copied on a side stream).
+
+Who does what, batch by batch (``NodeLoader`` drives it; batch ``b`` of an epoch goes to loader
+``b mod K``):
+
+- the worker draws the epoch's plan (its shuffle), as without loaders, and sends batch ``b``'s
+  seeds only once they can no longer change (``NodeLoader.earliest_batch_size_change``);
+- a loader starts batch ``b`` once the worker allows it (when the caller asks for batch
+  ``b - depth``), so how far the loaders got depends on how many batches were asked for, never
+  on timing: the rule the prefetch thread follows, which keeps ranks' collectives in step;
+- the worker frees a batch's slot when the batch after next is asked for (a batch's ``x`` is
+  valid until then, as with the prefetch thread's buffers); labels are looked up in the worker
+  (the rebalancer hands seeds, with their labels, to the worker, not to its loaders).
+
+Streams: one loader continues the worker's sampler stream, so ``K = 1`` gives the batches of the
+prefetch thread, bit for bit. With ``K >= 2`` loader ``k`` restarts its sampler each epoch from a
+state derived from (the worker's sampler state, which then never advances, the epoch, ``k``): a
+run is deterministic and resumable from an epoch's end for a given K (the checkpoint holds the
+worker's state as it does without loaders), and differs from K = 1's.
+
+A loader that dies or stays silent for ``timeout_s`` fails the worker's next batch, naming the
+loader; a loader dies with its worker (``PR_SET_PDEATHSIG``, and a check of its parent while it
+waits), and torchrun's kill of the worker's process group reaches it. ``ps`` shows it as ``gd-loader-<k>``.
+
+Example:
+    >>> from graphdist.testing import random_graph
+    >>> from sampling import NeighborSampler, NodeLoader
+    >>> g = random_graph(100, seed=0)
+    >>> one = NodeLoader(g, torch.arange(100), NeighborSampler(g, [3], seed=0), batch_size=32, seed=0, loaders=1)
+    >>> plain = NodeLoader(g, torch.arange(100), NeighborSampler(g, [3], seed=0), batch_size=32, seed=0)
+    >>> all(torch.equal(a.x, b.x) for a, b in zip(one, plain))
+    True
+    >>> one.close()
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import struct
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import torch
+import torch.multiprocessing  # noqa: F401 - registers the tensor reductions the slots travel by
+from torch import Tensor
+
+from sampling.base import Block, FeatureSource, SampledBatch, Sampler
+from sampling.prefetch import POLL_S
+
+__all__ = ["LoaderDied", "LoaderProcesses", "derived_state", "pin_shared"]
+
+logger = logging.getLogger(__name__)
+
+
+class LoaderDied(RuntimeError):
+    """A loader process exited, failed or stayed silent past the timeout."""
+
+
+def derived_state(base: Optional[Tensor], epoch: int, loader: int) -> Optional[Tensor]:
+    """The generator state loader ``loader`` samples ``epoch`` with (K >= 2), from the worker's sampler state ``base``
+    (which the worker never advances while loaders sample, and which its checkpoint holds); None: an unseeded sampler.
+
+    Example:
+        >>> s = torch.Generator().manual_seed(0).get_state()
+        >>> torch.equal(derived_state(s, 2, 0), derived_state(s, 2, 0)), torch.equal(
+        ...     derived_state(s, 2, 0), derived_state(s, 2, 1))
+        (True, False)
+    """
+    if base is None:
+        return None
+    digest = hashlib.blake2b(base.numpy().tobytes() + struct.pack("<qq", epoch, loader), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1).get_state()
+
+
+@dataclass
+class _Layout:
+    """Where a batch lies in its slot: rows of ``x``, the id arrays' lengths, each block's size; and times."""
+
+    rows: int
+    lengths: list[int]
+    sizes: list[tuple[int, int]]
+    meta: dict[str, Any]
+    sample_s: float
+    gather_s: float
+
+
+class _Slot:
+    """A loader's pair of shared buffers: features ``x`` and the batch's concatenated int64 ids."""
+
+    def __init__(self) -> None:
+        self.x: Optional[Tensor] = None
+        self.ids: Optional[Tensor] = None
+
+    def fit(self, rows: int, width: int, dtype: torch.dtype, ids: int) -> bool:
+        """Grows the buffers (25% headroom) to hold ``rows`` feature rows and ``ids`` ids; True if new ones were made."""
+        grown = False
+        if width and (self.x is None or self.x.shape[0] < rows):
+            self.x = torch.empty((rows + rows // 4 + 1, width), dtype=dtype).share_memory_()
+            grown = True
+        if self.ids is None or self.ids.numel() < ids:
+            self.ids = torch.empty(ids + ids // 4 + 1, dtype=torch.int64).share_memory_()
+            grown = True
+        return grown
+
+
+def _to_plain(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with tensors as numpy arrays: pickled by value, not as shared memory of their own."""
+    return {k: v.numpy() if isinstance(v, Tensor) else v for k, v in meta.items()}
+
+
+def _from_plain(meta: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in meta.items()}
+
+
+class _Abort(Exception):
+    pass
+
+
+class _Child:
+    """What runs in loader process ``k``: waits for commands, samples and gathers its batches."""
+
+    def __init__(self, k: int, count: int, sampler: Sampler, features: Optional[FeatureSource], slots: int,
+                 inbox: Any, outbox: Any, parent: int) -> None:
+        self.k, self.count, self.sampler, self.features = k, count, sampler, features
+        self.slots = [_Slot() for _ in range(slots)]
+        self.inbox, self.outbox, self.parent = inbox, outbox, parent
+        self.free: deque[int] = deque(range(slots))
+        self.epoch = -1
+        self.seeds: dict[int, Tensor] = {}
+        self.allowed = -1
+
+    def main(self) -> None:
+        while True:
+            msg = self._next()
+            if msg is None:
+                continue
+            if msg[0] == "stop":
+                return
+            if msg[0] == "epoch":
+                self._epoch(msg[1], msg[2], msg[3])
+
+    def _next(self) -> Optional[tuple]:
+        """Waits for one command and handles it (state requests, frees, seeds, permissions); returns the
+        others ("epoch", "stop") to the caller, None after handling one."""
+        while True:
+            try:
+                msg = self.inbox.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if os.getppid() != self.parent:  # the worker is gone (and PR_SET_PDEATHSIG did not reach us)
+                    os._exit(1)
+        kind, current = msg[0], len(msg) > 1 and msg[1] == self.epoch
+        if kind == "state":
+            self.outbox.put(("state", self.sampler.get_state()))
+        elif kind == "set_state":
+            self.sampler.set_state(msg[1])
+        elif kind == "free" and current:
+            self.free.append(msg[2])
+        elif kind == "seeds" and current:
+            self.seeds[msg[2]] = torch.from_numpy(msg[3])
+        elif kind == "go" and current:
+            self.allowed = max(self.allowed, msg[2])
+        elif kind == "abort" and current:
+            raise _Abort()
+        elif kind in ("epoch", "stop"):
+            return msg
+        return None
+
+    def _feed(self, mine: list[int]) -> Any:
+        for b in mine:
+            while b not in self.seeds:
+                self._next()
+            yield self.seeds.pop(b)
+
+    def _epoch(self, epoch: int, num_batches: int, base: Optional[Tensor]) -> None:
+        self.epoch, self.seeds, self.allowed = epoch, {}, -1
+        self.free = deque(range(len(self.slots)))  # the worker holds none of this loader's batches now
+        if self.count > 1:
+            self.sampler.set_state(derived_state(base, epoch, self.k))
+        mine = list(range(self.k, num_batches, self.count))
+        stream = self.sampler.sample_stream(self._feed(mine))
+        try:
+            for b in mine:
+                while self.allowed < b:
+                    self._next()
+                t0 = time.perf_counter()
+                batch = next(stream)
+                t1 = time.perf_counter()
+                while not self.free:
+                    self._next()
+                slot = self.free.popleft()
+                layout = self._write(slot, batch)
+                layout.sample_s, layout.gather_s = t1 - t0, time.perf_counter() - t1
+                self.outbox.put(("batch", epoch, b, slot, layout))
+        except _Abort:
+            pass
+        finally:
+            stream.close()
+
+    def _write(self, slot: int, batch: SampledBatch) -> _Layout:
+        arrays = [batch.input_nodes, batch.seed_nodes]
+        for block in batch.blocks:
+            if block.edge_weight is not None:
+                raise ValueError("loader processes carry no edge weights (a sampler that sets them: use --loaders 0)")
+            arrays += [block.src, block.dst, block.indptr]
+        lengths = [int(a.numel()) for a in arrays]
+        rows = int(batch.input_nodes.numel())
+        width = self.features.num_features if self.features is not None else 0
+        dtype = self.features.dtype if self.features is not None else torch.float32
+        buf = self.slots[slot]
+        t0 = time.perf_counter()
+        if buf.fit(rows, width, dtype, sum(lengths)):
+            self.outbox.put(("slot", slot, buf.x, buf.ids))  # shared once, by file descriptor
+        if self.features is not None:
+            self.features.gather(batch.input_nodes, out=buf.x[:rows])
+        torch.cat([a.view(-1).to(torch.int64) for a in arrays], out=buf.ids[: sum(lengths)])
+        return _Layout(rows, lengths, [(b.num_src, b.num_dst) for b in batch.blocks], _to_plain(batch.meta),
+                       0.0, time.perf_counter() - t0)
+
+
+def _die_with_parent(k: int) -> None:
+    """SIGKILL this process when the process that forked it dies (Linux; elsewhere the parent check remains),
+    and name it ``gd-loader-<k>`` where ``ps`` and ``top`` show it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(15, f"gd-loader-{k}".encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def _run_child(child: _Child, threads: int) -> None:
+    _die_with_parent(child.k)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the worker, which stops its loaders
+    torch.set_num_threads(threads)
+    try:
+        child.main()
+    except BaseException:  # noqa: BLE001 - reported to the worker, which names this loader
+        child.outbox.put(("error", traceback.format_exc()))
+        raise SystemExit(1)
+
+
+class LoaderProcesses:
+    """``count`` forked loader processes over ``sampler`` and ``features`` (see the module doc).
+
+    Args:
+        count: loader processes (>= 1).
+        sampler: the worker's sampler, copied into each loader at :meth:`start`.
+        features: the worker's feature source (its pages shared with the loaders), or None.
+        slots: shared-memory slots per loader.
+        name: who the loaders work for, in error messages (``worker 0``).
+        timeout_s: seconds a batch may take before the loader is declared stuck.
+        threads: torch threads in each loader.
+    """
+
+    def __init__(self, count: int, sampler: Sampler, features: Optional[FeatureSource], slots: int,
+                 name: str = "", timeout_s: float = 180.0, threads: int = 1) -> None:
+        if count < 1:
+            raise ValueError(f"loaders: expected >= 1 (got {count})")
+        self.count, self.sampler, self.features, self.num_slots = count, sampler, features, slots
+        self.name, self.timeout_s, self.threads = name, timeout_s, threads
+        self.procs: list[Any] = []
+        self.inboxes: list[Any] = []
+        self.outboxes: list[Any] = []
+        self.slots: list[list[tuple[Optional[Tensor], Optional[Tensor]]]] = []
+        self.pending: list[dict[int, tuple]] = []
+        self.on_new_slot: Optional[Any] = None  # called with each new shared tensor (pinning for CUDA)
+        self.epoch = -1
+
+    @property
+    def started(self) -> bool:
+        return bool(self.procs)
+
+    def start(self) -> None:
+        """Forks the loaders (each takes a copy of the sampler as it is now)."""
+        ctx = multiprocessing.get_context("fork")
+        for k in range(self.count):
+            inbox, outbox = ctx.Queue(), ctx.Queue()
+            child = _Child(k, self.count, self.sampler, self.features, self.num_slots, inbox, outbox, os.getpid())
+            proc = ctx.Process(target=_run_child, args=(child, self.threads), name=f"graphdist-loader-{k}",
+                               daemon=True)
+            proc.start()
+            self.procs.append(proc)
+            self.inboxes.append(inbox)
+            self.outboxes.append(outbox)
+            self.slots.append([(None, None)] * self.num_slots)
+            self.pending.append({})
+
+    def who(self, k: int) -> str:
+        return f"{self.name + ': ' if self.name else ''}loader {k} of {self.count}"
+
+    # ------------------------------------------------------------- one epoch
+    def begin_epoch(self, epoch: int, num_batches: int) -> None:
+        self.epoch = epoch
+        base = self.sampler.get_state() if self.count > 1 else None  # what K >= 2 derive the epoch's streams from
+        for k in range(self.count):
+            self.pending[k] = {}
+            self.inboxes[k].put(("epoch", epoch, num_batches, base))
+
+    def send_seeds(self, b: int, seeds: Tensor) -> None:
+        self.inboxes[b % self.count].put(("seeds", self.epoch, b, seeds.numpy()))
+
+    def allow(self, b: int) -> None:
+        self.inboxes[b % self.count].put(("go", self.epoch, b))
+
+    def release(self, b: int, slot: int) -> None:
+        self.inboxes[b % self.count].put(("free", self.epoch, slot))
+
+    def abort(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(("abort", self.epoch))
+
+    def receive(self, b: int) -> tuple[SampledBatch, int, _Layout]:
+        """Batch ``b`` of this epoch as views into its slot, the slot, and its layout."""
+        k = b % self.count
+        msg = self.pending[k].pop(b, None)
+        while msg is None:
+            got = self._get(k)
+            if got[0] == "batch" and got[1] == self.epoch:
+                if got[2] == b:
+                    msg = got
+                else:
+                    self.pending[k][got[2]] = got
+        _, _, _, slot, layout = msg
+        x, ids = self.slots[k][slot]
+        return _assemble(x, ids, layout), slot, layout
+
+    def _get(self, k: int) -> tuple:
+        """The next message of loader ``k`` (new slots recorded on the way); fails naming a dead or silent loader."""
+        start = time.monotonic()
+        while True:
+            try:
+                msg = self.outboxes[k].get(timeout=POLL_S)
+            except queue.Empty:
+                code = self.procs[k].exitcode
+                if code is not None:
+                    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                    raise LoaderDied(f"{self.who(k)} {how} (pid {self.procs[k].pid})") from None
+                if time.monotonic() - start > self.timeout_s:
+                    raise LoaderDied(f"{self.who(k)} sent nothing for {self.timeout_s:g} s (--timeout); "
+                                     f"it is stuck or far too slow (pid {self.procs[k].pid})") from None
+                continue
+            if msg[0] == "slot":
+                for t in msg[2:]:
+                    if t is not None and self.on_new_slot is not None:
+                        self.on_new_slot(t)
+                self.slots[k][msg[1]] = (msg[2], msg[3])
+                continue
+            if msg[0] == "error":
+                raise LoaderDied(f"{self.who(k)} failed:\n{msg[1]}")
+            return msg
+
+    def iterate(self, epoch: int, plan: list[Tensor], depth: int, lookahead: int) -> Iterator[tuple[SampledBatch, _Layout]]:
+        """The batches of ``plan`` in order (views into slots), as the caller asks for them.
+
+        On the caller's request for batch ``t``: loaders may start batches up to ``t + depth``; seeds are sent up
+        to ``t + depth + lookahead`` (a pipelined sampler reads that far ahead), read from ``plan`` only then
+        (it may be replanned up to there); the slot of batch ``t - 2`` goes back to its loader (after its device
+        copy, :meth:`fence`). An early stop aborts the loaders' epoch.
+        """
+        n = len(plan)
+        self.begin_epoch(epoch, n)
+        allowed = sent = 0
+        self._held: deque[list] = deque()  # [batch index, slot, copy event] of batches the caller may still read
+        finished = False
+        try:
+            for t in range(n):
+                while self._held and self._held[0][0] <= t - 2:
+                    b, slot, event = self._held.popleft()
+                    if event is not None:
+                        event.synchronize()  # the copy out of the slot must be done before a loader rewrites it
+                    self.release(b, slot)
+                while allowed < min(n, t + depth + 1):
+                    self.allow(allowed)
+                    allowed += 1
+                while sent < min(n, t + depth + lookahead + 1):
+                    self.send_seeds(sent, plan[sent])
+                    sent += 1
+                batch, slot, layout = self.receive(t)
+                self._held.append([t, slot, None])
+                yield batch, layout
+            finished = True
+        finally:
+            if not finished and self.started:
+                self.abort()
+
+    def fence(self, event: Any) -> None:
+        """The batch :meth:`iterate` yielded last is copied out of its slot by a copy that ends with ``event``."""
+        self._held[-1][2] = event
+
+    # ------------------------------------------------------------- state
+    def get_state(self) -> Optional[Tensor]:
+        """Loader 0's sampler state (K = 1: the worker's stream, continued)."""
+        self.inboxes[0].put(("state",))
+        while True:
+            msg = self._get(0)
+            if msg[0] == "state":
+                return msg[1]
+            if msg[0] == "batch" and msg[1] == self.epoch:
+                self.pending[0][msg[2]] = msg
+
+    def set_state(self, state: Optional[Tensor]) -> None:
+        for inbox in self.inboxes:
+            inbox.put(("set_state", state))
+
+    def close(self) -> None:
+        """Stops the loaders (waits a moment, then kills)."""
+        for inbox in self.inboxes:
+            try:
+                inbox.put(("stop",))
+            except (OSError, ValueError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=2.0)
+        for q in self.inboxes + self.outboxes:
+            q.close()
+            q.cancel_join_thread()
+        self.procs, self.inboxes, self.outboxes, self.slots, self.pending = [], [], [], [], []
+
+
+def pin_shared(tensor: Tensor) -> None:
+    """Page-locks a shared slot for fast, asynchronous copies to a CUDA device (``cudaHostRegister``)."""
+    if torch.cuda.is_available() and tensor.numel():
+        code = torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 0)
+        if int(code) != 0:
+            logger.warning("could not pin a loader slot (cudaHostRegister: %s): its copies to the GPU block", code)
+
+
+def _assemble(x: Optional[Tensor], ids: Tensor, layout: _Layout) -> SampledBatch:
+    """The batch a slot holds, as views (no copy)."""
+    arrays, at = [], 0
+    for n in layout.lengths:
+        arrays.append(ids[at:at + n])
+        at += n
+    blocks = [Block(src=arrays[2 + 3 * i], dst=arrays[3 + 3 * i], indptr=arrays[4 + 3 * i], num_src=s, num_dst=d)
+              for i, (s, d) in enumerate(layout.sizes)]
+    return SampledBatch(blocks=blocks, input_nodes=arrays[0], seed_nodes=arrays[1],
+                        x=x[: layout.rows] if x is not None else None, meta=_from_plain(layout.meta))
