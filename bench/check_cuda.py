@@ -17,13 +17,18 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
   computes), and ``--strategy aggregation`` (the model average crosses devices);
 - ``--precision bf16`` (mixed precision: CUDA autocast on the GPU rank) on ``cuda:0`` alone, and
   on ``cpu,cuda:0`` where the CPU has bfloat16 instructions (elsewhere its rank refuses bf16);
-  ``--precision fp16`` (autocast to float16, the loss scaled) on ``cuda:0``.
+  ``--precision fp16`` (autocast to float16, the loss scaled) on ``cuda:0``;
+- ``loaders`` (``--only loaders``): ``cuda:0`` with ``--loaders 0`` (its prefetch thread; batches copied
+  on a side stream) against ``--loaders 4`` (loader processes, pinned shared slots), and the mixed
+  ``cpu,cuda:0`` job (``--replicate graph``, loaders, rebalancing) against ``cuda:0`` alone at the same
+  global batch; each row has ``vs`` (its seeds/s over its baseline's, the baseline run just before it).
 
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
     python bench/check_cuda.py --nodes 200000  # a bigger graph
     python bench/check_cuda.py --nodes 2000 --epochs 1 --out /tmp/cuda.json  # seconds
     python bench/check_cuda.py --as-cpu --nodes 2000 --epochs 1  # rehearse every case on CPUs
+    python bench/check_cuda.py --only loaders --nodes 1000000 --epochs 3  # issue 50's GPU figures, ~6 min
 Exit code 0 when every case that could run passed; 2 when there is no CUDA device at all (and
 no ``--as-cpu``, which runs the same cases with each ``cuda:N`` replaced by ``cpu``: it checks the
 commands themselves before scarce GPU time is spent on them, not the CUDA paths).
@@ -46,17 +51,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_case(devices: str, workers: int, args: argparse.Namespace, run: Path, extra: tuple = (),
-             env: Optional[dict] = None) -> dict:
+             env: Optional[dict] = None, batch: Optional[int] = None) -> dict:
     # fan-outs only where the strategy samples (full-graph training refuses them)
     fanouts = [] if "fullgraph" in map(str, extra) else ["--fanouts", "15,10,5"]
+    batch = batch if batch is not None else 1024 * workers
     cmd = [sys.executable, "-m", "graphdist.cli.train", *map(str, extra), "--dataset", f"synthetic-{args.nodes}",
            "--num-workers", str(workers), "--devices", devices, "--epochs", str(args.epochs),
-           "--layers", "3", *fanouts, "--hidden", "256", "--batch-size", str(1024 * workers),
+           "--layers", "3", *fanouts, "--hidden", "256", "--batch-size", str(batch),
            "--run-dir", str(run), "--log-interval", "100000", "--timeout", "120"]
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, **(env or {})})
-    row = {"devices": devices, "workers": workers, "extra": list(extra), "ok": done.returncode == 0,
+    row = {"devices": devices, "workers": workers, "extra": list(extra), "batch": batch, "ok": done.returncode == 0,
            "wall_s": round(time.perf_counter() - start, 1)}
     if done.returncode != 0:
         row["error"] = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
@@ -80,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "cuda.json"))
     p.add_argument("--as-cpu", action="store_true", help="rehearse: every cuda:N becomes cpu")
+    p.add_argument("--only", default="layouts,loaders", help="case groups: layouts, loaders (default both)")
     args = p.parse_args(argv)
+    groups = set(args.only.split(","))
+    if not groups <= {"layouts", "loaders"}:
+        p.error(f"--only: expected layouts and/or loaders (got {args.only})")
     import torch
 
     if not torch.cuda.is_available() and not args.as_cpu:
@@ -101,14 +111,24 @@ def main(argv: list[str] | None = None) -> int:
     from graphdist.models.dense import native_bf16
 
     cases += [("cpu,cuda:0", 2, ("--precision", "bf16"), None)] if native_bf16() else []
+    cases = cases if "layouts" in groups else []
+    if "loaders" in groups:  # (devices, workers, extra, env, global batch, index of the baseline case)
+        at = len(cases)
+        cases += [("cuda:0", 1, ("--loaders", "0"), None, 2048, None),
+                  ("cuda:0", 1, ("--loaders", "4"), None, 2048, at),
+                  ("cpu,cuda:0", 2, ("--replicate", "graph", "--loaders", "2", "--rebalance-every", "5"), None, 2048,
+                   at)]
+    cases = [c if len(c) == 6 else (*c, None, None) for c in cases]
     rows: list[dict] = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="graphdist-cuda-") as tmp:
-        for i, (devices, workers, extra, env) in enumerate(cases):
+        for i, (devices, workers, extra, env, batch, baseline) in enumerate(cases):
             if args.as_cpu:
                 devices = ",".join("cpu" if d.startswith("cuda") else d for d in devices.split(","))
-            rows.append(run_case(devices, workers, args, Path(tmp) / f"case{i}", extra, env))
+            rows.append(run_case(devices, workers, args, Path(tmp) / f"case{i}", extra, env, batch))
+            if baseline is not None and rows[-1]["ok"] and rows[baseline]["ok"]:
+                rows[-1]["vs"] = round(rows[-1]["seeds_per_s"] / max(1, rows[baseline]["seeds_per_s"]), 2)
             print(json.dumps(rows[-1]), flush=True)
             # Written after every case: a GPU lease that ends mid-run still leaves what ran.
             out.write_text(json.dumps({"gpus": gpus, "torch": torch.__version__, "as_cpu": args.as_cpu,

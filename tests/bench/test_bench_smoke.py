@@ -26,7 +26,7 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py", "bench_elastic.py",
-          "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_models.py", "bench_partition.py",
+          "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_loaders.py", "bench_models.py", "bench_partition.py",
           "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_plan.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
           "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_sync_cost.py",
           "bench_train.py", "check_cuda.py")
@@ -304,6 +304,17 @@ def test_bench_cluster(tmp_path):
     assert png.stat().st_size > 0
 
 
+def test_bench_loaders(tmp_path):
+    out = tmp_path / "loaders.json"
+    res = _bench("bench_loaders.py", "--nodes", 3000, "--features", 16, "--steps", 4, "--batch-size", 64,
+                 "--rounds", 2, "--out", out)
+    _ok(res)
+    assert "vs thread" in res.stdout and "of the serial step" in res.stdout
+    doc = _read(out, "config", "machine", "sampling_share", "median_epoch_s", "loader_vs_thread")
+    assert set(doc["median_epoch_s"]) == {"serial", "thread", "loader"}
+    assert all(len(v) == 2 for v in doc["epoch_s"].values()) and 0 < doc["sampling_share"] < 1
+
+
 def test_check_cuda(tmp_path):
     import torch
 
@@ -319,8 +330,11 @@ def test_check_cuda(tmp_path):
         doc = _read(out, "gpus", "torch", "cases")
         from graphdist.models.dense import native_bf16
 
-        # 9 device layouts and strategies, bf16 on one GPU, and bf16 mixed where this CPU has bf16.
-        assert doc["as_cpu"] and doc["complete"] and len(doc["cases"]) == 11 + native_bf16(), doc
+        # 9 device layouts and strategies, bf16 on one GPU, bf16 mixed where this CPU has bf16; 3 loader cases.
+        assert doc["as_cpu"] and doc["complete"] and len(doc["cases"]) == 14 + native_bf16(), doc
+        loaders = [c["extra"][c["extra"].index("--loaders") + 1] for c in doc["cases"] if "--loaders" in c["extra"]]
+        assert loaders == ["0", "4", "2"], doc
+        assert all("vs" in c for c in doc["cases"][-2:]), doc["cases"][-2:]
         assert sum(c["extra"] == ["--precision", "bf16"] for c in doc["cases"]) == 1 + native_bf16(), doc
         assert all(c["ok"] for c in doc["cases"]), doc["cases"]
         assert {c["devices"] for c in doc["cases"]} == {"cpu", "cpu,cpu"}
