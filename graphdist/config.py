@@ -111,8 +111,8 @@ class RuntimeSection(Section):
     # threads; a local-only sampler on a single core only steals time from the step it overlaps.
     prefetch: Optional[bool] = None
     # Loader processes per worker that sample and gather its batches into shared memory (sampling/loader_procs.py):
-    # None = auto: a GPU worker's share of the machine's spare cores (at most AUTO_MAX_LOADERS), 0 for a CPU worker
-    # and where batches are sampled across parts (2+ workers without --replicate graph: not built yet).
+    # None = auto: a GPU worker's share of the machine's spare cores (at most AUTO_MAX_LOADERS), 0 for a CPU worker;
+    # where batches are sampled across parts every worker runs the largest count (loader k of each: one group).
     loaders: Optional[int] = None
     # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fill
     # its cores exactly (graphdist.launch.worker_cores); True whenever they fit (an error where
@@ -254,10 +254,6 @@ def check_across(cfg: TrainConfig) -> None:
         raise _fail("compress", f"{cfg.compress} under {{0}} is torch's {compression.ddp_wrapper} hook, which needs "
                     "NCCL: every worker on a GPU", cfg.compress, "on CPUs use {1} (graphdist's own cast) or {2}",
                     ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
-    if cfg.loaders and cfg.strategy == "minibatch" and cfg.num_workers > 1 and cfg.replicate != "graph":
-        raise _fail("loaders", "samples from local sources only so far: with 2+ workers, batches sampled across parts "
-                    "would need a sampling group per loader", cfg.loaders,
-                    "give {0} (every worker holds the graph) or {1}", ("replicate", "graph"), ("loaders", 0))
     if cfg.task == "link":
         check_link(cfg)
     if cfg.sampler == "cluster":

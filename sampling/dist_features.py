@@ -164,6 +164,10 @@ class DistFeatureSource(LocalFeatureSource):
         self.inclusion = inclusion
         self._build_cache(cache_rows, cache_mib)
 
+    def __getstate__(self) -> dict:
+        # A loader process (sampling.loader_procs) gets this source pickled and fetches on its own group.
+        return {**self.__dict__, "group": None}
+
     # ---------------------------------------------------------------- cache
     def _hot_halo_nodes(self, limit: int) -> Tensor:
         """The remote nodes to cache, most valuable first (global ids): by inclusion probability when

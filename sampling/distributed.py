@@ -110,6 +110,10 @@ class DistNeighborSource(NeighborSource):
     def num_nodes(self) -> int:
         return self.owners.num_nodes
 
+    def __getstate__(self) -> dict:
+        # A loader process (sampling.loader_procs) gets this source pickled and samples on its own group.
+        return {**self.__dict__, "group": None}
+
     def get_state(self) -> Tensor:
         return self.serve_generator.get_state()
 

@@ -119,6 +119,9 @@ class NodeLoader:
             prefetch thread; 0 (default) none. 1 gives the batches 0 gives; 2+ are deterministic per count.
         name: who the loader works for, in its loader processes' errors (``worker 0``).
         timeout_s: seconds a loader process may take for a batch before it is declared stuck.
+        loader_join: what each loader process calls first with its index: its sampling group
+            (``graphdist.comm.join_loader_group``), for a sampler or feature source that communicates.
+            Given, the loaders are spawned and get the sampler and features pickled (``loader_procs``).
 
     Raises:
         ValueError: on bad arguments, naming the argument and what was received.
@@ -151,6 +154,7 @@ class NodeLoader:
         loaders: int = 0,
         name: str = "",
         timeout_s: float = 180.0,
+        loader_join: Optional[Callable[[int], None]] = None,
     ) -> None:
         self.features, default_labels = _resolve_data(data)
         self.labels: Optional[LabelSource] = labels if labels is not None else default_labels
@@ -175,7 +179,7 @@ class NodeLoader:
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator().manual_seed(seed)
-        self.loaders, self.name, self.timeout_s = int(loaders), name, float(timeout_s)
+        self.loaders, self.name, self.timeout_s, self.loader_join = int(loaders), name, float(timeout_s), loader_join
         self._procs: Optional[LoaderProcesses] = None
         self.epoch = 0
         self.stats = LoaderStats()
@@ -415,6 +419,9 @@ class NodeLoader:
                 self.stats.wait_s += time.perf_counter() - t0
                 self.stats.sample_s += layout.sample_s
                 self.stats.gather_s += layout.gather_s
+                if layout.counters and getattr(self.features, "stats", None) is not None:
+                    for key, value in layout.counters.items():  # the loader's cache traffic, on this source
+                        setattr(self.features.stats, key, getattr(self.features.stats, key) + value)
                 self.stats.batches += 1
                 self._yielded += 1
                 yield batch
@@ -426,7 +433,7 @@ class NodeLoader:
         """The loader processes, forked at the first epoch (each takes the sampler as it is then)."""
         if self._procs is None:
             procs = LoaderProcesses(self.loaders, self.sampler, self.features, slots=self.prefetch_depth + 3,
-                                    name=self.name, timeout_s=self.timeout_s)
+                                    name=self.name, timeout_s=self.timeout_s, join=self.loader_join)
             if self.device is not None and self.device.type == "cuda":
                 procs.on_new_slot = pin_shared
             procs.start()
@@ -530,15 +537,17 @@ class NodeLoader:
         With one loader process its sampler is the stream (asked for); with more, each loader's stream
         derives from this process's sampler state, which does not advance, and the epoch.
         """
-        sampler = self._procs.get_state() if self._procs is not None and self.loaders == 1 else self.sampler.get_state()
-        return {"epoch": self.epoch, "generator": self.generator.get_state(), "sampler": sampler}
+        state = {"epoch": self.epoch, "generator": self.generator.get_state(), "sampler": self.sampler.get_state()}
+        if self._procs is not None and self.loaders == 1:  # the loader's streams: the sampler's, its source's
+            state["sampler"], state["source"] = self._procs.get_state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = int(state["epoch"])
         self.generator.set_state(state["generator"])
         self.sampler.set_state(state.get("sampler"))
         if self._procs is not None:
-            self._procs.set_state(state.get("sampler"))
+            self._procs.set_state(state.get("sampler"), state.get("source"))
 
 
 def _resolve_data(data: Union[Graph, FeatureSource, None]) -> tuple[Optional[FeatureSource], Optional[LabelSource]]:

@@ -56,7 +56,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.multiprocessing  # noqa: F401 - registers the tensor reductions the slots travel by
@@ -74,9 +74,10 @@ class LoaderDied(RuntimeError):
     """A loader process exited, failed or stayed silent past the timeout."""
 
 
-def derived_state(base: Optional[Tensor], epoch: int, loader: int) -> Optional[Tensor]:
+def derived_state(base: Optional[Tensor], epoch: int, loader: int, stream: int = 0) -> Optional[Tensor]:
     """The generator state loader ``loader`` samples ``epoch`` with (K >= 2), from the worker's sampler state ``base``
     (which the worker never advances while loaders sample, and which its checkpoint holds); None: an unseeded sampler.
+    ``stream`` tells apart the generators of one loader (1: its neighbour source's, which answers other workers).
 
     Example:
         >>> s = torch.Generator().manual_seed(0).get_state()
@@ -86,7 +87,7 @@ def derived_state(base: Optional[Tensor], epoch: int, loader: int) -> Optional[T
     """
     if base is None:
         return None
-    digest = hashlib.blake2b(base.numpy().tobytes() + struct.pack("<qq", epoch, loader), digest_size=8).digest()
+    digest = hashlib.blake2b(base.numpy().tobytes() + struct.pack("<qqq", epoch, loader, stream), digest_size=8).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1).get_state()
 
 
@@ -100,6 +101,7 @@ class _Layout:
     meta: dict[str, Any]
     sample_s: float
     gather_s: float
+    counters: Optional[dict[str, int]] = None  # the feature source's traffic counters for this batch
 
 
 class _Slot:
@@ -139,7 +141,7 @@ class _Abort(Exception):
 class _Child:
     """What runs in loader process ``k``: waits for commands, samples and gathers its batches."""
 
-    def __init__(self, k: int, count: int, sampler: Sampler, features: Optional[FeatureSource], slots: int,
+    def __init__(self, k: int, count: int, sampler: Optional[Sampler], features: Optional[FeatureSource], slots: int,
                  inbox: Any, outbox: Any, parent: int) -> None:
         self.k, self.count, self.sampler, self.features = k, count, sampler, features
         self.slots = [_Slot() for _ in range(slots)]
@@ -170,10 +172,14 @@ class _Child:
                 if os.getppid() != self.parent:  # the worker is gone (and PR_SET_PDEATHSIG did not reach us)
                     os._exit(1)
         kind, current = msg[0], len(msg) > 1 and msg[1] == self.epoch
-        if kind == "state":
-            self.outbox.put(("state", self.sampler.get_state()))
+        if kind == "setup":  # a spawned loader's sampler and features (a queue passes shared storages once each)
+            self.sampler, self.features = msg[1], msg[2]
+        elif kind == "state":
+            self.outbox.put(("state", self.sampler.get_state(), _source_state(self.sampler)))
         elif kind == "set_state":
             self.sampler.set_state(msg[1])
+            if msg[2] is not None:
+                self.sampler.source.set_state(msg[2])
         elif kind == "free" and current:
             self.free.append(msg[2])
         elif kind == "seeds" and current:
@@ -197,6 +203,8 @@ class _Child:
         self.free = deque(range(len(self.slots)))  # the worker holds none of this loader's batches now
         if self.count > 1:
             self.sampler.set_state(derived_state(base, epoch, self.k))
+            if _source_state(self.sampler) is not None:
+                self.sampler.source.set_state(derived_state(base, epoch, self.k, stream=1))
         mine = list(range(self.k, num_batches, self.count))
         stream = self.sampler.sample_stream(self._feed(mine))
         try:
@@ -234,8 +242,13 @@ class _Child:
         if self.features is not None:
             self.features.gather(batch.input_nodes, out=buf.x[:rows])
         torch.cat([a.view(-1).to(torch.int64) for a in arrays], out=buf.ids[: sum(lengths)])
+        counters = None
+        stats = getattr(self.features, "stats", None)
+        if stats is not None:  # a distributed source's cache counters, handed to the worker's copy batch by batch
+            counters = dict(vars(stats))
+            self.features.stats = type(stats)()
         return _Layout(rows, lengths, [(b.num_src, b.num_dst) for b in batch.blocks], _to_plain(batch.meta),
-                       0.0, time.perf_counter() - t0)
+                       0.0, time.perf_counter() - t0, counters)
 
 
 def _die_with_parent(k: int) -> None:
@@ -249,11 +262,19 @@ def _die_with_parent(k: int) -> None:
         pass
 
 
-def _run_child(child: _Child, threads: int) -> None:
+def _source_state(sampler: Sampler) -> Optional[Tensor]:
+    """The state of the sampler's neighbour source, where it draws on its own (serving other workers)."""
+    source = getattr(sampler, "source", None)
+    return source.get_state() if source is not None else None
+
+
+def _run_child(child: _Child, threads: int, join: Optional[Callable[[int], None]]) -> None:
     _die_with_parent(child.k)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the worker, which stops its loaders
     torch.set_num_threads(threads)
     try:
+        if join is not None:
+            join(child.k)
         child.main()
     except BaseException:  # noqa: BLE001 - reported to the worker, which names this loader
         child.outbox.put(("error", traceback.format_exc()))
@@ -271,14 +292,19 @@ class LoaderProcesses:
         name: who the loaders work for, in error messages (``worker 0``).
         timeout_s: seconds a batch may take before the loader is declared stuck.
         threads: torch threads in each loader.
+        join: what each loader calls first with its index (its sampling group, ``graphdist.comm.join_loader_group``).
+            Given: the loaders are spawned, and the sampler and features reach them pickled (their tensors moved
+            to shared memory once, for all loaders; a source drops its process group when pickled and uses the
+            loader's). None: forked (the worker's pages shared as they are).
     """
 
     def __init__(self, count: int, sampler: Sampler, features: Optional[FeatureSource], slots: int,
-                 name: str = "", timeout_s: float = 180.0, threads: int = 1) -> None:
+                 name: str = "", timeout_s: float = 180.0, threads: int = 1,
+                 join: Optional[Callable[[int], None]] = None) -> None:
         if count < 1:
             raise ValueError(f"loaders: expected >= 1 (got {count})")
         self.count, self.sampler, self.features, self.num_slots = count, sampler, features, slots
-        self.name, self.timeout_s, self.threads = name, timeout_s, threads
+        self.name, self.timeout_s, self.threads, self.join = name, timeout_s, threads, join
         self.procs: list[Any] = []
         self.inboxes: list[Any] = []
         self.outboxes: list[Any] = []
@@ -293,13 +319,19 @@ class LoaderProcesses:
 
     def start(self) -> None:
         """Forks the loaders (each takes a copy of the sampler as it is now)."""
-        ctx = multiprocessing.get_context("fork")
+        ctx = multiprocessing.get_context("spawn" if self.join is not None else "fork")
         for k in range(self.count):
             inbox, outbox = ctx.Queue(), ctx.Queue()
-            child = _Child(k, self.count, self.sampler, self.features, self.num_slots, inbox, outbox, os.getpid())
-            proc = ctx.Process(target=_run_child, args=(child, self.threads), name=f"graphdist-loader-{k}",
+            spawned = self.join is not None
+            child = _Child(k, self.count, None if spawned else self.sampler, None if spawned else self.features,
+                           self.num_slots, inbox, outbox, os.getpid())
+            proc = ctx.Process(target=_run_child, args=(child, self.threads, self.join), name=f"graphdist-loader-{k}",
                                daemon=True)
             proc.start()
+            if spawned:
+                # Through the queue, not the process's arguments: a spawn passes each shared storage's descriptor
+                # as often as a tensor views it, which the exec refuses; the queue's sharer hands out copies.
+                inbox.put(("setup", self.sampler, self.features))
             self.procs.append(proc)
             self.inboxes.append(inbox)
             self.outboxes.append(outbox)
@@ -352,14 +384,15 @@ class LoaderProcesses:
             try:
                 msg = self.outboxes[k].get(timeout=POLL_S)
             except queue.Empty:
-                code = self.procs[k].exitcode
-                if code is not None:
-                    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-                    raise LoaderDied(f"{self.who(k)} {how} (pid {self.procs[k].pid})") from None
+                self._check_alive(k)
                 if time.monotonic() - start > self.timeout_s:
                     raise LoaderDied(f"{self.who(k)} sent nothing for {self.timeout_s:g} s (--timeout); "
                                      f"it is stuck or far too slow (pid {self.procs[k].pid})") from None
                 continue
+            except (OSError, EOFError) as exc:  # died mid-message (a shared slot's descriptor half sent)
+                self.procs[k].join(timeout=1.0)
+                self._check_alive(k)
+                raise LoaderDied(f"{self.who(k)}: its queue broke ({exc}) (pid {self.procs[k].pid})") from exc
             if msg[0] == "slot":
                 for t in msg[2:]:
                     if t is not None and self.on_new_slot is not None:
@@ -408,20 +441,26 @@ class LoaderProcesses:
         """The batch :meth:`iterate` yielded last is copied out of its slot by a copy that ends with ``event``."""
         self._held[-1][2] = event
 
+    def _check_alive(self, k: int) -> None:
+        code = self.procs[k].exitcode
+        if code is not None:
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            raise LoaderDied(f"{self.who(k)} {how} (pid {self.procs[k].pid})") from None
+
     # ------------------------------------------------------------- state
-    def get_state(self) -> Optional[Tensor]:
-        """Loader 0's sampler state (K = 1: the worker's stream, continued)."""
+    def get_state(self) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        """Loader 0's sampler state and its neighbour source's (K = 1: the worker's streams, continued)."""
         self.inboxes[0].put(("state",))
         while True:
             msg = self._get(0)
             if msg[0] == "state":
-                return msg[1]
+                return msg[1], msg[2]
             if msg[0] == "batch" and msg[1] == self.epoch:
                 self.pending[0][msg[2]] = msg
 
-    def set_state(self, state: Optional[Tensor]) -> None:
+    def set_state(self, state: Optional[Tensor], source: Optional[Tensor] = None) -> None:
         for inbox in self.inboxes:
-            inbox.put(("set_state", state))
+            inbox.put(("set_state", state, source))
 
     def close(self) -> None:
         """Stops the loaders (waits a moment, then kills)."""

@@ -135,7 +135,8 @@ class NeighborSampler(Sampler):
         if relabel not in ("auto", "dense", "sort"):
             raise ValueError(f"relabel: expected 'auto', 'dense' or 'sort' (got {relabel!r})")
         dense = relabel == "dense" or (relabel == "auto" and self.source.num_nodes <= DENSE_MAX_NODES)
-        self._relabeler = (_DenseRelabeler if dense else _SortRelabeler)(self.source.num_nodes)
+        self._relabel_kind = _DenseRelabeler if dense else _SortRelabeler
+        self._relabeler = self._relabel_kind(self.source.num_nodes)
         self._relabelers = [self._relabeler]  # one per batch in flight (sample_stream)
         if pipeline < 1:
             raise ValueError(f"pipeline: expected >= 1 batches in flight (got {pipeline})")
@@ -147,6 +148,16 @@ class NeighborSampler(Sampler):
     @property
     def num_layers(self) -> int:
         return len(self.fanouts)
+
+    def __getstate__(self) -> dict:
+        # Pickled for a loader process (sampling.loader_procs): tensors travel as shared memory, and the
+        # relabellers' mark arrays are scratch every sampling process writes; each copy makes its own.
+        return {**self.__dict__, "_relabeler": None, "_relabelers": []}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._relabeler = self._relabel_kind(self.source.num_nodes)
+        self._relabelers = [self._relabeler]
 
     def get_state(self) -> Tensor:
         return self.generator.get_state()

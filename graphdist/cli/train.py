@@ -213,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(system, "--loaders", type=int, metavar="K",
          help="processes per worker that sample and gather its batches into shared memory while it trains "
               "(default: a GPU worker's share of the machine's spare cores, at most 4; 0 for a CPU worker: its "
-              "prefetch thread). 1 gives the batches 0 gives; 2+ are deterministic for a given K. Local sampling "
-              "only: one worker, or --replicate graph")
+              "prefetch thread). 1 gives the batches 0 gives; 2+ are deterministic for a given K. Where batches are "
+              "sampled across parts every worker runs the largest K asked, loader k of each in a sampling group of "
+              "its own")
     _switch(system, "--bind-cores", on="bind each worker on this machine to its own --threads cores (default: "
             "when 2+ workers' threads fill the machine's cores exactly)",
             off="let the scheduler move workers between cores")

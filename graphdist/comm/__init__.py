@@ -10,6 +10,7 @@
 - ``counters``: bytes sent per purpose tag, and the part that crosses hosts.
 - ``ddp``: torch DDP over a graphdist group, with a communication hook.
 - ``hostcopy``: a CUDA tensor's copy to host memory that the calling thread does not wait for.
+- ``loader_groups``: the sampling groups of loader processes (loader k of every worker in one).
 
 Example:
     >>> from graphdist import comm
@@ -51,6 +52,7 @@ from graphdist.comm.counters import (
 )
 from graphdist.comm.ddp import ddp_wrap, torch_compress_wrapper
 from graphdist.comm.hostcopy import HostCopy
+from graphdist.comm.loader_groups import LoaderGroups, join_loader_group, loader_rendezvous
 from graphdist.comm.p2p import AlgorithmThread, channel
 from graphdist.comm.group import (
     CommError,
@@ -73,6 +75,7 @@ __all__ = [
     "CommError",
     "HalvingDoubling",
     "HostCopy",
+    "LoaderGroups",
     "Handle",
     "Hierarchical",
     "Ring",
@@ -101,7 +104,9 @@ __all__ = [
     "inter_host_byte_counts",
     "is_initialized",
     "is_main_process",
+    "join_loader_group",
     "joined_rows",
+    "loader_rendezvous",
     "new_group",
     "reset_byte_counts",
     "shutdown",

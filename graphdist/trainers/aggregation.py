@@ -83,7 +83,7 @@ class AggregationStrategy(Strategy):
                                       cfg, seed=loader_seed(cfg.seed, rank),
                                       prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads()),
                                       sampler_seed=sampler_seed(cfg.seed, rank), device=self.device,
-                                      loaders=loader_count(cfg.loaders, self.device, True, torch.get_num_threads(),
+                                      loaders=loader_count(cfg.loaders, self.device, torch.get_num_threads(),
                                                            ctx.world_size))
         # Evaluation (and correction steps) read the whole graph: the distributed sources, global degrees.
         self.batches = DistributedBatches(ctx, part, self.with_degrees, num_batches=max(1, cfg.correction_steps),

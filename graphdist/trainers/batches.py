@@ -90,7 +90,7 @@ class DistributedBatches:
                                          seed=loader_seed(cfg.seed, ctx.rank),
                                          prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=False),
                                          device=device, loaders=self._loaders(cfg.loaders if num_batches is None else 0,
-                                                                              device, local=True))
+                                                                              device, local=True)["loaders"])
             return
         local = ctx.world_size == 1 or replicate == "graph"  # nothing to exchange: loader processes can sample
         self.loader = NodeLoader(
@@ -100,23 +100,30 @@ class DistributedBatches:
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=not local),
             seed=loader_seed(cfg.seed, ctx.rank), device=device,
-            loaders=self._loaders(cfg.loaders if num_batches is None else 0, device, local),
             name=f"worker {ctx.rank}", timeout_s=cfg.timeout,
+            **self._loaders(cfg.loaders if num_batches is None else 0, device, local),
         )
 
-    def _loaders(self, setting: Optional[int], device: Optional[torch.device], local: bool) -> int:
-        """``--loaders`` for this worker's training batches (``kit.loader_count``); refused where they would sample
-        across parts (a stretched sampler, the slowdown test's, stays in this process)."""
-        from graphdist.section import fail
+    def _loaders(self, setting: Optional[int], device: Optional[torch.device], local: bool) -> dict[str, Any]:
+        """The loader's ``loaders`` (``--loaders``, ``kit.loader_count``) and ``loader_join`` keywords.
+
+        Local sources: this worker's own count, loaders forked. Sampled across parts (collective): loader k of
+        every worker forms one sampling group (``comm.loader_groups``), so every worker runs the largest count any
+        asked for, and the loaders are spawned into their groups. A stretched sampler (the slowdown test's) stays
+        in this process.
+        """
+        import functools
 
         if self._stretched:
-            return 0
-        count = loader_count(setting, device or torch.device("cpu"), local, torch.get_num_threads(), self.ctx.world_size)
-        if count and not local:
-            raise fail("loaders", "samples from local sources only so far: with 2+ workers, batches sampled across "
-                       "parts would need a sampling group per loader", count, "give {0} or {1}",
-                       ("replicate", "graph"), ("loaders", 0))
-        return count
+            return {"loaders": 0}
+        count = loader_count(setting, device or torch.device("cpu"), torch.get_num_threads(), self.ctx.world_size)
+        if local:
+            return {"loaders": count}
+        count = int(comm.all_reduce(torch.tensor([float(count)]), op="max").item())
+        if count == 0:
+            return {"loaders": 0}
+        groups = comm.loader_rendezvous(self.ctx.cfg.timeout)
+        return {"loaders": count, "loader_join": functools.partial(comm.join_loader_group, groups, rank=self.ctx.rank)}
 
     def _inclusion(self, ctx: WorkerContext, part: Any, task: Any) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """How likely one of this rank's batches reads each node (``sampling.inclusion``, collective), which
@@ -132,10 +139,13 @@ class DistributedBatches:
     def state_dict(self) -> dict[str, Any]:
         # The loader's state holds its shuffle generator and its sampler's; the neighbour
         # source's serving generator answers other ranks' requests.
-        return {"loader": self.loader.state_dict(), "serve": self.neighbor_source.get_state()}
+        # With one loader process both streams are the loader's.
+        loader = self.loader.state_dict()
+        serve = loader.pop("source", None)
+        return {"loader": loader, "serve": serve if serve is not None else self.neighbor_source.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state["loader"])
+        self.loader.load_state_dict({**state["loader"], "source": state["serve"]})
         self.neighbor_source.set_state(state["serve"])
 
 

@@ -113,20 +113,18 @@ def use_prefetch(setting: Optional[bool], threads: int, remote: bool = False) ->
 AUTO_MAX_LOADERS = 4
 
 
-def loader_count(setting: Optional[int], device: torch.device, local_sources: bool, threads: int,
-                 world_size: int = 1) -> int:
+def loader_count(setting: Optional[int], device: torch.device, threads: int, world_size: int = 1) -> int:
     """``--loaders`` as given, or (None) this worker's loader processes: on an accelerator, its share of the
     machine's cores beyond every local worker's ``threads`` (at most ``AUTO_MAX_LOADERS``; ``world_size``: the
-    job's workers, all on this machine under the local launcher); 0 on a CPU worker,
-    whose cores the step uses, and where batches are sampled across parts (``local_sources`` False).
+    job's workers, all on this machine under the local launcher); 0 on a CPU worker, whose cores the step uses.
 
     Example:
-        >>> loader_count(2, torch.device("cpu"), True, 1), loader_count(None, torch.device("cpu"), True, 1)
+        >>> loader_count(2, torch.device("cpu"), 1), loader_count(None, torch.device("cpu"), 1)
         (2, 0)
     """
     if setting is not None:
         return setting
-    if device.type == "cpu" or not local_sources:
+    if device.type == "cpu":
         return 0
     from graphdist.launch import detect_environment, usable_cores
 

@@ -156,3 +156,66 @@ def test_cluster_batches_through_a_loader(graph: Any) -> None:
         assert _same(_epoch(a), _epoch(b))
     finally:
         b.close()
+
+
+def _dist_body(rank: int, world_size: int, part_dir: str, loaders: int, out: str) -> None:
+    """Two epochs of this rank's batches from the distributed sampler, with ``loaders`` loader processes."""
+    import functools
+
+    from graphdist import comm
+    from partition.api import load_partition
+    from sampling.dist_features import DistFeatureSource
+    from sampling.distributed import DistNeighborSource
+
+    part = load_partition(part_dir, rank)
+    group = comm.new_group()
+    source = DistNeighborSource(part, group=group, seed=3)
+    features = DistFeatureSource(part, group=group, cache_rows=20)
+    join = None
+    if loaders:
+        join = functools.partial(comm.join_loader_group, comm.loader_rendezvous(60), rank=rank)
+    seeds = torch.arange(*part.inner_ranges[0])
+    loader = NodeLoader(features, seeds, NeighborSampler(source, [4, 3], seed=7 + rank), batch_size=16, seed=rank,
+                        num_batches=6, loaders=loaders, loader_join=join, timeout_s=60)
+    try:
+        epochs = [_epoch_ids(loader) for _ in range(2)]
+    finally:
+        loader.close()
+    torch.save(epochs, f"{out}/rank{rank}.pt")
+
+
+def _epoch_ids(loader: NodeLoader) -> list[tuple]:
+    return [(b.input_nodes.clone(), b.seed_nodes.clone(), b.x.clone(), [blk.src.clone() for blk in b.blocks])
+            for b in loader]
+
+
+def _dist_run(tmp_path: Any, graph: Any, world_size: int, loaders: int, name: str) -> list:
+    from graphdist.testing import launch
+    from partition.api import partition
+
+    parts = tmp_path / f"p{world_size}"
+    if not parts.exists():
+        partition(graph, world_size, method="random", out=parts, seed=0)
+    out = tmp_path / name
+    out.mkdir()
+    launch(_dist_body, world_size, str(parts), loaders, str(out), timeout=120)
+    return [torch.load(out / f"rank{r}.pt") for r in range(world_size)]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_across_parts_one_loader_gives_the_threads_batches(tmp_path: Any, graph: Any, world_size: int) -> None:
+    """Loader k of every worker samples in a group of its own (spawned, its sources pickled)."""
+    plain = _dist_run(tmp_path, graph, world_size, 0, "k0")
+    one = _dist_run(tmp_path, graph, world_size, 1, "k1")
+    assert _same(plain, one)
+
+
+def test_across_parts_two_loaders_are_deterministic(tmp_path: Any, graph: Any) -> None:
+    a = _dist_run(tmp_path, graph, 3, 2, "a")
+    b = _dist_run(tmp_path, graph, 3, 2, "b")
+    assert _same(a, b)
+    for rank_epochs in a:
+        for epoch in rank_epochs:
+            # every seed of the rank's part once (6 batches of 16 cover its 500 inner nodes' first 96)
+            seeds = torch.cat([batch[1] for batch in epoch])
+            assert seeds.unique().numel() == seeds.numel() == 96

@@ -1,12 +1,15 @@
 """graphdist-train --loaders (issue 50): one loader process trains as the prefetch thread does, a resumed run with loaders
-continues its streams, and where loaders cannot sample (across parts) the flag is refused in one line."""
+continues its streams, and across parts loader k of every worker samples in a group of its own."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,8 +59,78 @@ def test_a_resumed_run_with_two_loaders_equals_the_whole_run(tmp_path: Path) -> 
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
-@pytest.mark.parametrize("flags", [("--num-workers", "2", "--loaders", "1")])
-def test_loaders_that_would_sample_across_parts_are_refused(flags: tuple[str, ...], tmp_path: Path) -> None:
-    out = _train(*flags, "--epochs", "1", "--run-dir", str(tmp_path / "r"), ok=False)
-    assert "--loaders samples from local sources only so far" in out and "--replicate graph" in out
-    assert "Traceback" not in out
+def _seeds(run: Path) -> list[int]:
+    return [json.loads(line)["seeds"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_across_parts_one_loader_trains_as_the_prefetch_thread(workers: int, tmp_path: Path) -> None:
+    """Loader k of every worker forms its own sampling group (spawned): with one, the batches of the thread."""
+    runs = {k: tmp_path / f"k{k}" for k in (0, 1)}
+    for k, run in runs.items():
+        _train("--num-workers", str(workers), "--epochs", "2", "--loaders", str(k), "--prefetch", "--run-dir", str(run))
+    assert _losses(runs[0]) == _losses(runs[1])
+    a, b = _model(runs[0]), _model(runs[1])
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    rates = [json.loads(line)["cache_hit_rate"] for line in (runs[1] / "metrics.jsonl").read_text().splitlines()]
+    assert all(rate > 0 for rate in rates)  # the loaders' cache traffic reaches the worker's counters
+
+
+def test_across_parts_two_loaders_are_deterministic_and_train_every_seed(tmp_path: Path) -> None:
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        _train("--num-workers", "3", "--epochs", "2", "--loaders", "2", "--run-dir", str(run))
+    assert _losses(runs[0]) == _losses(runs[1])
+    a, b = _model(runs[0]), _model(runs[1])
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    plain = tmp_path / "plain"
+    _train("--num-workers", "3", "--epochs", "2", "--loaders", "0", "--run-dir", str(plain))
+    assert _seeds(runs[0]) == _seeds(plain)  # every train seed once an epoch, as without loaders
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _loader_pids(root: int) -> list[int]:
+    """Processes named gd-loader-<k> (what ps shows) that descend from process ``root``."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if not Path(f"/proc/{entry}/comm").read_text().startswith("gd-loader-"):
+                continue
+        except OSError:
+            continue
+        pid = int(entry)
+        while pid > 1 and pid != root:
+            pid = _parent(pid)
+        if pid == root:
+            found.append(int(entry))
+    return found
+
+
+def test_a_killed_loader_ends_the_run_naming_it(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "graphdist.cli.train", *COMMON, "--num-workers", "1", "--epochs",
+                             "500", "--loaders", "1", "--timeout", "5", "--run-dir", str(tmp_path / "r")],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        pids: list[int] = []
+        while not pids and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            pids = _loader_pids(proc.pid)
+        assert pids, "no loader process appeared"
+        time.sleep(1.0)  # into training
+        os.kill(pids[0], signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - killed < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "worker 0: loader 0 of 1 was killed by signal 9" in err, err[-2000:]
+    assert "Traceback" not in err
