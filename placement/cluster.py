@@ -1,4 +1,4 @@
-"""The cluster spec: hosts, their workers (device, threads, memory, relative speed) and link rates.
+"""The cluster spec: hosts, their workers (device, threads, memory, relative speed, loaders) and link rates.
 
 Written as YAML (``--cluster cluster.yaml``)::
 
@@ -10,7 +10,7 @@ Written as YAML (``--cluster cluster.yaml``)::
       - name: gpu-box
         link: 25gbit
         workers:
-          - {device: "cuda:0", memory: 80GiB, speed: 6.0}
+          - {device: "cuda:0", memory: 80GiB, speed: 6.0, loaders: 8}   # 8 loader processes feed it
     local_link: 100gbit         # between workers of one host (default 100gbit)
     duplex: 0.5                 # optional, measured: each direction's share of a link carrying both
     duplex_stream: 0.97         #   (one exchange at a time / back to back; default 1: full duplex)
@@ -54,13 +54,15 @@ class ClusterSpecError(ValueError):
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One worker: its host, device, torch threads, memory (bytes) and relative speed."""
+    """One worker: its host, device, torch threads, memory (bytes), relative speed, and loader processes
+    (``--loaders``: processes that sample and gather its batches; 0: its prefetch thread)."""
 
     host: str
     device: str
     threads: int
     memory_bytes: float
     speed: float = 1.0
+    loaders: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class ClusterSpec:
         for h in self.hosts:
             lines.append(f"host {h.name} (link {h.link_bps / 1e9:g} Gbit/s): " + ", ".join(
                 f"{w.device} x{w.threads} threads, {w.memory_bytes / 2**30:.1f} GiB, speed {w.speed:g}"
-                for w in h.workers))
+                + (f", {w.loaders} loader{'s' if w.loaders > 1 else ''}" if w.loaders else "") for w in h.workers))
         return "\n".join(lines)
 
 
@@ -205,14 +207,17 @@ def _worker(errors: list[str], where: str, host: str, w: Any) -> Optional[Worker
     if not isinstance(w, dict):
         errors.append(f"{where}: expected a mapping like {{device: cpu, threads: 4, memory: 16GiB}}")
         return None
-    errors += [f"{where}: unknown key {k!r} (expected device, threads, memory, speed)"
-               for k in sorted(set(w) - {"device", "threads", "memory", "speed"})]
+    errors += [f"{where}: unknown key {k!r} (expected device, threads, memory, speed, loaders)"
+               for k in sorted(set(w) - {"device", "threads", "memory", "speed", "loaders"})]
     device = str(w.get("device", "cpu"))
     if not _DEVICE.match(device):
         errors.append(f"{where}.device: expected cpu, cuda or cuda:<i> (got {device!r})")
     threads = w.get("threads", 1)
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         errors.append(f"{where}.threads: expected an integer >= 1 (got {threads!r})")
+    loaders = w.get("loaders", 0)
+    if not isinstance(loaders, int) or isinstance(loaders, bool) or loaders < 0:
+        errors.append(f"{where}.loaders: expected an integer >= 0 (got {loaders!r})")
     memory = _field(errors, f"{where}.memory", w.get("memory", "8GiB"), parse_memory)
     speed = w.get("speed", 1.0)
     if not isinstance(speed, (int, float)) or isinstance(speed, bool) or speed <= 0:
@@ -220,7 +225,8 @@ def _worker(errors: list[str], where: str, host: str, w: Any) -> Optional[Worker
     if memory is not None and memory <= 0:
         errors.append(f"{where}.memory: expected > 0 (got {w.get('memory')!r})")
     return WorkerSpec(host=host, device=device, threads=threads if isinstance(threads, int) else 1,
-                      memory_bytes=memory or 0.0, speed=float(speed) if isinstance(speed, (int, float)) else 1.0)
+                      memory_bytes=memory or 0.0, speed=float(speed) if isinstance(speed, (int, float)) else 1.0,
+                      loaders=loaders if isinstance(loaders, int) and loaders > 0 else 0)
 
 
 def _field(errors: list[str], where: str, value: Any, parse: Any) -> Optional[float]:

@@ -174,7 +174,7 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
              model: ModelShape = ModelShape(), overlap: bool = True, sacp: bool = True, prefetch: bool = True,
              slowdown: Optional[Sequence[float]] = None, profiled_layout: Optional[Layout] = None,
              strategy: str = "minibatch", avg_every: int = 10, avg_overlap: bool = False,
-             wire: Wire = Wire()) -> EpochPrediction:
+             wire: Wire = Wire(), loaders: Optional[Sequence[int]] = None) -> EpochPrediction:
     """The predicted minibatch epoch of ``workers`` with ``shares`` on ``layout`` (see the module doc).
 
     Args:
@@ -200,6 +200,9 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         avg_overlap: aggregation's ``--avg-overlap``: each average travels during the next step,
             and only what outlasts that step is exposed.
         wire: bytes a gradient value and a factor value cost (``--compress``); float32 by default.
+        loaders: per worker its loader processes (``--loaders``; default none): K >= 1 spread the worker's
+            sampling and gathering over K processes that overlap its step (the loading path is K times the
+            measured one; their CPU still counts against the machine's cores).
     """
     if strategy == "fullgraph":
         raise ValueError("simulate: fullgraph's costs are per full-graph step: use simulate_fullgraph with "
@@ -226,6 +229,13 @@ def simulate(workers: Sequence[WorkerCosts], shares: Sequence[int], layout: Layo
         net = _network_s(workers, shares, layout)
     own, cpu_of = [], []
     for i, (w, b) in enumerate(zip(workers, shares)):
+        k = loaders[i] if loaders is not None else 0
+        if k >= 1:  # K loader processes: the measured loading path K times over, beside the step
+            load = (w.sample.time(b) + w.gather.time(b)) * stretch[i] / k + w.wait.time(b) + net[i]
+            compute = w.compute.time(b) * stretch[i]
+            cpu_of.append(w.sample.time(b) + w.gather.time(b) + w.compute.time(b))
+            own.append(max(load, compute + exposed))
+            continue
         p = w.pipelined if prefetch and _same_sharing(layout, base, i) else None
         if p is not None:  # measured on cores shared as here: contention is in the measures
             load = p.load_cpu.time(b) * stretch[i] + w.wait.time(b) + net[i]

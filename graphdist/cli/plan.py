@@ -350,9 +350,12 @@ def _simulated(profile: dict[str, Any], spec: Any, plan: Any, workers: Optional[
     if workers is not None:
         _, shape = costs_from_profile(profile)
 
+        # --loaders: the spec's per worker, else the recipe's for every worker (auto: as a run decides, on its device)
+        loaders = [w.loaders or (cfg.loaders or 0) for w in spec.workers]
+
         def run(cost_model: str, **settings: Any) -> Any:
             return simulate(workers, shares, layout, plan.steps_per_epoch, model=shape, strategy=cost_model,
-                            wire=wire, **settings)
+                            wire=wire, loaders=loaders if any(loaders) else None, **settings)
 
         able = able_modes(cfg.sync, cfg.compress, cfg.sacp, cfg.sacp_override, cfg.allreduce, cfg.devices)
         by_mode = {m: run("minibatch", overlap=m == "dwbp", sacp=SYNC_MODES[m].layerwise and cfg.sacp != "off")

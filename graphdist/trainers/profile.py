@@ -94,7 +94,7 @@ class Profile:
 
 # Key fields added after profiles were first written, with the value those profiles were measured
 # under when the field was at its default: an older profile.json still matches a run at the defaults.
-KEY_DEFAULTS = {"sync": "dwbp", "compress": "none", "sacp": "auto", "precision": "fp32"}
+KEY_DEFAULTS = {"sync": "dwbp", "compress": "none", "sacp": "auto", "precision": "fp32", "loaders": None}
 
 
 def profile_key(cfg: Any, world_size: int, plan_shares: list[int]) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def profile_key(cfg: Any, world_size: int, plan_shares: list[int]) -> dict[str, 
             "heads": cfg.heads, "batch_size": cfg.batch_size, "workers": world_size, "devices": list(cfg.devices),
             "threads": cfg.threads, "replicate": cfg.replicate, "prefetch": cfg.prefetch, "shares": plan_shares,
             "partitions": cfg.partitions, "sync": cfg.sync, "compress": cfg.compress, "sacp": cfg.sacp,
-            "precision": cfg.precision}
+            "precision": cfg.precision, "loaders": cfg.loaders}
 
 
 def use_profile(placement: str, heterogeneous: bool) -> bool:
@@ -151,8 +151,10 @@ def profiled_plan(target: ProbeTarget, plan: Plan, cfg: Any, run_dir: Optional[R
     if cached is not None:
         return plan.with_shares(cached.shares)
     mine, measures = probe(target, plan_shares[target.rank])
-    gathered, measured = zip(*comm.all_gather_object((mine, measures)))
-    costs = [_total(parts, target.batches.loader.prefetch, share) for parts, share in zip(gathered, plan_shares)]
+    loader = target.batches.loader
+    gathered, measured, prefetched, loaders = zip(*comm.all_gather_object((mine, measures, loader.prefetch,
+                                                                           loader.loaders)))
+    costs = [_total(parts, p, share, k) for parts, share, p, k in zip(gathered, plan_shares, prefetched, loaders)]
     shares = plan_shares
     if imbalance([c.time(s) for c, s in zip(costs, plan_shares)]) > 1.0 + cfg.rebalance_eps:
         shares = balanced_shares(costs, total=sum(plan_shares))
@@ -238,12 +240,14 @@ def probe_fullgraph(strategy: Any) -> dict[str, Any]:
             "inner": int(halo.num_inner), **model_shape(model)}
 
 
-def _total(parts: dict[str, LinearCost], prefetch: bool, share: int) -> LinearCost:
-    """A step's cost from its parts: serial, or with prefetch the larger of loading and compute at ``share``."""
-    load = LinearCost(parts["sample"].fixed_s + parts["gather"].fixed_s,
-                      parts["sample"].per_seed_s + parts["gather"].per_seed_s)
+def _total(parts: dict[str, LinearCost], prefetch: bool, share: int, loaders: int = 0) -> LinearCost:
+    """A step's cost from its parts: serial, or with prefetch the larger of loading and compute at ``share``;
+    with ``loaders`` processes the loading is spread over them (the probes timed it in one thread)."""
+    k = max(1, loaders)
+    load = LinearCost((parts["sample"].fixed_s + parts["gather"].fixed_s) / k,
+                      (parts["sample"].per_seed_s + parts["gather"].per_seed_s) / k)
     compute = parts["compute"]
-    if not prefetch:
+    if not prefetch and not loaders:
         return LinearCost(load.fixed_s + compute.fixed_s, load.per_seed_s + compute.per_seed_s)
     return max(load, compute, key=lambda c: c.time(share))
 

@@ -19,16 +19,20 @@ def test_cluster_spec_parses_and_orders_ranks(tmp_path):
     assert [w.device for w in spec.workers] == ["cpu", "cuda:0", "cpu"]
     assert spec.workers[0].threads == 4 and spec.workers[1].speed == 5.0 and spec.workers[0].memory_bytes == 16 * 2**30
     assert spec.link_bps(0, 1) == 1e9 and spec.link_bps(1, 2) == 50e9  # slower host link; one host: local link
+    fed = parse_cluster({"hosts": [{"workers": [{"device": "cuda:0", "loaders": 8}, {}]}]})
+    assert [w.loaders for w in fed.workers] == [8, 0] and "cuda:0 x1 threads, 8.0 GiB, speed 1, 8 loaders" in fed.describe()
 
 
 def test_cluster_spec_reports_every_mistake_one_line_each(tmp_path):
-    doc = {"hosts": [{"name": "a", "workers": [{"device": "gpu", "threads": 0, "memory": "lots", "colour": 1}]},
+    doc = {"hosts": [{"name": "a", "workers": [{"device": "gpu", "threads": 0, "memory": "lots", "colour": 1,
+                                                "loaders": -1}]},
                      {"name": "a", "link": "fast", "workers": []}], "extra": 1,
            "burst": "lots"}
     with pytest.raises(ClusterSpecError) as err:
         parse_cluster(doc)
     lines = str(err.value).splitlines()
     for expected in ("unknown key 'extra'", "workers[0]: unknown key 'colour'", "workers[0].device", "workers[0].threads",
+                     "workers[0].loaders: expected an integer >= 0",
                      "workers[0].memory", "hosts[1].name: 'a' appears twice", "hosts[1].link", "hosts[1].workers", ": burst:"):
         assert sum(expected in line for line in lines) == 1, (expected, lines)
     (tmp_path / "bad.yaml").write_text("hosts: [\n")

@@ -126,3 +126,28 @@ def test_plan_reads_the_recipe_as_graphdist_train_does_and_refuses_what_no_step_
     assert cfg.hidden == 32
     assert main(["--partitions", out, "--from-run", str(tmp_path / "nothing")]) == 2
     assert "not a graphdist run directory" in capsys.readouterr().err
+
+
+def test_loader_processes_in_the_spec_feed_a_sampling_bound_worker(tmp_path, capsys):
+    """A worker's ``loaders`` in the cluster spec (or --loaders) spread its loading path in the prediction."""
+    from graphdist.testing import random_graph
+    from partition.api import partition
+
+    out = partition(random_graph(600, avg_degree=6, seed=1, feature_dim=8), 2, method="metis", out=tmp_path / "p",
+                    seed=0)
+    doc = _profile_doc(str(out))
+    for part in doc["parts"]:  # sampling-bound: loading 10x the compute per seed
+        part["sample"] = [0.0, 5e-4]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(doc))
+    steps = {}
+    for loaders in (0, 4):
+        spec = tmp_path / f"spec{loaders}.yaml"
+        spec.write_text("hosts:\n  - {name: h0, link: 10gbit, workers: [" + ", ".join(
+            [f"{{device: cpu, loaders: {loaders}}}"] * 2) + "]}\n")
+        res_path = tmp_path / f"plan{loaders}.json"
+        assert main(["--partitions", str(out), "--cluster", str(spec), "--profile", str(profile),
+                     "--json", str(res_path)]) == 0
+        steps[loaders] = json.loads(res_path.read_text())["simulated"]["minibatch"]["step_s"]
+    assert "4 loaders" in capsys.readouterr().out  # the spec as read
+    assert steps[4] < 0.5 * steps[0], steps

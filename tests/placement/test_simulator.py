@@ -29,6 +29,19 @@ def test_one_host_step_is_the_larger_of_loading_and_compute():
     assert serial.step_s == pytest.approx(0.014)
 
 
+def test_loader_processes_spread_a_workers_loading():
+    w = _worker(load_ms=30.0, compute_ms=10.0)  # sampling-bound: 30 ms of loading to 10 of compute
+    alone = simulate([w, w], [100, 100], Layout.one_host(2, cores=16), steps=1)
+    fed = simulate([w, w], [100, 100], Layout.one_host(2, cores=16), steps=1, loaders=[3, 3])
+    assert alone.step_s == pytest.approx(0.030) and fed.step_s == pytest.approx(0.010)  # 30 ms over 3 loaders
+    # one worker with loaders, the other without: the job waits for the one without
+    assert simulate([w, w], [100, 100], Layout.one_host(2, cores=16), steps=1, loaders=[3, 0]).step_s == \
+        pytest.approx(0.030)
+    # the loaders' CPU still counts against the machine's cores: 2 x 40 ms on 2 cores
+    assert simulate([w, w], [100, 100], Layout.one_host(2, cores=2), steps=1, loaders=[3, 3]).step_s == \
+        pytest.approx(0.040)
+
+
 def test_cores_bound_all_workers_of_a_machine():
     w = _worker()
     pred = simulate([w, w], [100, 100], Layout.one_host(2, cores=1), steps=1)
