@@ -67,7 +67,7 @@ class DistributedBatches:
         else:
             self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
         self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
-        self._stretched = stretch is not None
+        plain_sampler = self.sampler
         if stretch is not None:  # GRAPHDIST_TEST_SLOWDOWN: this rank emulates a slower worker
             self.sampler = stretch.wrap_sampler(self.sampler)
         # The task decides what a batch is: train nodes, or (link prediction) supervision edges.
@@ -92,16 +92,19 @@ class DistributedBatches:
                                          device=device, loaders=self._loaders(cfg.loaders if num_batches is None else 0,
                                                                               device, local=True)["loaders"])
             return
-        local = ctx.world_size == 1 or replicate == "graph"  # nothing to exchange: loader processes can sample
+        local = ctx.world_size == 1 or replicate == "graph"  # nothing to exchange: loader processes can fork
+        loading = self._loaders(cfg.loaders if num_batches is None else 0, device, local)
+        # Loader processes sample the plain sampler: an emulated slow rank's stretch lives in this process (its
+        # compute stays stretched; its probes, which sample here, too).
+        sampler = plain_sampler if loading["loaders"] else self.sampler
         self.loader = NodeLoader(
-            loader_features, self.train_seeds, task.train_sampler(self.sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
+            loader_features, self.train_seeds, task.train_sampler(sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
             batch_size=ctx.plan.of(ctx.rank).batch_share,
             shuffle=True, labels=self.labels,
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=not local),
             seed=loader_seed(cfg.seed, ctx.rank), device=device,
-            name=f"worker {ctx.rank}", timeout_s=cfg.timeout,
-            **self._loaders(cfg.loaders if num_batches is None else 0, device, local),
+            name=f"worker {ctx.rank}", timeout_s=cfg.timeout, **loading,
         )
 
     def _loaders(self, setting: Optional[int], device: Optional[torch.device], local: bool) -> dict[str, Any]:
@@ -109,13 +112,10 @@ class DistributedBatches:
 
         Local sources: this worker's own count, loaders forked. Sampled across parts (collective): loader k of
         every worker forms one sampling group (``comm.loader_groups``), so every worker runs the largest count any
-        asked for, and the loaders are spawned into their groups. A stretched sampler (the slowdown test's) stays
-        in this process.
+        asked for, and the loaders are spawned into their groups.
         """
         import functools
 
-        if self._stretched:
-            return {"loaders": 0}
         count = loader_count(setting, device or torch.device("cpu"), torch.get_num_threads(), self.ctx.world_size)
         if local:
             return {"loaders": count}

@@ -20,9 +20,9 @@ COMMON = ("--dataset", "synthetic-3000", "--batch-size", "256", "--hidden", "16"
           "--eval-every", "0", "--timeout", "60")
 
 
-def _train(*args: str, ok: bool = True) -> str:
+def _train(*args: str, ok: bool = True, env: dict | None = None) -> str:
     done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", *COMMON, *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=240)
+                          text=True, cwd=REPO, timeout=240, env={**os.environ, **(env or {})})
     out = done.stdout + done.stderr
     assert (done.returncode == 0) == ok, out[-3000:]
     return out
@@ -134,3 +134,16 @@ def test_a_killed_loader_ends_the_run_naming_it(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "worker 0: loader 0 of 1 was killed by signal 9" in err, err[-2000:]
     assert "Traceback" not in err
+
+
+def test_rebalancing_moves_shares_past_the_loaders_lookahead(tmp_path: Path) -> None:
+    """New shares apply from a batch no loader has drawn yet: every train seed still once an epoch."""
+    plain, fed = tmp_path / "plain", tmp_path / "fed"
+    _train("--num-workers", "2", "--epochs", "2", "--loaders", "0", "--batch-size", "64", "--run-dir", str(plain))
+    # rank 1 computes 3x slower (the test slowdown; its sampling, in its loaders, is not stretched)
+    out = _train("--num-workers", "2", "--epochs", "2", "--loaders", "2", "--rebalance-every", "4", "--batch-size",
+                 "64", "--run-dir", str(fed), "--verbose", env={"GRAPHDIST_TEST_SLOWDOWN": "1:3.0"})
+    assert _seeds(fed) == _seeds(plain)
+    assert "2 loader processes" in out and "rebalancing every 4 steps" in out
+    last = json.loads((fed / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["batch_share_end"][0] > last["batch_share_end"][1], last  # seeds moved to the fast rank
