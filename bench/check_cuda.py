@@ -18,17 +18,19 @@ layouts a user can ask for, and prints one line per case with its seeds/s and ac
 - ``--precision bf16`` (mixed precision: CUDA autocast on the GPU rank) on ``cuda:0`` alone, and
   on ``cpu,cuda:0`` where the CPU has bfloat16 instructions (elsewhere its rank refuses bf16);
   ``--precision fp16`` (autocast to float16, the loss scaled) on ``cuda:0``;
-- ``loaders`` (``--only loaders``): ``cuda:0`` with ``--loaders 0`` (its prefetch thread; batches copied
-  on a side stream) against ``--loaders 4`` (loader processes, pinned shared slots), and the mixed
-  ``cpu,cuda:0`` job (``--replicate graph``, loaders, rebalancing) against ``cuda:0`` alone at the same
-  global batch; each row has ``vs`` (its seeds/s over its baseline's, the baseline run just before it).
+- ``loaders`` and ``device-sampling`` (issue 50): the baseline ``cuda:0`` as on main (``--loaders 0
+  --sample-on cpu``: its prefetch thread samples on the CPU; batches copied on a side stream), against
+  ``--loaders 4`` (loader processes, pinned shared slots) and ``--sample-on device`` (CSR and features
+  on the GPU); and the mixed ``cpu,cuda:0`` job (``--replicate graph``, rebalancing) against the
+  device-sampled ``cuda:0`` alone at the same global batch. Each compared row has ``vs``: its seeds/s
+  over its baseline's, run in the same call.
 
 Run book:
     python bench/check_cuda.py                 # every case the machine can run
     python bench/check_cuda.py --nodes 200000  # a bigger graph
     python bench/check_cuda.py --nodes 2000 --epochs 1 --out /tmp/cuda.json  # seconds
     python bench/check_cuda.py --as-cpu --nodes 2000 --epochs 1  # rehearse every case on CPUs
-    python bench/check_cuda.py --only loaders --nodes 1000000 --epochs 3  # issue 50's GPU figures, ~6 min
+    python bench/check_cuda.py --only loaders,device-sampling --nodes 1000000 --epochs 3  # issue 50's GPU figures
 Exit code 0 when every case that could run passed; 2 when there is no CUDA device at all (and
 no ``--as-cpu``, which runs the same cases with each ``cuda:N`` replaced by ``cpu``: it checks the
 commands themselves before scarce GPU time is spent on them, not the CUDA paths).
@@ -86,11 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "cuda.json"))
     p.add_argument("--as-cpu", action="store_true", help="rehearse: every cuda:N becomes cpu")
-    p.add_argument("--only", default="layouts,loaders", help="case groups: layouts, loaders (default both)")
+    p.add_argument("--only", default="layouts,loaders,device-sampling",
+                   help="case groups: layouts, loaders, device-sampling (default all)")
     args = p.parse_args(argv)
     groups = set(args.only.split(","))
-    if not groups <= {"layouts", "loaders"}:
-        p.error(f"--only: expected layouts and/or loaders (got {args.only})")
+    if not groups <= {"layouts", "loaders", "device-sampling"}:
+        p.error(f"--only: expected layouts, loaders and/or device-sampling (got {args.only})")
     import torch
 
     if not torch.cuda.is_available() and not args.as_cpu:
@@ -112,12 +115,15 @@ def main(argv: list[str] | None = None) -> int:
 
     cases += [("cpu,cuda:0", 2, ("--precision", "bf16"), None)] if native_bf16() else []
     cases = cases if "layouts" in groups else []
-    if "loaders" in groups:  # (devices, workers, extra, env, global batch, index of the baseline case)
-        at = len(cases)
-        cases += [("cuda:0", 1, ("--loaders", "0"), None, 2048, None),
-                  ("cuda:0", 1, ("--loaders", "4"), None, 2048, at),
-                  ("cpu,cuda:0", 2, ("--replicate", "graph", "--loaders", "2", "--rebalance-every", "5"), None, 2048,
-                   at)]
+    at = len(cases)  # (devices, workers, extra, env, global batch, index of the baseline case)
+    if groups & {"loaders", "device-sampling"}:  # the baseline: as on main (prefetch thread, sampling on the CPU)
+        cases += [("cuda:0", 1, ("--loaders", "0", "--sample-on", "cpu"), None, 2048, None)]
+    if "loaders" in groups:
+        cases += [("cuda:0", 1, ("--loaders", "4", "--sample-on", "cpu"), None, 2048, at)]
+    if "device-sampling" in groups:
+        cases += [("cuda:0", 1, ("--sample-on", "device"), None, 2048, at)]
+        # the mixed job against the GPU alone at the same global batch (its best: sampling on the device)
+        cases += [("cpu,cuda:0", 2, ("--replicate", "graph", "--rebalance-every", "5"), None, 2048, len(cases) - 1)]
     cases = [c if len(c) == 6 else (*c, None, None) for c in cases]
     rows: list[dict] = []
     out = Path(args.out)

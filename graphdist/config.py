@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from graphdist.models.registry import DECODERS, MODELS, ModelSection  # noqa: F401 - the CLI
-from graphdist.options import SAMPLERS, STRATEGIES, TASKS, AggregationSection, FullGraphSection
+from graphdist.options import SAMPLE_ON, SAMPLERS, STRATEGIES, TASKS, AggregationSection, FullGraphSection
 from graphdist.refusals import (  # noqa: F401 - re-exported
     ConfigError, check_cluster, check_link, read_options, refuse_inapplicable, scoped)
 from graphdist.section import Section, check_choices
@@ -114,6 +114,9 @@ class RuntimeSection(Section):
     # None = auto: a GPU worker's share of the machine's spare cores (at most AUTO_MAX_LOADERS), 0 for a CPU worker;
     # where batches are sampled across parts every worker runs the largest count (loader k of each: one group).
     loaders: Optional[int] = None
+    # Where batches are sampled (graphdist/trainers/device_sampling.py): auto = on a GPU worker's device where its
+    # sources are local (one worker, --replicate graph) and the CSR and features fit half its free memory; cpu; device
+    sample_on: str = "auto"
     # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fill
     # its cores exactly (graphdist.launch.worker_cores); True whenever they fit (an error where
     # they do not); False never.
@@ -140,7 +143,7 @@ class RuntimeSection(Section):
 
     def check(self) -> None:
         check_choices(("strategy", self.strategy, STRATEGIES), ("checkpoint", self.checkpoint, CHECKPOINTS),
-                      ("sampler", self.sampler, SAMPLERS))
+                      ("sampler", self.sampler, SAMPLERS), ("sample-on", self.sample_on, SAMPLE_ON))
         if self.checkpoint_interval is not None:
             checkpoint_interval(self.checkpoint_interval)  # refused here, naming the flag
         for name in ("num_workers", "threads", "log_interval", "checkpoint_every"):
@@ -254,6 +257,14 @@ def check_across(cfg: TrainConfig) -> None:
         raise _fail("compress", f"{cfg.compress} under {{0}} is torch's {compression.ddp_wrapper} hook, which needs "
                     "NCCL: every worker on a GPU", cfg.compress, "on CPUs use {1} (graphdist's own cast) or {2}",
                     ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
+    if cfg.sample_on == "device" and "sample_on" in STRATEGIES[cfg.strategy].reads:
+        for refused, why, hint in ((cfg.strategy == "minibatch" and cfg.num_workers > 1 and cfg.replicate != "graph",
+                                    "2+ workers sample across parts", ("replicate", "graph")),
+                                   (cfg.task == "link", "link prediction's batches are edges", ("sample_on", "cpu")),
+                                   (bool(cfg.loaders), "{1} feeds batches from the CPU", ("sample_on", "cpu"))):
+            if refused:
+                raise _fail("sample-on", f"device needs batches sampled from local sources: {why}", cfg.sample_on,
+                            "give {0}", hint, ("loaders", cfg.loaders))
     if cfg.task == "link":
         check_link(cfg)
     if cfg.sampler == "cluster":

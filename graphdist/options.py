@@ -136,6 +136,9 @@ class TaskSpec:
 # Sampled mini-batches: the sampler, its fan-outs, the remote-feature cache, the prefetch thread, the loader processes.
 _SAMPLED = frozenset({"sampler", "fanouts", "cache_rows", "prefetch", "loaders"})
 
+# --sample-on: where a worker samples (graphdist/trainers/device_sampling.py).
+SAMPLE_ON = ("auto", "cpu", "device")
+
 # --sampler name -> what a batch is (trainers/samplers.py builds the loaders).
 SAMPLERS: dict[str, str] = {
     "neighbor": "each seed's neighbourhood sampled with --fanouts, across parts",
@@ -146,7 +149,7 @@ SAMPLERS: dict[str, str] = {
 STRATEGIES: dict[str, StrategySpec] = {
     "minibatch": StrategySpec(
         "graphdist.trainers.minibatch:MinibatchStrategy",
-        _SAMPLED | {"replicate", "placement", "rebalance_every", "rebalance_eps", "checkpoint_interval"},
+        _SAMPLED | {"replicate", "placement", "rebalance_every", "rebalance_eps", "checkpoint_interval", "sample_on"},
         cost_model="minibatch",
         summary="sampled mini-batches of each worker's seeds, remote neighbourhoods fetched, gradients synced"),
     "fullgraph": StrategySpec(
@@ -192,4 +195,4 @@ def scoped_options() -> frozenset[str]:
     return frozenset().union(*(s.reads for s in STRATEGIES.values()), *(t.reads for t in TASKS.values()))
 
 
-__all__ = ["AggregationSection", "FullGraphSection", "NEEDS", "REPLACED_BY", "STRATEGIES", "StrategySpec", "TASKS", "TaskSpec", "readers", "scoped_options"]
+__all__ = ["AggregationSection", "FullGraphSection", "NEEDS", "REPLACED_BY", "SAMPLE_ON", "SAMPLERS", "STRATEGIES", "StrategySpec", "TASKS", "TaskSpec", "readers", "scoped_options"]

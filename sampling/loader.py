@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -341,14 +342,18 @@ class NodeLoader:
         replan batches the sampler has not reached.
         """
         stream = self.sampler.sample_stream(plan[k] for k in range(len(plan)))
+        # A sampler on the device samples and gathers on the staging stream, beside the step (sampling.device).
+        on_device = self._stager is not None and getattr(self.sampler, "device", None) == self.device
         try:
             while True:
                 t0 = time.perf_counter()
-                batch = next(stream, None)
+                with self._stager.side() if on_device else contextlib.nullcontext():
+                    batch = next(stream, None)
                 if batch is None:
                     return
                 t1 = time.perf_counter()
-                self._gather(batch)
+                with self._stager.side() if on_device else contextlib.nullcontext():
+                    self._gather(batch)
                 self.stats.sample_s += t1 - t0
                 self.stats.gather_s += time.perf_counter() - t1
                 yield batch

@@ -100,6 +100,12 @@ class DeviceStager:
         self.device, self.ops = torch.device(device), ops if ops is not None else CudaStreams()
         self._stream: Optional[Any] = None  # made in the first staging thread (a stream is per device, not thread)
 
+    def side(self) -> ContextManager[Any]:
+        """Makes the side stream current: work a sampler does on the device runs there, beside the step."""
+        if self._stream is None:
+            self._stream = self.ops.side_stream(self.device)
+        return self.ops.use(self._stream)
+
     def stage(self, batch: SampledBatch) -> tuple[SampledBatch, Any]:
         """``batch`` on the device, copied on the side stream, and the event that marks the copy's end.
 

@@ -12,20 +12,8 @@ import torch
 
 from graphdist import comm
 from graphdist.trainers.base import WorkerContext
-from graphdist.trainers.features import feature_table
+from graphdist.trainers.features import feature_table, replicated_feature_table
 from graphdist.trainers.kit import loader_count, loader_seed, sampler_seed, use_prefetch
-
-
-def replicated_feature_table(partitions: Any, how: str, with_degrees: bool, own: Any, own_table: torch.Tensor
-                             ) -> torch.Tensor:
-    """Every part's feature table (``feature_table``) in global-id order: ``--replicate graph``.
-
-    ``own`` is this worker's part, whose table ``own_table`` is already built.
-    """
-
-    mine = dict(zip(own.parts, torch.split(own_table, [b - a for a, b in own.inner_ranges])))
-    return torch.cat([mine[p] if p in mine else feature_table(partitions.part(p, verify=False), how, with_degrees)
-                      for p in range(partitions.num_parts)])
 
 
 class DistributedBatches:
@@ -93,19 +81,39 @@ class DistributedBatches:
                                                                               device, local=True)["loaders"])
             return
         local = ctx.world_size == 1 or replicate == "graph"  # nothing to exchange: loader processes can fork
-        loading = self._loaders(cfg.loaders if num_batches is None else 0, device, local)
+        on_device = num_batches is None and self._samples_on_device(ctx, part, table, device, local, task, stretch)
+        if on_device:  # the CSR, the features and the labels on the device; batches never cross the host
+            from graphdist.trainers.device_sampling import device_sources
+
+            device_sampler, loader_features, self.labels = device_sources(ctx, part, table, device, replicate,
+                                                                          cfg.feature_norm, with_degrees)
+        loading = self._loaders(0 if on_device or num_batches is not None else cfg.loaders, device, local)
         # Loader processes sample the plain sampler: an emulated slow rank's stretch lives in this process (its
         # compute stays stretched; its probes, which sample here, too).
-        sampler = plain_sampler if loading["loaders"] else self.sampler
+        sampler = device_sampler if on_device else plain_sampler if loading["loaders"] else self.sampler
         self.loader = NodeLoader(
             loader_features, self.train_seeds, task.train_sampler(sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
             batch_size=ctx.plan.of(ctx.rank).batch_share,
             shuffle=True, labels=self.labels,
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=not local),
-            seed=loader_seed(cfg.seed, ctx.rank), device=device,
+            seed=loader_seed(cfg.seed, ctx.rank), device=device, reuse_buffers=not on_device,
             name=f"worker {ctx.rank}", timeout_s=cfg.timeout, **loading,
         )
+
+    def _samples_on_device(self, ctx: WorkerContext, part: Any, table: torch.Tensor, device: Optional[torch.device],
+                           local: bool, task: Any, stretch: Optional[Any]) -> bool:
+        """``--sample-on`` for this rank (``trainers/device_sampling.py``; collective with 2+ workers)."""
+        from graphdist.trainers.device_sampling import sample_on_for
+
+        cfg, meta = ctx.cfg, ctx.partitions.meta
+        unable = ("2+ workers sample across parts (without --replicate graph)" if not local else
+                  "link prediction's batches are edges" if task.items != "seeds" else
+                  "--loaders feeds batches from the CPU" if cfg.loaders else
+                  "the test slowdown stretches sampling in this process" if stretch is not None else None)
+        nodes, edges = int(meta["num_nodes"]), int(meta["num_edges"])
+        csr, features = 8 * (nodes + 1 + edges), nodes * int(table.shape[1]) * table.element_size()
+        return sample_on_for(ctx, device or torch.device("cpu"), unable, csr, features) == "device"
 
     def _loaders(self, setting: Optional[int], device: Optional[torch.device], local: bool) -> dict[str, Any]:
         """The loader's ``loaders`` (``--loaders``, ``kit.loader_count``) and ``loader_join`` keywords.
@@ -149,4 +157,4 @@ class DistributedBatches:
         self.neighbor_source.set_state(state["serve"])
 
 
-__all__ = ["DistributedBatches", "replicated_feature_table"]
+__all__ = ["DistributedBatches"]

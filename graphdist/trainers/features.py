@@ -58,6 +58,18 @@ def feature_table(part: Partition, how: str, with_degrees: bool) -> torch.Tensor
     return table
 
 
+def replicated_feature_table(partitions: Any, how: str, with_degrees: bool, own: Any, own_table: torch.Tensor
+                             ) -> torch.Tensor:
+    """Every part's feature table (``feature_table``) in global-id order: ``--replicate graph``.
+
+    ``own`` is this worker's part, whose table ``own_table`` is already built.
+    """
+
+    mine = dict(zip(own.parts, torch.split(own_table, [b - a for a, b in own.inner_ranges])))
+    return torch.cat([mine[p] if p in mine else feature_table(partitions.part(p, verify=False), how, with_degrees)
+                      for p in range(partitions.num_parts)])
+
+
 def model_inputs(x: torch.Tensor, blocks: list[Any], with_degrees: bool) -> tuple[torch.Tensor, list[Any]]:
     """Splits the degree column off ``x`` and normalises the blocks with it (GCN); else as given."""
     if not with_degrees:
@@ -107,4 +119,4 @@ class GlobalLabels:
         return out
 
 
-__all__ = ["GlobalLabels", "feature_table", "model_inputs", "normalize_features"]
+__all__ = ["GlobalLabels", "feature_table", "model_inputs", "normalize_features", "replicated_feature_table"]

@@ -28,7 +28,7 @@ SAMPLE = {"sampler": "cluster", "fanouts": "5,5", "cache_rows": "0", "prefetch":
           "avg_overlap": True, "correction_steps": "2", "allreduce": "ring", "sacp": "off", "sacp_override": "a=dense",
           "compress": "fp16", "sync": "blocking", "edge_split": "0.8,0.1,0.1", "eval_negatives": "50",
           "num_negatives": "2", "neg_sampling": "degree", "decoder": "dot", "hits_k": "5",
-          "checkpoint_interval": "5steps", "loaders": "1"}
+          "checkpoint_interval": "5steps", "loaders": "1", "sample_on": "cpu"}
 
 
 def _runs():
