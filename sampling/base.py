@@ -33,7 +33,8 @@ from typing import Any, Generator, Iterable, Iterator, Optional, TypeVar
 import torch
 from torch import Tensor
 
-__all__ = ["Block", "SampledBatch", "Sampler", "NeighborSource", "FeatureSource", "LocalFeatureSource", "run_steps"]
+__all__ = ["Block", "SampledBatch", "Sampler", "SeededSampler", "NeighborSource", "FeatureSource", "LocalFeatureSource",
+           "run_steps"]
 
 T = TypeVar("T")
 
@@ -219,6 +220,28 @@ class Sampler(abc.ABC):
 
     def set_state(self, state: Optional[Tensor]) -> None:
         """Restores ``get_state()``'s result."""
+
+
+class SeededSampler(Sampler):
+    """A sampler whose draws come from its own ``generator``: its state is what a checkpoint keeps.
+
+    Example:
+        >>> from graphdist.testing import tiny_graph
+        >>> from sampling import NeighborSampler
+        >>> s = NeighborSampler(tiny_graph(), [1], seed=0)
+        >>> state = s.get_state(); first = s.sample(torch.tensor([0])).input_nodes
+        >>> s.set_state(state); torch.equal(s.sample(torch.tensor([0])).input_nodes, first)
+        True
+    """
+
+    generator: torch.Generator
+
+    def get_state(self) -> Tensor:
+        return self.generator.get_state()
+
+    def set_state(self, state: Optional[Tensor]) -> None:
+        if state is not None:
+            self.generator.set_state(state)
 
 
 class NeighborSource(abc.ABC):

@@ -30,7 +30,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from sampling.base import Block, SampledBatch, Sampler
+from sampling.base import Block, SampledBatch, SeededSampler
 from sampling.neighbor import check_fanouts
 
 __all__ = ["DeviceNeighborSampler", "csr_bytes"]
@@ -46,7 +46,7 @@ def csr_bytes(indptr: Tensor, indices: Tensor) -> int:
     return 8 * (int(indptr.numel()) + int(indices.numel()))
 
 
-class DeviceNeighborSampler(Sampler):
+class DeviceNeighborSampler(SeededSampler):
     """Samples up to ``fanouts[i]`` neighbours per node and hop with torch operations on ``device``.
 
     Args:
@@ -71,13 +71,6 @@ class DeviceNeighborSampler(Sampler):
     @property
     def num_nodes(self) -> int:
         return int(self.indptr.numel()) - 1
-
-    def get_state(self) -> Tensor:
-        return self.generator.get_state()
-
-    def set_state(self, state: Optional[Tensor]) -> None:
-        if state is not None:
-            self.generator.set_state(state)
 
     def sample(self, seeds: Tensor) -> SampledBatch:
         seeds = torch.as_tensor(seeds).to(self.device, torch.int64).view(-1)

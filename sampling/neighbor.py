@@ -24,7 +24,7 @@ from torch import Tensor
 
 from graphdist.data.graph import Graph, counts_to_indptr
 import sampling.compiled as compiled
-from sampling.base import Block, NeighborSource, SampledBatch, Sampler, run_steps
+from sampling.base import Block, NeighborSource, SampledBatch, SeededSampler, run_steps
 from sampling.kernels import sample_csr
 from sampling.relabel import DENSE_MAX_NODES, _DenseRelabeler, _SortRelabeler
 
@@ -86,7 +86,7 @@ class CSRNeighborSource(NeighborSource):
 
 
 # ------------------------------------------------------------------ the sampler
-class NeighborSampler(Sampler):
+class NeighborSampler(SeededSampler):
     """Uniform multi-hop neighbour sampling with per-layer fan-outs, over any ``NeighborSource``.
 
     Args:
@@ -158,13 +158,6 @@ class NeighborSampler(Sampler):
         self.__dict__.update(state)
         self._relabeler = self._relabel_kind(self.source.num_nodes)
         self._relabelers = [self._relabeler]
-
-    def get_state(self) -> Tensor:
-        return self.generator.get_state()
-
-    def set_state(self, state: Optional[Tensor]) -> None:
-        if state is not None:
-            self.generator.set_state(state)
 
     def sample(self, seeds: Tensor) -> SampledBatch:
         return run_steps(self._sample_steps(seeds, self._relabeler))
