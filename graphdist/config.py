@@ -114,8 +114,8 @@ class RuntimeSection(Section):
     # None = auto: a GPU worker's share of the machine's spare cores (at most AUTO_MAX_LOADERS), 0 for a CPU worker;
     # where batches are sampled across parts every worker runs the largest count (loader k of each: one group).
     loaders: Optional[int] = None
-    # Where batches are sampled (graphdist/trainers/device_sampling.py): auto = on a GPU worker's device where its
-    # sources are local (one worker, --replicate graph) and the CSR and features fit half its free memory; cpu; device
+    # Where batches are sampled (graphdist/trainers/device_sampling.py): auto = on a GPU worker's device where it
+    # holds the CSR of every node (one worker, --replicate structure|graph) and it fits half its free memory; cpu; device
     sample_on: str = "auto"
     # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fill
     # its cores exactly (graphdist.launch.worker_cores); True whenever they fit (an error where
@@ -258,8 +258,8 @@ def check_across(cfg: TrainConfig) -> None:
                     "NCCL: every worker on a GPU", cfg.compress, "on CPUs use {1} (graphdist's own cast) or {2}",
                     ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
     if cfg.sample_on == "device" and "sample_on" in STRATEGIES[cfg.strategy].reads:
-        for refused, why, hint in ((cfg.strategy == "minibatch" and cfg.num_workers > 1 and cfg.replicate != "graph",
-                                    "2+ workers sample across parts", ("replicate", "graph")),
+        for refused, why, hint in ((cfg.strategy == "minibatch" and cfg.num_workers > 1 and cfg.replicate == "none",
+                                    "2+ workers sample across parts", ("replicate", "structure")),
                                    (cfg.task == "link", "link prediction's batches are edges", ("sample_on", "cpu")),
                                    (bool(cfg.loaders), "{1} feeds batches from the CPU", ("sample_on", "cpu"))):
             if refused:

@@ -340,6 +340,11 @@ class FeatureSource(abc.ABC):
     def dtype(self) -> torch.dtype:
         return torch.float32
 
+    @property
+    def device(self) -> torch.device:
+        """Where the rows are: a gather takes node ids there (the host, unless a source says otherwise)."""
+        return torch.device("cpu")
+
     @abc.abstractmethod
     def gather(self, nodes: Tensor, out: Optional[Tensor] = None) -> Tensor:
         """Rows ``nodes`` as ``[len(nodes), F]``, written into ``out`` when given (a reused buffer)."""
@@ -368,6 +373,10 @@ class LocalFeatureSource(FeatureSource):
     @property
     def dtype(self) -> torch.dtype:
         return self.x.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
 
     def gather(self, nodes: Tensor, out: Optional[Tensor] = None) -> Tensor:
         if out is None:

@@ -226,15 +226,21 @@ class NodeLoader(EpochPlan):
             out = None
             if self.reuse_buffers:
                 out = self._buffers().take(batch.input_nodes.numel())
-            batch.x = self.features.gather(batch.input_nodes, out=out)
+            # A batch sampled on the device with host rows: the ids come to the host (this thread waits for the
+            # sampling, not the step), the rows go into a pinned buffer, and the stager copies them back.
+            nodes = batch.input_nodes
+            batch.x = self.features.gather(nodes if nodes.device == self.features.device else nodes.cpu(), out=out)
         self._finish(batch)
 
     def _finish(self, batch: SampledBatch) -> Any:
         """Labels, and the copy to the device; returns the copy's event (None: no staged copy)."""
         event = None
         if self.labels is not None:
-            lab = self.labels
-            batch.y = lab.index_select(0, batch.seed_nodes) if isinstance(lab, Tensor) else lab(batch.seed_nodes)
+            lab, seeds = self.labels, batch.seed_nodes
+            if isinstance(lab, Tensor):
+                batch.y = lab.index_select(0, seeds if seeds.device == lab.device else seeds.to(lab.device))
+            else:  # labels by global id on the host (GlobalLabels)
+                batch.y = lab(seeds if seeds.device.type == "cpu" else seeds.cpu())
         if self._stager is not None:
             # On a side stream; the step's stream waits for the copy's event (sampling.staging), and
             # the pinned buffer is taken again only once the copy out of it is done.

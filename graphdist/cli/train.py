@@ -217,9 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
               "sampled across parts every worker runs the largest K asked, loader k of each in a sampling group of "
               "its own")
     _add(system, "--sample-on", choices=("auto", "cpu", "device"),
-         help="where batches are sampled: device (the worker's GPU holds the CSR and features; needs local sources: "
-              "one worker or --replicate graph), cpu, or auto (default: device on a GPU worker where they fit half "
-              "its free memory). A device draws differently from the CPU: the choice is kept on resume")
+         help="where batches are sampled: device (the worker's GPU holds the CSR, and the features where they fit; "
+              "needs every node's CSR: one worker or --replicate structure|graph), cpu, or auto (default: device on a "
+              "GPU worker whose CSR fits half its free memory). A device draws differently from the CPU: the choice "
+              "is kept on resume")
     _switch(system, "--bind-cores", on="bind each worker on this machine to its own --threads cores (default: "
             "when 2+ workers' threads fill the machine's cores exactly)",
             off="let the scheduler move workers between cores")

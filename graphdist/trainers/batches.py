@@ -81,12 +81,13 @@ class DistributedBatches:
                                                                               device, local=True)["loaders"])
             return
         local = ctx.world_size == 1 or replicate == "graph"  # nothing to exchange: loader processes can fork
-        on_device = num_batches is None and self._samples_on_device(ctx, part, table, device, local, task, stretch)
-        if on_device:  # the CSR, the features and the labels on the device; batches never cross the host
+        table_bytes = int(ctx.partitions.meta["num_nodes"]) * int(table.shape[1]) * table.element_size()
+        on_device = num_batches is None and self._samples_on_device(ctx, device, replicate, task, stretch)
+        if on_device:  # the CSR on the device; the features and labels too where they fit (device_sampling.py)
             from graphdist.trainers.device_sampling import device_sources
 
-            device_sampler, loader_features, self.labels = device_sources(ctx, part, table, device, replicate,
-                                                                          cfg.feature_norm, with_degrees)
+            device_sampler, loader_features, self.labels = device_sources(
+                ctx, part, table, device, replicate, (loader_features, self.labels), table_bytes, with_degrees)
         loading = self._loaders(0 if on_device or num_batches is not None else cfg.loaders, device, local)
         # Loader processes sample the plain sampler: an emulated slow rank's stretch lives in this process (its
         # compute stays stretched; its probes, which sample here, too).
@@ -97,23 +98,24 @@ class DistributedBatches:
             shuffle=True, labels=self.labels,
             num_batches=ctx.plan.steps_per_epoch if num_batches is None else num_batches,
             prefetch=use_prefetch(cfg.prefetch, torch.get_num_threads(), remote=not local),
-            seed=loader_seed(cfg.seed, ctx.rank), device=device, reuse_buffers=not on_device,
+            seed=loader_seed(cfg.seed, ctx.rank), device=device,
+            reuse_buffers=loader_features.device.type == "cpu",  # rows on the device: gathered there
             name=f"worker {ctx.rank}", timeout_s=cfg.timeout, **loading,
         )
 
-    def _samples_on_device(self, ctx: WorkerContext, part: Any, table: torch.Tensor, device: Optional[torch.device],
-                           local: bool, task: Any, stretch: Optional[Any]) -> bool:
+    def _samples_on_device(self, ctx: WorkerContext, device: Optional[torch.device], replicate: str, task: Any,
+                           stretch: Optional[Any]) -> bool:
         """``--sample-on`` for this rank (``trainers/device_sampling.py``; collective with 2+ workers)."""
         from graphdist.trainers.device_sampling import sample_on_for
 
         cfg, meta = ctx.cfg, ctx.partitions.meta
-        unable = ("2+ workers sample across parts (without --replicate graph)" if not local else
+        unable = ("2+ workers sample across parts (without --replicate structure or graph)"
+                  if ctx.world_size > 1 and replicate == "none" else
                   "link prediction's batches are edges" if task.items != "seeds" else
                   "--loaders feeds batches from the CPU" if cfg.loaders else
                   "the test slowdown stretches sampling in this process" if stretch is not None else None)
-        nodes, edges = int(meta["num_nodes"]), int(meta["num_edges"])
-        csr, features = 8 * (nodes + 1 + edges), nodes * int(table.shape[1]) * table.element_size()
-        return sample_on_for(ctx, device or torch.device("cpu"), unable, csr, features) == "device"
+        csr = 8 * (int(meta["num_nodes"]) + 1 + int(meta["num_edges"]))
+        return sample_on_for(ctx, device or torch.device("cpu"), unable, csr) == "device"
 
     def _loaders(self, setting: Optional[int], device: Optional[torch.device], local: bool) -> dict[str, Any]:
         """The loader's ``loaders`` (``--loaders``, ``kit.loader_count``) and ``loader_join`` keywords.

@@ -12,7 +12,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = ("--dataset", "synthetic-3000", "--batch-size", "256", "--hidden", "16", "--fanouts", "5,5",
-          "--eval-every", "0", "--timeout", "60", "--num-workers", "1")
+          "--eval-every", "0", "--timeout", "60")
 
 
 def _train(*args: str) -> str:
@@ -33,9 +33,9 @@ def _losses(run: Path) -> list[float]:
 
 def test_device_sampling_trains_resumes_bit_identically_and_keeps_its_choice(tmp_path: Path) -> None:
     whole, part, cpu = tmp_path / "whole", tmp_path / "part", tmp_path / "cpu"
-    _train("--sample-on", "device", "--epochs", "2", "--run-dir", str(whole))
-    _train("--sample-on", "device", "--epochs", "1", "--run-dir", str(part))
-    _train("--epochs", "2", "--run-dir", str(cpu))  # auto: this CPU worker samples on its CPU
+    _train("--num-workers", "1", "--sample-on", "device", "--epochs", "2", "--run-dir", str(whole))
+    _train("--num-workers", "1", "--sample-on", "device", "--epochs", "1", "--run-dir", str(part))
+    _train("--num-workers", "1", "--epochs", "2", "--run-dir", str(cpu))  # auto: this CPU worker samples on its CPU
     assert _checkpoint(whole)["extra"]["decisions"]["sample_on"] == ["device"]
     assert _checkpoint(cpu)["extra"]["decisions"]["sample_on"] == ["cpu"]
     resumed = tmp_path / "resumed"
@@ -48,3 +48,13 @@ def test_device_sampling_trains_resumes_bit_identically_and_keeps_its_choice(tmp
     # a CUDA generator draws its own way, which is why the choice is kept
     assert _losses(whole) == _losses(cpu)
     assert _losses(whole)[1] < _losses(whole)[0]
+
+
+def test_with_the_structure_replicated_the_rows_come_from_their_owners(tmp_path: Path) -> None:
+    """--replicate structure: sampled on the device, the features fetched from their owners through the host."""
+    runs = {on: tmp_path / on for on in ("device", "cpu")}
+    for on, run in runs.items():
+        _train("--num-workers", "2", "--replicate", "structure", "--sample-on", on, "--epochs", "2",
+               "--run-dir", str(run))
+    assert _checkpoint(runs["device"])["extra"]["decisions"]["sample_on"] == ["device", "device"]
+    assert _losses(runs["device"]) == _losses(runs["cpu"])  # on the CPU the same draws
