@@ -72,7 +72,11 @@ def run_case(devices: str, workers: int, args: argparse.Namespace, run: Path, ex
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     row.update(seeds_per_s=round(last["seeds_per_s"]), test_acc=last.get("test_acc"),
                hidden_fraction=last.get("hidden_fraction"), shares=last.get("batch_share"),
-               shares_end=last.get("batch_share_end"))
+               shares_end=last.get("batch_share_end"),
+               # per rank: the step's own work and its exposed wait for the gradient sync (on the GPU rank of a
+               # mixed job, issue 50 asks the sync to add at most 10% to it)
+               compute_s=last.get("compute_s"), sync_wait_s=last.get("sync_wait_s"),
+               sample_wait_s=last.get("sample_wait_s"))
     # The GPU rank (rank 1 of "cpu,cuda:0") must end with the larger share (a rehearsal has no GPU rank).
     if "--placement" in extra and not args.as_cpu:
         end = last.get("batch_share_end") or [0, 0]
