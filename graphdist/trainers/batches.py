@@ -129,7 +129,9 @@ class DistributedBatches:
         count = loader_count(setting, device or torch.device("cpu"), torch.get_num_threads(), self.ctx.world_size)
         if local:
             return {"loaders": count}
-        count = int(comm.all_reduce(torch.tensor([float(count)]), op="max").item())
+        if setting is None and any(not d.startswith("cpu") for d in self.ctx.cfg.devices):
+            # auto on unlike devices (a CPU worker's 0, a GPU worker's share): agree on the largest
+            count = int(comm.all_reduce(torch.tensor([float(count)]), op="max").item())
         if count == 0:
             return {"loaders": 0}
         groups = comm.loader_rendezvous(self.ctx.cfg.timeout)

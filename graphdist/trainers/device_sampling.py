@@ -77,15 +77,17 @@ def fits(device: torch.device, nbytes: int) -> bool:
 
 def sample_on_for(ctx: Any, device: torch.device, unable: Optional[str], csr: int) -> str:
     """This rank's choice: the checkpoint's where a resumed run has one, else :func:`sample_on_choice` (logged
-    once where ``auto`` leaves a GPU worker on its CPU). Collective where the job has 2+ workers (every rank
-    learns every rank's choice, which the checkpoint keeps)."""
+    once where ``auto`` leaves a GPU worker on its CPU). Collective where ``auto`` meets accelerators in a job of
+    2+ workers (every rank learns every rank's choice, which the checkpoint keeps)."""
     saved = ctx.decisions.get("sample_on")
     if saved is not None and len(saved) == ctx.world_size:
         return saved[ctx.rank]
     choice, why = sample_on_choice(ctx.cfg.sample_on, device, unable, csr)
     if choice == "cpu" and ctx.cfg.sample_on == "auto" and device.type == "cuda":
         logger.info("rank %d samples on the CPU: %s (--sample-on cpu to say so, device to insist)", ctx.rank, why)
-    ctx.decisions["sample_on"] = comm.all_gather_object(choice) if ctx.world_size > 1 else [choice]
+    # Only auto on accelerators may decide differently from rank to rank; elsewhere every rank took the same choice.
+    differ = ctx.world_size > 1 and ctx.cfg.sample_on == "auto" and any(not d.startswith("cpu") for d in ctx.cfg.devices)
+    ctx.decisions["sample_on"] = comm.all_gather_object(choice) if differ else [choice] * ctx.world_size
     return choice
 
 
