@@ -44,6 +44,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
@@ -310,6 +311,7 @@ class NodeLoader(EpochPlan):
                 procs.on_new_slot = pin_shared
             procs.start()
             self._procs = procs
+            weakref.finalize(self, procs.close)  # a loader dropped without close() still stops its processes
         return self._procs
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,22 +33,29 @@ def _losses(run: Path) -> list[float]:
 
 
 def test_device_sampling_trains_resumes_bit_identically_and_keeps_its_choice(tmp_path: Path) -> None:
-    whole, part, cpu = tmp_path / "whole", tmp_path / "part", tmp_path / "cpu"
+    whole, part = tmp_path / "whole", tmp_path / "part"
     _train("--num-workers", "1", "--sample-on", "device", "--epochs", "2", "--run-dir", str(whole))
     _train("--num-workers", "1", "--sample-on", "device", "--epochs", "1", "--run-dir", str(part))
-    _train("--num-workers", "1", "--epochs", "2", "--run-dir", str(cpu))  # auto: this CPU worker samples on its CPU
     assert _checkpoint(whole)["extra"]["decisions"]["sample_on"] == ["device"]
-    assert _checkpoint(cpu)["extra"]["decisions"]["sample_on"] == ["cpu"]
     resumed = tmp_path / "resumed"
     shutil.copytree(part, resumed)
     _train("--resume", str(resumed), "--epochs", "2")
     assert _losses(resumed) == _losses(whole)
     a, b = _checkpoint(whole)["model"], _checkpoint(resumed)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
-    # On a CPU "device" the torch sampler draws as the CPU one does (the same Floyd rounds, the same generator);
-    # a CUDA generator draws its own way, which is why the choice is kept
-    assert _losses(whole) == _losses(cpu)
-    assert _losses(whole)[1] < _losses(whole)[0]
+    assert _losses(whole)[1] < _losses(whole)[0]  # and it trains
+
+
+def test_auto_samples_on_a_cpu_workers_cpu_and_device_is_refused_where_it_cannot_be() -> None:
+    from graphdist.section import ConfigError
+    from graphdist.trainers.device_sampling import sample_on_choice
+
+    assert sample_on_choice("auto", torch.device("cpu"), None, 10)[0] == "cpu"
+    assert sample_on_choice("auto", torch.device("cuda:0"), "link prediction's batches are edges", 10) == \
+        ("cpu", "link prediction's batches are edges")
+    assert sample_on_choice("device", torch.device("cpu"), None, 10)[0] == "device"
+    with pytest.raises(ConfigError, match="--sample-on device needs batches sampled from local sources: link"):
+        sample_on_choice("device", torch.device("cpu"), "link prediction's batches are edges", 10)
 
 
 def test_with_the_structure_replicated_the_rows_come_from_their_owners(tmp_path: Path) -> None:
