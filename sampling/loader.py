@@ -51,6 +51,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
+from graphdist.comm.counters import COUNTER
 from graphdist.data.graph import Graph
 from sampling.base import FeatureSource, LocalFeatureSource, SampledBatch, Sampler
 from sampling.epoch_plan import EpochPlan, resolve_seeds
@@ -295,6 +296,8 @@ class NodeLoader(EpochPlan):
                 if layout.counters and getattr(self.features, "stats", None) is not None:
                     for key, value in layout.counters.items():  # the loader's cache traffic, on this source
                         setattr(self.features.stats, key, getattr(self.features.stats, key) + value)
+                if layout.traffic:  # the bytes its collectives sent, in this worker's records
+                    COUNTER.merge(layout.traffic)
                 self.stats.batches += 1
                 self._yielded += 1
                 yield batch

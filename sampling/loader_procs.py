@@ -55,15 +55,16 @@ import struct
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.multiprocessing  # noqa: F401 - registers the tensor reductions the slots travel by
 from torch import Tensor
 
-from sampling.base import Block, FeatureSource, SampledBatch, Sampler
+from graphdist.comm.counters import COUNTER
+from sampling.base import FeatureSource, SampledBatch, Sampler
 from sampling.prefetch import POLL_S
+from sampling.slots import Layout, Slot, assemble, to_plain
 
 __all__ = ["LoaderDied", "LoaderProcesses", "derived_state", "pin_shared"]
 
@@ -91,51 +92,8 @@ def derived_state(base: Optional[Tensor], epoch: int, loader: int, stream: int =
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1).get_state()
 
 
-@dataclass
-class _Layout:
-    """Where a batch lies in its slot: rows of ``x``, the id arrays' lengths, each block's size; and times."""
-
-    rows: int
-    lengths: list[int]
-    sizes: list[tuple[int, int]]
-    meta: dict[str, Any]
-    sample_s: float
-    gather_s: float
-    counters: Optional[dict[str, int]] = None  # the feature source's traffic counters for this batch
-
-
-class _Slot:
-    """A loader's pair of shared buffers: features ``x`` and the batch's concatenated int64 ids."""
-
-    def __init__(self) -> None:
-        self.x: Optional[Tensor] = None
-        self.ids: Optional[Tensor] = None
-
-    def fit(self, rows: int, width: int, dtype: torch.dtype, ids: int) -> bool:
-        """Grows the buffers (25% headroom) to hold ``rows`` feature rows and ``ids`` ids; True if new ones were made."""
-        grown = False
-        if width and (self.x is None or self.x.shape[0] < rows):
-            self.x = torch.empty((rows + rows // 4 + 1, width), dtype=dtype).share_memory_()
-            grown = True
-        if self.ids is None or self.ids.numel() < ids:
-            self.ids = torch.empty(ids + ids // 4 + 1, dtype=torch.int64).share_memory_()
-            grown = True
-        return grown
-
-
-def _to_plain(meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` with tensors as numpy arrays: pickled by value, not as shared memory of their own."""
-    return {k: v.numpy() if isinstance(v, Tensor) else v for k, v in meta.items()}
-
-
-def _from_plain(meta: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
-
-    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in meta.items()}
-
-
 class _Abort(Exception):
-    pass
+    """The worker stopped this epoch early: the loader drops it and waits for the next."""
 
 
 class _Child:
@@ -144,7 +102,7 @@ class _Child:
     def __init__(self, k: int, count: int, sampler: Optional[Sampler], features: Optional[FeatureSource], slots: int,
                  inbox: Any, outbox: Any, parent: int) -> None:
         self.k, self.count, self.sampler, self.features = k, count, sampler, features
-        self.slots = [_Slot() for _ in range(slots)]
+        self.slots = [Slot() for _ in range(slots)]
         self.inbox, self.outbox, self.parent = inbox, outbox, parent
         self.free: deque[int] = deque(range(slots))
         self.epoch = -1
@@ -225,7 +183,7 @@ class _Child:
         finally:
             stream.close()
 
-    def _write(self, slot: int, batch: SampledBatch) -> _Layout:
+    def _write(self, slot: int, batch: SampledBatch) -> Layout:
         arrays = [batch.input_nodes, batch.seed_nodes]
         for block in batch.blocks:
             if block.edge_weight is not None:
@@ -247,8 +205,8 @@ class _Child:
         if stats is not None:  # a distributed source's cache counters, handed to the worker's copy batch by batch
             counters = dict(vars(stats))
             self.features.stats = type(stats)()
-        return _Layout(rows, lengths, [(b.num_src, b.num_dst) for b in batch.blocks], _to_plain(batch.meta),
-                       0.0, time.perf_counter() - t0, counters)
+        return Layout(rows, lengths, [(b.num_src, b.num_dst) for b in batch.blocks], to_plain(batch.meta),
+                       0.0, time.perf_counter() - t0, counters, COUNTER.take())
 
 
 def _die_with_parent(k: int) -> None:
@@ -272,6 +230,7 @@ def _run_child(child: _Child, threads: int, join: Optional[Callable[[int], None]
     _die_with_parent(child.k)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the worker, which stops its loaders
     torch.set_num_threads(threads)
+    COUNTER.reset()  # a forked loader starts with its worker's counts, which are the worker's to report
     try:
         if join is not None:
             join(child.k)
@@ -362,7 +321,7 @@ class LoaderProcesses:
         for inbox in self.inboxes:
             inbox.put(("abort", self.epoch))
 
-    def receive(self, b: int) -> tuple[SampledBatch, int, _Layout]:
+    def receive(self, b: int) -> tuple[SampledBatch, int, Layout]:
         """Batch ``b`` of this epoch as views into its slot, the slot, and its layout."""
         k = b % self.count
         msg = self.pending[k].pop(b, None)
@@ -375,7 +334,7 @@ class LoaderProcesses:
                     self.pending[k][got[2]] = got
         _, _, _, slot, layout = msg
         x, ids = self.slots[k][slot]
-        return _assemble(x, ids, layout), slot, layout
+        return assemble(x, ids, layout), slot, layout
 
     def _get(self, k: int) -> tuple:
         """The next message of loader ``k`` (new slots recorded on the way); fails naming a dead or silent loader."""
@@ -403,7 +362,7 @@ class LoaderProcesses:
                 raise LoaderDied(f"{self.who(k)} failed:\n{msg[1]}")
             return msg
 
-    def iterate(self, epoch: int, plan: list[Tensor], depth: int, lookahead: int) -> Iterator[tuple[SampledBatch, _Layout]]:
+    def iterate(self, epoch: int, plan: list[Tensor], depth: int, lookahead: int) -> Iterator[tuple[SampledBatch, Layout]]:
         """The batches of ``plan`` in order (views into slots), as the caller asks for them.
 
         On the caller's request for batch ``t``: loaders may start batches up to ``t + depth``; seeds are sent up
@@ -486,15 +445,3 @@ def pin_shared(tensor: Tensor) -> None:
         code = torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 0)
         if int(code) != 0:
             logger.warning("could not pin a loader slot (cudaHostRegister: %s): its copies to the GPU block", code)
-
-
-def _assemble(x: Optional[Tensor], ids: Tensor, layout: _Layout) -> SampledBatch:
-    """The batch a slot holds, as views (no copy)."""
-    arrays, at = [], 0
-    for n in layout.lengths:
-        arrays.append(ids[at:at + n])
-        at += n
-    blocks = [Block(src=arrays[2 + 3 * i], dst=arrays[3 + 3 * i], indptr=arrays[4 + 3 * i], num_src=s, num_dst=d)
-              for i, (s, d) in enumerate(layout.sizes)]
-    return SampledBatch(blocks=blocks, input_nodes=arrays[0], seed_nodes=arrays[1],
-                        x=x[: layout.rows] if x is not None else None, meta=_from_plain(layout.meta))

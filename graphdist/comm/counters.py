@@ -66,6 +66,29 @@ class ByteCounter:
             self.calls.clear()
             self.seconds.clear()
 
+    def take(self) -> dict[str, dict[str, float]]:
+        """Everything counted since the last take or reset, and a reset: what a loader process hands its
+        worker (:meth:`merge`), so that the worker's records count the bytes its loaders sent.
+
+        Example:
+            >>> c = ByteCounter(); c.add("sample", 10)
+            >>> moved = c.take(); d = ByteCounter(); d.merge(moved); d.snapshot(), c.snapshot()
+            ({'sample': 10}, {})
+        """
+        with self._lock:
+            out = {"sent": dict(self.sent), "inter_host": dict(self.inter_host), "calls": dict(self.calls),
+                   "seconds": dict(self.seconds)}
+        self.reset()
+        return out
+
+    def merge(self, taken: dict[str, dict[str, float]]) -> None:
+        """Adds counts another process took (:meth:`take`)."""
+        with self._lock:
+            for name in ("sent", "inter_host", "calls", "seconds"):
+                mine = getattr(self, name)
+                for tag, value in taken.get(name, {}).items():
+                    mine[tag] += value
+
 
 COUNTER = ByteCounter()
 

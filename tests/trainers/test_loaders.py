@@ -148,3 +148,15 @@ def test_rebalancing_moves_shares_past_the_loaders_lookahead(tmp_path: Path) -> 
     assert "2 loader processes" in out and "rebalancing every 4 steps" in out
     last = json.loads((fed / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["batch_share_end"][0] > last["batch_share_end"][1], last  # seeds moved to the fast rank
+
+
+def test_link_batches_through_loaders_train_and_count_as_without(tmp_path: Path) -> None:
+    """Link prediction's edge batches through a loader across parts: the same losses, and the bytes its collectives
+    sent are in the worker's records (they are counted in the loader process)."""
+    runs = {k: tmp_path / f"k{k}" for k in (0, 1)}
+    for k, run in runs.items():
+        _train("--task", "link", "--num-workers", "2", "--epochs", "1", "--loaders", str(k), "--prefetch",
+               "--run-dir", str(run))
+    assert _losses(runs[0]) == _losses(runs[1])
+    sent = [json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["bytes_sent"] for run in runs.values()]
+    assert sent[0] == sent[1] and sum(sent[0].values()) > 0, sent
