@@ -147,10 +147,11 @@ class MinibatchStrategy(Strategy):
             part = self.partition
             logger.debug(
                 "%s: %s inner, %s halo, %s train %s, batch share %d, %d steps/epoch, cache %s remote rows "
-                "(%.0f MiB), prefetch %s", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
+                "(%.0f MiB), %s", part.name, f"{part.num_inner:,}", f"{part.num_halo:,}",
                 f"{int(self.train_seeds.numel()):,}", self.task.items, self.loader.batch_size, len(self.loader),
                 f"{int(self.features.cache_ids.numel()):,}", self.features.cache_bytes / 2**20,
-                "on" if self.loader.prefetch else "off",
+                f"{self.loader.loaders} loader processes" if self.loader.loaders else
+                f"prefetch {'on' if self.loader.prefetch else 'off'}",
             )
 
     # ---------------------------------------------------------------- training
