@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 from graphdist.models.registry import DECODERS, MODELS, ModelSection  # noqa: F401 - the CLI
 from graphdist.options import SAMPLE_ON, SAMPLERS, STRATEGIES, TASKS, AggregationSection, FullGraphSection
 from graphdist.refusals import (  # noqa: F401 - re-exported
-    ConfigError, check_cluster, check_link, read_options, refuse_inapplicable, scoped)
+    ConfigError, check_cluster, check_link, check_sample_on, read_options, refuse_inapplicable, scoped)
 from graphdist.section import Section, check_choices
 from graphdist.section import fail as _fail
 from graphdist.sync.modes import (ALLREDUCE_MODES, COMPRESS_MODES, COMPRESSIONS, SACP_MODES,  # noqa: F401 - the CLI
@@ -110,13 +110,8 @@ class RuntimeSection(Section):
     # (its sampling overlaps their replies even on one core) or it may use a core beyond its compute
     # threads; a local-only sampler on a single core only steals time from the step it overlaps.
     prefetch: Optional[bool] = None
-    # Loader processes per worker that sample and gather its batches into shared memory (sampling/loader_procs.py):
-    # None = auto: a GPU worker's share of the machine's spare cores (at most AUTO_MAX_LOADERS), 0 for a CPU worker;
-    # where batches are sampled across parts every worker runs the largest count (loader k of each: one group).
-    loaders: Optional[int] = None
-    # Where batches are sampled (graphdist/trainers/device_sampling.py): auto = on a GPU worker's device where it
-    # holds the CSR of every node (one worker, --replicate structure|graph) and it fits half its free memory; cpu; device
-    sample_on: str = "auto"
+    loaders: Optional[int] = None  # loader processes per worker (sampling/loader_procs.py); None: kit.loader_count
+    sample_on: str = "auto"  # where batches are sampled: auto, cpu, device (graphdist/trainers/device_sampling.py)
     # None = auto: bind each of a machine's 2+ workers to its own cores when their threads fill
     # its cores exactly (graphdist.launch.worker_cores); True whenever they fit (an error where
     # they do not); False never.
@@ -258,13 +253,7 @@ def check_across(cfg: TrainConfig) -> None:
                     "NCCL: every worker on a GPU", cfg.compress, "on CPUs use {1} (graphdist's own cast) or {2}",
                     ("sync", cfg.sync), ("sync", "dwbp"), *(("compress", name) for name in cpu_able[:1]))
     if cfg.sample_on == "device" and "sample_on" in STRATEGIES[cfg.strategy].reads:
-        for refused, why, hint in ((cfg.strategy == "minibatch" and cfg.num_workers > 1 and cfg.replicate == "none",
-                                    "2+ workers sample across parts", ("replicate", "structure")),
-                                   (cfg.task == "link", "link prediction's batches are edges", ("sample_on", "cpu")),
-                                   (bool(cfg.loaders), "{1} feeds batches from the CPU", ("sample_on", "cpu"))):
-            if refused:
-                raise _fail("sample-on", f"device needs batches sampled from local sources: {why}", cfg.sample_on,
-                            "give {0}", hint, ("loaders", cfg.loaders))
+        check_sample_on(cfg)
     if cfg.task == "link":
         check_link(cfg)
     if cfg.sampler == "cluster":

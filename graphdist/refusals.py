@@ -120,4 +120,17 @@ def check_link(cfg: "TrainConfig") -> None:
                     ("task", "link"), ("placement", "equal"))
 
 
-__all__ = ["ConfigError", "check_cluster", "check_link", "fail", "read_options", "refuse_inapplicable", "scoped"]
+def check_sample_on(cfg: "TrainConfig") -> None:
+    """What ``--sample-on device`` cannot go with: it samples from every node's CSR on the worker's device
+    (``graphdist/trainers/device_sampling.py``)."""
+    for refused, why, hint in ((cfg.strategy == "minibatch" and cfg.num_workers > 1 and cfg.replicate == "none",
+                                "2+ workers sample across parts", ("replicate", "structure")),
+                               (cfg.task == "link", "link prediction's batches are edges", ("sample_on", "cpu")),
+                               (bool(cfg.loaders), "{1} feeds batches from the CPU", ("sample_on", "cpu"))):
+        if refused:
+            raise fail("sample-on", f"device needs batches sampled from local sources: {why}", cfg.sample_on,
+                       "give {0}", hint, ("loaders", cfg.loaders))
+
+
+__all__ = ["ConfigError", "check_cluster", "check_link", "check_sample_on", "fail", "read_options",
+           "refuse_inapplicable", "scoped"]
