@@ -2,8 +2,11 @@
 
 HyScale-GNN's CPU side: the cores a worker's device leaves idle prepare its batches. Each loader
 process owns a sampler (a copy of the worker's, taken at start) and reads the worker's feature
-table, which it shares rather than copies: the processes are forked, so the CSR, the features
-(memory-mapped or not) and the remote-feature cache are the worker's own pages. A loader writes
+table, which it shares rather than copies. Over local sources the processes are forked, so the
+CSR, the features (memory-mapped or not) and the cache are the worker's own pages; where sources
+communicate they are spawned into sampling groups of their own (``join``,
+``graphdist.comm.loader_groups``) and get the sampler and sources through a queue, their tensors
+moved into shared memory once for all of a worker's loaders. A loader writes
 a batch's features and its id arrays (seeds, input nodes, every block's ``src``, ``dst`` and
 ``indptr``) into one of its slots, a pair of shared-memory tensors, and sends the slot's layout
 through a queue; the worker builds the batch from views into the slot (no copy on a CPU worker;
