@@ -228,21 +228,30 @@ class NodeLoader(EpochPlan):
             out = None
             if self.reuse_buffers:
                 out = self._buffers().take(batch.input_nodes.numel())
-            # A batch sampled on the device with host rows: the ids come to the host (this thread waits for the
-            # sampling, not the step), the rows go into a pinned buffer, and the stager copies them back.
-            nodes = batch.input_nodes
-            batch.x = self.features.gather(nodes if nodes.device == self.features.device else nodes.cpu(), out=out)
+            batch.x = self.rows_of(batch.input_nodes, out=out)
         self._finish(batch)
+
+    def rows_of(self, nodes: Tensor, out: Optional[Tensor] = None) -> Tensor:
+        """The feature rows of ``nodes`` from the loader's source, wherever each lies. A batch sampled on the device
+        with host rows: the ids come to the host (the calling thread waits for the sampling, not the step)."""
+        assert self.features is not None
+        return self.features.gather(nodes if nodes.device == self.features.device else nodes.to(self.features.device),
+                                    out=out)
+
+    def labels_of(self, seeds: Tensor) -> Optional[Tensor]:
+        """The labels of ``seeds``: a tensor by node id (on its own device), or a function of host ids (GlobalLabels)."""
+        lab = self.labels
+        if lab is None:
+            return None
+        if isinstance(lab, Tensor):
+            return lab.index_select(0, seeds if seeds.device == lab.device else seeds.to(lab.device))
+        return lab(seeds if seeds.device.type == "cpu" else seeds.cpu())
 
     def _finish(self, batch: SampledBatch) -> Any:
         """Labels, and the copy to the device; returns the copy's event (None: no staged copy)."""
         event = None
         if self.labels is not None:
-            lab, seeds = self.labels, batch.seed_nodes
-            if isinstance(lab, Tensor):
-                batch.y = lab.index_select(0, seeds if seeds.device == lab.device else seeds.to(lab.device))
-            else:  # labels by global id on the host (GlobalLabels)
-                batch.y = lab(seeds if seeds.device.type == "cpu" else seeds.cpu())
+            batch.y = self.labels_of(batch.seed_nodes)
         if self._stager is not None:
             # On a side stream; the step's stream waits for the copy's event (sampling.staging), and
             # the pinned buffer is taken again only once the copy out of it is done.

@@ -88,6 +88,7 @@ class DistributedBatches:
 
             device_sampler, loader_features, self.labels = device_sources(
                 ctx, part, table, device, replicate, (loader_features, self.labels), table_bytes, with_degrees)
+            self.sampler = device_sampler  # what the start-up probes sample with: as training does
         loading = self._loaders(0 if on_device or num_batches is not None else cfg.loaders, device, local)
         # Loader processes sample the plain sampler: an emulated slow rank's stretch lives in this process (its
         # compute stays stretched; its probes, which sample here, too).

@@ -124,7 +124,7 @@ def probe(target: ProbeTarget, share: int) -> tuple[dict[str, LinearCost], dict[
             batch = batches.sampler.sample(batch_seeds)
             c1, s1 = time.thread_time(), slept()
             x = gather(batch.input_nodes)
-            y = batches.loader.labels(batch.seed_nodes) if n else None
+            y = batches.loader.labels_of(batch.seed_nodes) if n else None
             c2 = time.thread_time()
             t2 = time.perf_counter()
             sent_now, calls_now = comm.byte_counts(), comm.call_counts()
@@ -178,7 +178,7 @@ def time_syncs(target: ProbeTarget, modes: Sequence[str], rounds: int = PROBE_ST
             n, batch_seeds = _draw(seeds, max(1, batches.loader.batch_size), rng)
             batch = batches.sampler.sample(batch_seeds)
             x = gather(batch.input_nodes)
-            y = batches.loader.labels(batch.seed_nodes) if n else None
+            y = batches.loader.labels_of(batch.seed_nodes) if n else None
             if target.stretch is not None:
                 target.stretch.mark()
             t0 = time.perf_counter()
@@ -258,7 +258,7 @@ def _pipelined(target: ProbeTarget, sync: Any, optimizer: torch.optim.Optimizer,
             stream = batches.sampler.sample_stream(ids for _, ids in plan)
             for (n, _), batch in zip(plan, stream):
                 x = gather(batch.input_nodes)
-                y = batches.loader.labels(batch.seed_nodes) if n else None
+                y = batches.loader.labels_of(batch.seed_nodes) if n else None
                 c1 = time.thread_time()
                 if stretch is not None:
                     stretch.tick()
@@ -310,8 +310,10 @@ def _gatherer(loader: Any, device: torch.device) -> Callable[[torch.Tensor], Opt
     features = loader.features
     if features is None:
         return lambda _ids: None
+    if features.device.type != "cpu":  # rows on the device (--sample-on device): gathered there, as training does
+        return lambda ids: loader.rows_of(ids)
     ring = BufferRing(4, features.num_features, features.dtype, pin=device.type == "cuda")
-    return lambda ids: features.gather(ids, out=ring.take(ids.numel()))
+    return lambda ids: loader.rows_of(ids, out=ring.take(ids.numel()))
 
 
 def _measures(model: torch.nn.Module, seen: dict[str, list[tuple[float, float]]],

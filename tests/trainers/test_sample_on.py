@@ -66,3 +66,13 @@ def test_with_the_structure_replicated_the_rows_come_from_their_owners(tmp_path:
                "--run-dir", str(run))
     assert _checkpoint(runs["device"])["extra"]["decisions"]["sample_on"] == ["device", "device"]
     assert _losses(runs["device"]) == _losses(runs["cpu"])  # on the CPU the same draws
+
+
+def test_the_start_up_profiler_probes_the_device_sampler(tmp_path: Path) -> None:
+    """--placement profiled with batches sampled on the device: the probes sample, gather and label as training does
+    (labels by id on the device, rows there)."""
+    run = tmp_path / "run"
+    _train("--num-workers", "2", "--replicate", "graph", "--sample-on", "device", "--placement", "profiled",
+           "--epochs", "1", "--run-dir", str(run))
+    assert (run / "profile.json").exists()
+    assert _checkpoint(run)["extra"]["decisions"]["sample_on"] == ["device", "device"]
