@@ -239,13 +239,14 @@ class NodeLoader(EpochPlan):
                                     out=out)
 
     def labels_of(self, seeds: Tensor) -> Optional[Tensor]:
-        """The labels of ``seeds``: a tensor by node id (on its own device), or a function of host ids (GlobalLabels)."""
+        """The labels of ``seeds``: a tensor by node id, or a function of ids on its ``device`` (the host's without
+        one); either is asked with the ids on its own device."""
         lab = self.labels
         if lab is None:
             return None
-        if isinstance(lab, Tensor):
-            return lab.index_select(0, seeds if seeds.device == lab.device else seeds.to(lab.device))
-        return lab(seeds if seeds.device.type == "cpu" else seeds.cpu())
+        device = getattr(lab, "device", torch.device("cpu"))
+        ids = seeds if seeds.device == device else seeds.to(device)
+        return lab.index_select(0, ids) if isinstance(lab, Tensor) else lab(ids)
 
     def _finish(self, batch: SampledBatch) -> Any:
         """Labels, and the copy to the device; returns the copy's event (None: no staged copy)."""

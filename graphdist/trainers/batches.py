@@ -82,17 +82,18 @@ class DistributedBatches:
             return
         local = ctx.world_size == 1 or replicate == "graph"  # nothing to exchange: loader processes can fork
         table_bytes = int(ctx.partitions.meta["num_nodes"]) * int(table.shape[1]) * table.element_size()
-        on_device = num_batches is None and self._samples_on_device(ctx, device, replicate, task, stretch)
+        on_device = num_batches is None and self._samples_on_device(ctx, device, replicate, task)
         if on_device:  # the CSR on the device; the features and labels too where they fit (device_sampling.py)
             from graphdist.trainers.device_sampling import device_sources
 
             device_sampler, loader_features, self.labels = device_sources(
                 ctx, part, table, device, replicate, (loader_features, self.labels), table_bytes, with_degrees)
-            self.sampler = device_sampler  # what the start-up probes sample with: as training does
+            # what training and the start-up probes sample with (stretched on a test-slowed rank, as on the CPU path)
+            self.sampler = stretch.wrap_sampler(device_sampler) if stretch is not None else device_sampler
         loading = self._loaders(0 if on_device or num_batches is not None else cfg.loaders, device, local)
         # Loader processes sample the plain sampler: an emulated slow rank's stretch lives in this process (its
         # compute stays stretched; its probes, which sample here, too).
-        sampler = device_sampler if on_device else plain_sampler if loading["loaders"] else self.sampler
+        sampler = plain_sampler if loading["loaders"] else self.sampler
         self.loader = NodeLoader(
             loader_features, self.train_seeds, task.train_sampler(sampler, ctx, sampler_seed(cfg.seed, ctx.rank) + 7),
             batch_size=ctx.plan.of(ctx.rank).batch_share,
@@ -104,8 +105,7 @@ class DistributedBatches:
             name=f"worker {ctx.rank}", timeout_s=cfg.timeout, **loading,
         )
 
-    def _samples_on_device(self, ctx: WorkerContext, device: Optional[torch.device], replicate: str, task: Any,
-                           stretch: Optional[Any]) -> bool:
+    def _samples_on_device(self, ctx: WorkerContext, device: Optional[torch.device], replicate: str, task: Any) -> bool:
         """``--sample-on`` for this rank (``trainers/device_sampling.py``; collective with 2+ workers)."""
         from graphdist.trainers.device_sampling import sample_on_for
 
@@ -113,8 +113,7 @@ class DistributedBatches:
         unable = ("2+ workers sample across parts (without --replicate structure or graph)"
                   if ctx.world_size > 1 and replicate == "none" else
                   "link prediction's batches are edges" if task.items != "seeds" else
-                  "--loaders feeds batches from the CPU" if cfg.loaders else
-                  "the test slowdown stretches sampling in this process" if stretch is not None else None)
+                  "--loaders feeds batches from the CPU" if cfg.loaders else None)
         csr = 8 * (int(meta["num_nodes"]) + 1 + int(meta["num_edges"]))
         return sample_on_for(ctx, device or torch.device("cpu"), unable, csr) == "device"
 

@@ -100,7 +100,7 @@ def device_sources(ctx: Any, part: Any, table: torch.Tensor, device: torch.devic
     from sampling import LocalFeatureSource
     from sampling.device import DeviceNeighborSampler, csr_bytes
 
-    from graphdist.trainers.features import replicated_feature_table
+    from graphdist.trainers.features import TableLabels, replicated_feature_table
     from graphdist.trainers.kit import sampler_seed
 
     cfg = ctx.cfg
@@ -114,7 +114,7 @@ def device_sources(ctx: Any, part: Any, table: torch.Tensor, device: torch.devic
         labels = torch.cat([_labels(ctx.partitions.part(p, verify=False)) for p in range(ctx.partitions.num_parts)])
     else:
         labels = _labels(part)
-    return sampler, LocalFeatureSource(table.to(device)), labels.to(device)
+    return sampler, LocalFeatureSource(table.to(device)), TableLabels(labels.to(device))
 
 
 def _labels(part: Any) -> torch.Tensor:

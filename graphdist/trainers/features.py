@@ -80,6 +80,32 @@ def model_inputs(x: torch.Tensor, blocks: list[Any], with_degrees: bool) -> tupl
     return x[:, :-1], [gcn_norm_block(b, degrees[: b.num_src]) for b in blocks]
 
 
+class TableLabels:
+    """Labels of every node by global id in one tensor, on the device a rank samples on (``--sample-on device``):
+    seeds handed over by other workers need nothing added (:meth:`extend` keeps nothing), and a lookup answers on
+    the ids' own device (the rebalancer asks with host ids, training with device ids).
+
+    Example:
+        >>> labels = TableLabels(torch.tensor([7, 8, 9]))
+        >>> labels.extend(torch.tensor([0]), torch.tensor([7]))
+        >>> labels(torch.tensor([2, 0])).tolist(), labels.device
+        ([9, 7], device(type='cpu'))
+    """
+
+    def __init__(self, y: torch.Tensor) -> None:
+        self.y = y
+
+    @property
+    def device(self) -> torch.device:
+        return self.y.device
+
+    def extend(self, ids: torch.Tensor, labels: torch.Tensor) -> None:
+        """Nothing to add: every node's label is in the table."""
+
+    def __call__(self, nodes: torch.Tensor) -> torch.Tensor:
+        return self.y.index_select(0, nodes.to(self.y.device)).to(nodes.device)
+
+
 class GlobalLabels:
     """Labels by global id: this worker's inner nodes, and seeds migrated to it from other workers.
 
@@ -119,4 +145,4 @@ class GlobalLabels:
         return out
 
 
-__all__ = ["GlobalLabels", "feature_table", "model_inputs", "normalize_features", "replicated_feature_table"]
+__all__ = ["GlobalLabels", "TableLabels", "feature_table", "model_inputs", "normalize_features", "replicated_feature_table"]

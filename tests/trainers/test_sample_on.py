@@ -76,3 +76,21 @@ def test_the_start_up_profiler_probes_the_device_sampler(tmp_path: Path) -> None
            "--epochs", "1", "--run-dir", str(run))
     assert (run / "profile.json").exists()
     assert _checkpoint(run)["extra"]["decisions"]["sample_on"] == ["device", "device"]
+
+
+def test_seeds_migrate_between_ranks_that_sample_on_their_devices(tmp_path: Path) -> None:
+    """--rebalance-every with --sample-on device (--replicate graph): rank 1 computes 3x slower (the test slowdown),
+    seeds and their labels move to rank 0, whose labels of every node are on its device; every seed once an epoch."""
+    import os
+
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", *COMMON, "--num-workers", "2", "--replicate",
+                           "graph", "--sample-on", "device", "--rebalance-every", "4", "--batch-size", "64",
+                           "--epochs", "2", "--run-dir", str(run)], capture_output=True, text=True, cwd=REPO,
+                          timeout=240, env={**os.environ, "GRAPHDIST_TEST_SLOWDOWN": "1:3.0"})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert sum(r["seeds_received"][0] for r in records) > 0, records  # seeds moved to the fast rank
+    from graphdist.data import load_graph
+
+    assert [r["seeds"] for r in records] == [int(load_graph("synthetic-3000").train_mask.sum())] * 2
