@@ -204,7 +204,8 @@ class MinibatchStrategy(Strategy):
         seed this epoch trained so far on any rank (with ``done``, those of the checkpoint this epoch resumed from)."""
         from graphdist.trainers.checkpoints import progress_record, save
 
-        mine = torch.cat(trained) if trained else torch.zeros(0, dtype=torch.int64)
+        # host ids: a rank that samples on its device recorded device tensors, which other ranks could not unpickle
+        mine = torch.cat([t.to("cpu", torch.int64) for t in trained]) if trained else torch.zeros(0, dtype=torch.int64)
         everyone = torch.cat([t.to(torch.int64) for t in comm.all_gather_object(mine)])
         if done is not None:
             everyone = torch.cat([everyone, done.nonzero().view(-1)])
