@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # torch_geometric is imported lazily: spawned workers start fast.
-    from torch_geometric.data import Data
+    from torch_geometric.data import Data, HeteroData
+
+    from graphdist.data.hetero import Schema
 
 # Rows scanned per chunk when checking features for NaN/inf: bounded memory on
 # memory-mapped matrices (64 Ki rows x 100 floats = 25 MiB).
@@ -145,6 +147,9 @@ class Graph:
         train_mask, val_mask, test_mask: bool ``[num_nodes]``, optional.
         name: a label for logs and metadata.
         validate_features: scan ``x`` for NaN/inf (loaders of memory maps scan once themselves).
+        edge_type: a typed graph's relation of every edge (aligned with ``indices``), optional.
+        schema: a typed graph's node types, relations and target (``graphdist.data.hetero``), optional;
+            given together with ``edge_type``.
 
     Raises:
         ValueError: naming the field and the offending value on any inconsistency.
@@ -164,15 +169,26 @@ class Graph:
     test_mask: Optional[torch.Tensor] = None
     name: str = "graph"
     validate_features: bool = True
+    edge_type: Optional[torch.Tensor] = None
+    schema: Optional["Schema"] = None
 
     def __post_init__(self) -> None:
         self.indptr = as_tensor(self.indptr, "indptr")
         self.indices = as_tensor(self.indices, "indices")
-        for field in ("x", "y", *MASK_NAMES):
+        for field in ("x", "y", *MASK_NAMES, "edge_type"):
             value = getattr(self, field)
             if value is not None:
                 setattr(self, field, as_tensor(value, field))
         self._validate()
+        if self.edge_type is not None or self.schema is not None:
+            from graphdist.data.hetero import check_typed  # hetero builds on this module
+
+            check_typed(self)
+
+    @property
+    def typed(self) -> bool:
+        """Whether the graph has node types and relations (``schema`` and ``edge_type``)."""
+        return self.schema is not None
 
     # ------------------------------------------------------------------ checks
     def _validate(self) -> None:
@@ -279,14 +295,17 @@ class Graph:
         return cls(indptr=indptr, indices=indices, **node_data)
 
     @classmethod
-    def from_pyg(cls, data: "Data", name: str = "pyg") -> "Graph":
-        """Converts a ``torch_geometric.data.Data`` (``edge_index`` is source -> target).
+    def from_pyg(cls, data: "Data | HeteroData", name: str = "pyg") -> "Graph":
+        """Converts a ``torch_geometric.data.Data`` (``edge_index`` is source -> target), or a
+        ``HeteroData`` into a typed graph (:meth:`from_hetero`).
 
         Example:
             >>> from torch_geometric.data import Data
             >>> Graph.from_pyg(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2)).num_edges
             1
         """
+        if type(data).__name__ == "HeteroData":
+            return cls.from_hetero(data, name=name)
         node_data: dict[str, Any] = {"name": name}
         for field in ("x", "y", *MASK_NAMES):
             value = getattr(data, field, None)
@@ -299,6 +318,24 @@ class Graph:
             # [N, 1] is a class column; [N, C] of 0/1 (PyG keeps PPI's as float) is multi-label.
             node_data["y"] = y.view(-1) if y.shape[1] == 1 else as_multilabel(y, "y")
         return cls.from_edge_index(data.edge_index, num_nodes=data.num_nodes, **node_data)
+
+    @classmethod
+    def from_hetero(cls, data: "HeteroData", name: str = "hetero", target: Optional[str] = None) -> "Graph":
+        """A typed graph from a PyG ``HeteroData``: every node type, relation, ``x``; ``y`` and masks of
+        the one type that has ``y`` (or ``target``). See ``graphdist.data.hetero``.
+
+        Example:
+            >>> from torch_geometric.data import HeteroData
+            >>> d = HeteroData()
+            >>> d["paper"].x = torch.ones(2, 3); d["paper"].y = torch.tensor([0, 1]); d["author"].num_nodes = 4
+            >>> d["author", "writes", "paper"].edge_index = torch.tensor([[0, 3], [1, 1]])
+            >>> g = Graph.from_hetero(d)
+            >>> g.schema.describe()
+            '2 node types (paper 2, author 4*), 1 relations; * featureless'
+        """
+        from graphdist.data.hetero import hetero_from_pyg
+
+        return hetero_from_pyg(data, name=name, target=target)
 
     def to_pyg(self) -> "Data":
         """Returns a ``torch_geometric.data.Data`` with ``edge_index`` source -> target."""
@@ -423,6 +460,8 @@ class Graph:
 
     def __repr__(self) -> str:
         parts = [f"name={self.name!r}", f"num_nodes={self.num_nodes:,}", f"num_edges={self.num_edges:,}"]
+        if self.schema is not None:
+            parts.append(f"node_types={self.schema.num_types}, relations={self.schema.num_relations}")
         if self.x is not None:
             parts.append(f"num_features={self.num_features}")
         if self.y is not None:
