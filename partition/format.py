@@ -1,7 +1,7 @@
 """The on-disk partition directory: writer (staged, checksummed) and reader (memory-mapped, verified).
 
-Layout (``FORMAT_VERSION`` 2; version 1 directories, which have neither multi-label ``y`` nor
-link splits, still read)::
+Layout (``FORMAT_VERSION`` 3; versions 1 and 2, which have no typed graphs, and 1 neither multi-label
+``y`` nor link splits, still read)::
 
     parts/pubmed-4/
     ├── meta.json          format_version, command + args, dataset, method, seed, halo_hops,
@@ -12,6 +12,7 @@ link splits, still read)::
     ├── part-0/
     │   ├── indptr.npy     int64 [num_rows + 1]  rows: inner nodes, then (h >= 2) halo rows
     │   ├── indices.npy    int64 [nnz]           in-neighbours as local ids (inner + halo)
+    │   ├── edge_type.npy  int8 [nnz]            typed graphs: each edge's relation (meta "schema")
     │   ├── global_ids.npy int64 [num_local]     local -> new global id (inner first)
     │   ├── halo_owner.npy int64 [num_halo]      part owning each halo node
     │   ├── x.npy          float32 [num_inner, F]   inner nodes only, if the graph has x
@@ -57,10 +58,12 @@ from partition.scan import write_one_hop_parts
 from partition.part import Partition
 from graphdist.data.staging import META, PathLike, clean_stale_siblings, staged_directory  # noqa: F401 - re-exported
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # What the reader accepts: version 2 added multi-label y (uint8 [N, C], meta "multilabel") and the
-# link-prediction split (meta "task": "link", part-*/link_*.npy); version 1 has neither.
-READABLE_VERSIONS = (1, 2)
+# link-prediction split (meta "task": "link", part-*/link_*.npy); version 1 has neither. Version 3 added
+# typed graphs (meta "schema", each part's "type_counts", part-*/edge_type.npy); a directory of an
+# untyped graph differs from version 2 in nothing else.
+READABLE_VERSIONS = (1, 2, 3)
 _HASH_BLOCK = 1 << 22  # 4 MiB reads when verifying: bounded memory on large files
 
 
@@ -129,6 +132,8 @@ def write_partition_files(
     save_array(root, "node_map.npy", relabel.node_map(), files)
     save_array(root, "orig_ids.npy", relabel.orig_ids, files)
     meta_extra = dict(meta_extra or {})
+    if graph.typed:
+        meta_extra["schema"] = _write_edge_types(root, graph, relabel, part_meta, files)
     if extras is not None:
         meta_extra.update(extras(root, relabel, part_meta, files))
     meta = _meta(graph, num_parts, halo_hops, relabel, part_meta, files, meta_extra)
@@ -136,6 +141,25 @@ def write_partition_files(
         json.dump(meta, fh, indent=1)
         fh.write("\n")
     return meta
+
+
+def _write_edge_types(root: Path, graph: Graph, relabel: Relabel, part_meta: list[dict[str, Any]],
+                      files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each part's ``edge_type.npy`` (its rows' edges keep their order in the graph's CSR, so the relations
+    are gathered at the same positions) and node counts per type; returns the schema for ``meta.json``."""
+    from partition.csr import ranges as np_ranges
+
+    indptr = graph.indptr.numpy()
+    edge_type = graph.edge_type.numpy()
+    node_type = graph.schema.node_type(torch.from_numpy(relabel.orig_ids)).numpy()
+    for p, counts in enumerate(part_meta):
+        local = np.load(root / f"part-{p}" / "global_ids.npy", mmap_mode="r")[: counts["num_rows"]]
+        rows = relabel.orig_ids[local]
+        save_array(root, f"part-{p}/edge_type.npy", edge_type[np_ranges(indptr[rows], indptr[rows + 1] - indptr[rows])],
+                   files)
+        lo, hi = relabel.part_offsets[p], relabel.part_offsets[p + 1]
+        counts["type_counts"] = np.bincount(node_type[lo:hi], minlength=graph.schema.num_types).tolist()
+    return graph.schema.to_dict()
 
 
 def _check_parts(parts: Any, num_nodes: int, num_parts: int) -> np.ndarray:
@@ -381,7 +405,18 @@ def load_partition(path: PathLike, part_id: int, verify: bool = True, meta: Opti
         val_mask=mask["val_mask"],
         test_mask=mask["test_mask"],
         orig_ids=torch.from_numpy(_load(root, "orig_ids.npy")),
+        edge_type=torch.from_numpy(_load(root, f"{d}/edge_type.npy")) if f"{d}/edge_type.npy" in files else None,
+        schema=partition_schema(meta),
     )
+
+
+def partition_schema(meta: dict) -> Optional[Any]:
+    """A typed graph's ``Schema`` over a partition directory's ids (None: the graph has no types)."""
+    if "schema" not in meta:
+        return None
+    from graphdist.data.hetero import Schema
+
+    return Schema.from_dict(meta["schema"]).relabelled(meta["part_offsets"], [p["type_counts"] for p in meta["parts"]])
 
 
 def _load(root: Path, relpath: str) -> np.ndarray:

@@ -54,14 +54,15 @@ def merge_partitions(parts: Sequence[Partition]) -> Partition:
                     global_ids=inner)  # inner_local works from here on: the ranges come from part_ids
     row_ptrs: list[torch.Tensor] = []
     row_cols: list[torch.Tensor] = []
+    row_types: list[torch.Tensor] = []  # a typed graph's relation of every edge, in the same order
     for p in parts:  # inner rows of every part
-        _append_rows(p, torch.arange(p.num_inner), row_ptrs, row_cols)
+        _append_rows(p, torch.arange(p.num_inner), row_ptrs, row_cols, row_types)
     # Halo rows (halo_hops >= 2): one per node still outside the union, from the first part holding it.
     candidates = [(p, torch.arange(p.num_inner, p.num_rows)) for p in parts]
     halo_nodes = torch.cat([p.global_ids.index_select(0, r) for p, r in candidates])
     first_seen = _first_occurrences(halo_nodes) & (union.inner_local(halo_nodes) < 0)
     for (p, r), keep in zip(candidates, torch.split(first_seen, [int(r.numel()) for _, r in candidates])):
-        _append_rows(p, r[keep], row_ptrs, row_cols)
+        _append_rows(p, r[keep], row_ptrs, row_cols, row_types)
     with_rows = halo_nodes[first_seen]
     columns = torch.cat(row_cols) if row_cols else torch.zeros(0, dtype=torch.int64)
     others = torch.unique(columns)
@@ -79,6 +80,7 @@ def merge_partitions(parts: Sequence[Partition]) -> Partition:
         train_mask=_cat([p.train_mask for p in parts]),
         val_mask=_cat([p.val_mask for p in parts]),
         test_mask=_cat([p.test_mask for p in parts]),
+        edge_type=torch.cat(row_types) if row_types else None,
     )
 
 
@@ -98,12 +100,17 @@ def load_parts(path: object, part_ids: Sequence[int], verify: bool = True, meta:
     return merge_partitions([load_partition(path, p, verify=verify, meta=meta) for p in part_ids])
 
 
-def _append_rows(part: Partition, rows: torch.Tensor, ptrs: list[torch.Tensor], cols: list[torch.Tensor]) -> None:
-    """Rows ``rows`` (ascending local ids) of ``part``'s CSR: their lengths and their columns as global ids."""
+def _append_rows(part: Partition, rows: torch.Tensor, ptrs: list[torch.Tensor], cols: list[torch.Tensor],
+                 types: list[torch.Tensor]) -> None:
+    """Rows ``rows`` (ascending local ids) of ``part``'s CSR: their lengths, their columns as global ids and
+    (a typed graph) their edges' relations."""
     starts = part.indptr.index_select(0, rows)
     counts = part.indptr.index_select(0, rows + 1) - starts
+    positions = ranges(starts, counts)
     ptrs.append(counts)
-    cols.append(part.global_ids.index_select(0, part.indices.index_select(0, ranges(starts, counts)).to(torch.int64)))
+    cols.append(part.global_ids.index_select(0, part.indices.index_select(0, positions).to(torch.int64)))
+    if part.edge_type is not None:
+        types.append(part.edge_type.index_select(0, positions))
 
 
 def _first_occurrences(ids: torch.Tensor) -> torch.Tensor:

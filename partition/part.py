@@ -7,7 +7,7 @@ methods (owner lookup, id ranges, degrees) instead of re-deriving them from the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -49,6 +49,8 @@ class Partition:
     test_mask: Optional[torch.Tensor]
     orig_ids: torch.Tensor
     part_ids: tuple[int, ...] = ()  # a union's parts (``partition.merge``); empty: just ``part_id``
+    edge_type: Optional[torch.Tensor] = None  # a typed graph's relation of every edge of the CSR
+    schema: Optional[Any] = None  # a typed graph's ``Schema`` over this directory's (relabelled) ids
 
     @property
     def parts(self) -> tuple[int, ...]:

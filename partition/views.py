@@ -43,13 +43,14 @@ def part_edges(path: PathLike) -> list[list[int]]:
     return rows
 
 
-def load_structure(path: PathLike) -> tuple[torch.Tensor, torch.Tensor]:
+def load_structure(path: PathLike, with_types: bool = False) -> tuple[torch.Tensor, ...]:
     """The whole graph's in-neighbour CSR over global ids, assembled from every part's inner rows.
 
     For ``--structure replicated``: every worker samples any node's neighbours itself (no
     sampling exchange; seeds can move between workers with their sampling work), while features
     stay partitioned. Part ``p``'s inner nodes are the global range ``part_offsets[p]..``, so the
     rows concatenate in part order. Costs ``8 * (num_nodes + num_edges)`` bytes per worker.
+    ``with_types``: a typed graph's edge relations come third (None for an untyped graph).
     Checksums are not verified here: each part's owner verifies its own files.
 
     Example:
@@ -61,13 +62,17 @@ def load_structure(path: PathLike) -> tuple[torch.Tensor, torch.Tensor]:
         (True, 10)
     """
     meta = read_meta(Path(path))
-    counts, columns = [], []
+    counts, columns, types = [], [], []
     for p in range(int(meta["num_parts"])):
         part = load_partition(path, p, verify=False)
         indptr = part.indptr[: part.num_inner + 1].to(torch.int64)
         counts.append(indptr[1:] - indptr[:-1])
         columns.append(part.global_indices(inner_only=True))
+        if with_types and part.edge_type is not None:
+            types.append(part.edge_type[: int(indptr[-1])])
     degrees = torch.cat(counts)
     indptr = torch.zeros(degrees.numel() + 1, dtype=torch.int64)
     torch.cumsum(degrees, 0, out=indptr[1:])
+    if with_types:
+        return indptr, torch.cat(columns), torch.cat(types) if types else None
     return indptr, torch.cat(columns)

@@ -50,6 +50,11 @@ class Block:
         num_dst: destination count; destination ``j`` is source ``j`` (same node).
         indptr: int64 ``[num_dst + 1]``; edges of destination ``j`` are ``indptr[j]:indptr[j+1]``.
         edge_weight: optional float ``[E]`` (e.g. GCN weights from global degrees).
+        edge_type: a typed graph's relation of every edge (int64 ``[E]``; ``graphdist.data.hetero``).
+        node_type: a typed graph's type of every source node (int64 ``[num_src]``; the destinations'
+            are its first ``num_dst``).
+        type_index: each source node's row within its type (int64 ``[num_src]``): where a featureless
+            type's embedding is looked up.
 
     Example:
         >>> b = Block(src=torch.tensor([1, 0]), dst=torch.tensor([0, 0]), num_src=2, num_dst=1,
@@ -64,6 +69,14 @@ class Block:
     num_dst: int
     indptr: Tensor
     edge_weight: Optional[Tensor] = None
+    edge_type: Optional[Tensor] = None
+    node_type: Optional[Tensor] = None
+    type_index: Optional[Tensor] = None
+
+    @property
+    def typed(self) -> bool:
+        """Whether the block carries relations and node types (sampled from a typed graph)."""
+        return self.edge_type is not None
 
     @property
     def edge_index(self) -> Tensor:
@@ -123,7 +136,8 @@ class Block:
         """A copy with every tensor on ``device``."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
         return replace(self, src=move(self.src), dst=move(self.dst), indptr=move(self.indptr),
-                       edge_weight=move(self.edge_weight))
+                       edge_weight=move(self.edge_weight), edge_type=move(self.edge_type),
+                       node_type=move(self.node_type), type_index=move(self.type_index))
 
 
 @dataclass
@@ -281,6 +295,9 @@ class NeighborSource(abc.ABC):
     #: True when ``sample_neighbors_stepwise`` pauses at communication points, so a sampler
     #: gains from interleaving several batches.
     pipelined: bool = False
+    #: A typed graph's ``Schema`` (``graphdist.data.hetero``): then ``fanout`` is one count per relation
+    #: and the counts returned are ``[n, R]``, each node's neighbours grouped by relation (``sampling.typed``).
+    schema: Optional[Any] = None
 
     def sample_neighbors_stepwise(
         self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Generator, Iterable, Iterator, Optional, Sequence, TypeVar, Union
+from typing import Generator, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
 import torch
 from torch import Tensor
@@ -26,6 +26,8 @@ from graphdist.data.graph import Graph, counts_to_indptr
 import sampling.compiled as compiled
 from sampling.base import Block, NeighborSource, SampledBatch, SeededSampler, run_steps
 from sampling.kernels import sample_csr
+import sampling.typed as typed
+from sampling.typed import Fanout, layer_fanouts, sample_relations, spread_relations
 from sampling.relabel import DENSE_MAX_NODES, _DenseRelabeler, _SortRelabeler
 
 T = TypeVar("T")
@@ -35,7 +37,7 @@ STREAMS = 2
 # (but at least 2 batches fly): a 100M-node graph keeps 2, a 10M-node one 6.
 PIPELINE_MARK_MIB = 256
 
-__all__ = ["CSRNeighborSource", "NeighborSampler", "check_fanouts"]
+__all__ = ["CSRNeighborSource", "NeighborSampler", "check_fanouts", "type_blocks"]
 
 
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
@@ -74,15 +76,23 @@ class CSRNeighborSource(NeighborSource):
         self.graph = graph
         self.indptr = graph.indptr
         self.indices = graph.indices
+        self.schema = graph.schema
+        if graph.typed:  # a typed graph: each (node, relation) is a row of its own (sampling.typed)
+            from graphdist.data.hetero import relation_indptr
+
+            self.rel_indptr = relation_indptr(graph)
 
     @property
     def num_nodes(self) -> int:
         return self.graph.num_nodes
 
     def sample_neighbors(
-        self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
+        self, nodes: Tensor, fanout: Fanout, replace: bool = False, generator: Optional[torch.Generator] = None
     ) -> tuple[Tensor, Tensor]:
-        return sample_csr(self.indptr, self.indices, nodes, fanout, replace, generator)
+        if self.schema is not None:
+            fanouts = layer_fanouts(fanout, self.schema.num_relations)
+            return sample_relations(self.rel_indptr, self.indices, nodes, fanouts, replace, generator)
+        return sample_csr(self.indptr, self.indices, nodes, fanout, replace, generator)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ the sampler
@@ -102,6 +112,9 @@ class NeighborSampler(SeededSampler):
             (the distributed one), as two interleaved streams whose batches share each hop's
             exchanges; each costs one more relabeller (4 bytes a node; at most
             ``PIPELINE_MARK_MIB`` of them, at least 2). Default 6 (see ``sample_stream``).
+        relation_fanouts: a typed graph only: relation -> one count per layer, replacing ``fanouts``
+            for that relation (``{"cites": [15, 5]}``; 0 skips the relation). Every relation not
+            named samples ``fanouts``. The blocks then carry each edge's relation and each node's type.
 
     Raises:
         ValueError: on bad fan-outs or relabel mode; ``sample`` on repeated seeds.
@@ -122,11 +135,18 @@ class NeighborSampler(SeededSampler):
         seed: Optional[int] = None,
         relabel: str = "auto",
         pipeline: int = 6,
+        relation_fanouts: Optional[Mapping[str, Sequence[int]]] = None,
     ) -> None:
         self.source = CSRNeighborSource(source) if isinstance(source, Graph) else source
         if not isinstance(self.source, NeighborSource):
             raise ValueError(f"source: expected a Graph or NeighborSource (got {type(source).__name__})")
         self.fanouts = check_fanouts(fanouts)
+        self.schema = self.source.schema
+        if self.schema is None and relation_fanouts:
+            raise ValueError(f"relation_fanouts: the graph has no relations (got {dict(relation_fanouts)})")
+        # What each hop asks the source for: one count, or (typed) one per relation.
+        self.hops: list[Fanout] = (list(self.fanouts) if self.schema is None
+                                   else typed.relation_fanouts(self.schema, self.fanouts, relation_fanouts))
         self.replace = bool(replace)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
@@ -226,7 +246,7 @@ class NeighborSampler(SeededSampler):
             blocks: list[list[Block]] = [[] for _ in seed_batches]
             num_dst = [s.numel() for s in seed_batches]
             frontiers = list(seed_batches)
-            for fanout in self.fanouts:
+            for fanout in self.hops:
                 joined = frontiers[0] if len(frontiers) == 1 else torch.cat(frontiers)
                 nbrs, counts = yield from self.source.sample_neighbors_stepwise(
                     joined, fanout, self.replace, self.generator
@@ -247,6 +267,8 @@ class NeighborSampler(SeededSampler):
         out = []
         for seeds, layer_blocks, input_nodes in zip(seed_batches, blocks, inputs):
             layer_blocks.reverse()  # built seeds outward; blocks[0] is the input layer
+            if self.schema is not None:
+                type_blocks(layer_blocks, input_nodes, self.schema)
             out.append(SampledBatch(blocks=layer_blocks, input_nodes=input_nodes, seed_nodes=seeds))
         return out
 
@@ -267,8 +289,29 @@ def _interleave(group: list[Generator[None, None, T]]) -> list[T]:
     return results  # type: ignore[return-value]
 
 
+def type_blocks(blocks: Sequence[Block], input_nodes: Tensor, schema: object) -> None:
+    """Sets every block's ``node_type`` and ``type_index`` (prefixes of the batch's, as its sources are).
+
+    Example:
+        >>> from graphdist.data.hetero import typed_graph
+        >>> g = typed_graph({"a": 2, "b": 2}, {("b", "r", "a"): [[0, 1], [0, 0]]})
+        >>> b = NeighborSampler(g, [-1], seed=0).sample(torch.tensor([0])).blocks[0]
+        >>> b.node_type.tolist(), b.type_index.tolist(), b.edge_type.tolist()
+        ([0, 1, 1], [0, 0, 1], [0, 0])
+    """
+    types = schema.node_type(input_nodes)  # type: ignore[attr-defined]
+    index = schema.type_index(input_nodes)  # type: ignore[attr-defined]
+    for block in blocks:
+        block.node_type, block.type_index = types[: block.num_src], index[: block.num_src]
+
+
 def _make_block(src: Tensor, counts: Tensor, num_dst: int, num_src: int) -> Block:
-    """A block from per-destination counts: sources arrive grouped by destination already."""
+    """A block from per-destination counts: sources arrive grouped by destination already. ``[n, R]``
+    counts (a typed graph's): grouped by destination, then relation, which the block keeps per edge."""
+    if counts.dim() == 2:
+        block = _make_block(src, counts.sum(dim=1), num_dst, num_src)
+        block.edge_type = spread_relations(counts)
+        return block
     if compiled.enabled(src.numel()) and counts.dtype == torch.int64:
         dst, indptr = compiled.block_index(counts, src.numel())
     else:

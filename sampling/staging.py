@@ -81,7 +81,8 @@ class CudaStreams:
 
 def _tensors(batch: SampledBatch) -> Iterator[Tensor]:
     for block in batch.blocks:
-        yield from (t for t in (block.src, block.dst, block.indptr, block.edge_weight) if t is not None)
+        yield from (t for t in (block.src, block.dst, block.indptr, block.edge_weight, block.edge_type,
+                                block.node_type, block.type_index) if t is not None)
     yield from (t for t in (batch.input_nodes, batch.seed_nodes, batch.x, batch.y) if t is not None)
 
 

@@ -32,7 +32,7 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -90,6 +90,9 @@ class Schema:
         relations: the edge types; ``edge_type`` values index this tuple.
         widths: feature width of every type (0: featureless, a learnable embedding in the models).
         target: the type that carries labels and masks (None: no labels).
+        ranges: after partitioning, the relabelled ids' layout: ``(first id, type, index of that id within
+            its type)`` of every run of one type, sorted by id (``Schema.relabelled``). None: the types'
+            own ranges (``offsets``).
 
     Example:
         >>> s = Schema(("paper", "author"), (0, 3, 5), (Relation("author", "writes", "paper"),), (4, 0), "paper")
@@ -102,6 +105,7 @@ class Schema:
     relations: tuple[Relation, ...]
     widths: tuple[int, ...]
     target: Optional[str] = None
+    ranges: Optional[tuple[tuple[int, int, int], ...]] = None
 
     def __post_init__(self) -> None:
         if not self.node_types or len(set(self.node_types)) != len(self.node_types):
@@ -170,6 +174,13 @@ class Schema:
             raise ValueError(f"Expected a relation in {keys} (got {key!r})")
         return keys.index(key)
 
+    def _runs(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(first id, type, index within the type) of every run of ids of one type."""
+        if self.ranges is not None:
+            starts, types, index = zip(*self.ranges) if self.ranges else ((), (), ())
+            return starts, types, index
+        return self.offsets[:-1], tuple(range(self.num_types)), (0,) * self.num_types
+
     def node_type(self, ids: Tensor) -> Tensor:
         """Type index (int64) of every global id in ``ids``.
 
@@ -177,26 +188,59 @@ class Schema:
             >>> Schema(("a", "b"), (0, 2, 5), (Relation("a", "r", "b"),), (1, 1)).node_type(torch.tensor([1, 2])).tolist()
             [0, 1]
         """
-        bounds = torch.tensor(self.offsets[1:-1], dtype=torch.int64, device=ids.device)
+        starts, types, _ = self._runs()
+        run = self._run_of(ids, starts)
+        return torch.tensor(types, dtype=torch.int64, device=ids.device)[run]
+
+    def type_index(self, ids: Tensor) -> Tensor:
+        """Each global id's position within its type: its row in the type's embedding table.
+
+        Example:
+            >>> Schema(("a", "b"), (0, 2, 5), (Relation("a", "r", "b"),), (1, 1)).type_index(torch.tensor([1, 2])).tolist()
+            [1, 0]
+        """
+        starts, _, index = self._runs()
+        run = self._run_of(ids, starts)
+        first = torch.tensor(starts, dtype=torch.int64, device=ids.device)[run]
+        return ids.to(torch.int64) - first + torch.tensor(index, dtype=torch.int64, device=ids.device)[run]
+
+    @staticmethod
+    def _run_of(ids: Tensor, starts: Sequence[int]) -> Tensor:
+        bounds = torch.tensor(starts[1:], dtype=torch.int64, device=ids.device)
         return torch.bucketize(ids.to(torch.int64), bounds, right=True)
 
-    def type_index(self, ids: Tensor, types: Optional[Tensor] = None) -> Tensor:
-        """Each global id's position within its type (its row in the type's table)."""
-        types = self.node_type(ids) if types is None else types
-        starts = torch.tensor(self.offsets[:-1], dtype=torch.int64, device=ids.device)
-        return ids.to(torch.int64) - starts[types]
+    def relabelled(self, part_offsets: Sequence[int], type_counts: Sequence[Sequence[int]]) -> "Schema":
+        """This schema over a partition's ids: part ``p`` holds ``type_counts[p][t]`` nodes of type ``t``,
+        in type order from ``part_offsets[p]`` (the partitioner keeps each part's nodes in original order,
+        and the original ids are grouped by type).
+
+        Example:
+            >>> s = Schema(("a", "b"), (0, 2, 5), (Relation("a", "r", "b"),), (1, 0))
+            >>> r = s.relabelled([0, 3, 5], [[1, 2], [1, 1]])  # part 0: a0, b0, b1; part 1: a1, b2
+            >>> r.node_type(torch.arange(5)).tolist(), r.type_index(torch.arange(5)).tolist()
+            ([0, 1, 1, 0, 1], [0, 0, 1, 1, 2])
+        """
+        runs, seen = [], [0] * self.num_types
+        for p, counts in enumerate(type_counts):
+            at = int(part_offsets[p])
+            for t, c in enumerate(counts):
+                if c:
+                    runs.append((at, t, seen[t]))
+                    at, seen[t] = at + int(c), seen[t] + int(c)
+        return replace(self, ranges=tuple(runs))
 
     # ------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able description (partition metadata, checkpoints); :meth:`from_dict` reads it back."""
-        return {"node_types": list(self.node_types), "offsets": list(self.offsets),
-                "relations": [r.key for r in self.relations], "widths": list(self.widths), "target": self.target}
+        out = {"node_types": list(self.node_types), "offsets": list(self.offsets),
+               "relations": [r.key for r in self.relations], "widths": list(self.widths), "target": self.target}
+        return out if self.ranges is None else {**out, "ranges": [list(r) for r in self.ranges]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Schema":
         return cls(tuple(d["node_types"]), tuple(int(o) for o in d["offsets"]),
                    tuple(Relation.parse(k) for k in d["relations"]), tuple(int(w) for w in d["widths"]),
-                   d.get("target"))
+                   d.get("target"), tuple(tuple(int(v) for v in r) for r in d["ranges"]) if d.get("ranges") else None)
 
     def describe(self) -> str:
         """One line for logs: ``3 node types (paper 2,708, word 1,433*), 3 relations; * featureless``."""

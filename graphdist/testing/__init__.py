@@ -6,8 +6,9 @@ Example:
     10
 """
 
-from graphdist.testing.graphs import random_graph, tiny_graph, tiny_partition
+from graphdist.testing.graphs import random_graph, tiny_graph, tiny_partition, typed_random_graph
 from graphdist.testing.env import require
 from graphdist.testing.launch import WorkerFailed, WorkerTimeout, launch, one_rank_group
 
-__all__ = ["WorkerFailed", "WorkerTimeout", "launch", "one_rank_group", "require", "random_graph", "tiny_graph", "tiny_partition"]
+__all__ = ["WorkerFailed", "WorkerTimeout", "launch", "one_rank_group", "require", "random_graph", "tiny_graph", "tiny_partition",
+           "typed_random_graph"]
