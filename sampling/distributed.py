@@ -49,6 +49,7 @@ from sampling.base import NeighborSource, run_steps
 from sampling.dist_features import CacheStats, DistFeatureSource, PendingRows, fetch_rows, fetch_rows_async
 from sampling.kernels import sample_csr, sample_csr_padded, unpad
 from sampling.owners import OwnerMap
+from sampling.typed import (Fanout, layer_fanouts, padded_relation_counts, sample_relations, sample_relations_padded)
 
 __all__ = ["CacheStats", "DistFeatureSource", "DistNeighborSource", "PendingRows", "fetch_rows", "fetch_rows_async",
            "serving_seed"]
@@ -105,6 +106,14 @@ class DistNeighborSource(NeighborSource):
         self._sole_peer = self.owners.sole_peer(int(self.owners.rank_of(torch.tensor(own[:1]))[0])) if own else None
         self.remote_requests = 0
         self.local_requests = 0
+        # A typed graph: each inner row's edges of relation r are the virtual row `row * R + r`
+        # (sampling.typed); a hop's padded answers carry sum(f_r) slots, each slot's relation known by
+        # its position, so no relation ids travel.
+        self.schema = partition.schema
+        if self.schema is not None:
+            if partition.edge_type is None:
+                raise ValueError(f"{partition.name}: a typed partition without edge_type.npy (rewrite it with --force)")
+            self.rel_indptr = _relation_rows(self.indptr, partition.edge_type, self.schema.num_relations)
 
     @property
     def num_nodes(self) -> int:
@@ -122,17 +131,20 @@ class DistNeighborSource(NeighborSource):
             self.serve_generator.set_state(state)
 
     def sample_neighbors(
-        self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
+        self, nodes: Tensor, fanout: Fanout, replace: bool = False, generator: Optional[torch.Generator] = None
     ) -> tuple[Tensor, Tensor]:
         return run_steps(self.sample_neighbors_stepwise(nodes, fanout, replace, generator))
 
     def sample_neighbors_stepwise(
-        self, nodes: Tensor, fanout: int, replace: bool = False, generator: Optional[torch.Generator] = None
+        self, nodes: Tensor, fanout: Fanout, replace: bool = False, generator: Optional[torch.Generator] = None
     ) -> Generator[None, None, tuple[Tensor, Tensor]]:
         """``sample_neighbors``, pausing three times (every rank alike) while the exchanges travel."""
         nodes = nodes.to(torch.int64)
+        if self.schema is not None:
+            fanout = layer_fanouts(fanout, self.schema.num_relations)
+        width = _width(fanout)  # a padded answer's slots; -1: variable (every neighbour)
         # One decision per hop for its compiled loops (the split here, the merge below).
-        compiled_hop = compiled.enabled(nodes.numel() * max(fanout, 1))
+        compiled_hop = compiled.enabled(nodes.numel() * max(width, 1))
         own_idx, own, remote_idx, remote = self._split(nodes, compiled_hop)
         self.local_requests += int(own.numel())
         self.remote_requests += int(remote_idx.numel())
@@ -161,22 +173,22 @@ class DistNeighborSource(NeighborSource):
         # Own nodes are sampled while the requests travel. A fixed fan-out answers in rows of
         # `fanout` slots padded with -1: rows move and reorder whole (no per-edge offsets), the
         # reply needs no size exchange, and one compaction at the end gives the edges.
-        padded = fanout >= 0 and remote_idx.numel() > 0
+        padded = width >= 0 and remote_idx.numel() > 0
         # A large hop's own rows stay compact: the compiled loop merges them with the padded
         # answers in one pass (``compiled.merge_rows``), where torch writes both into one table
-        # and compacts it (same draws, same result).
-        merged = padded and compiled_hop
+        # and compacts it (same draws, same result). Typed rows keep the table: its slots say the relation.
+        merged = padded and compiled_hop and self.schema is None
         mine = (self._sample_padded(own, fanout, replace, generator) if padded and not merged
                 else self._sample(own, fanout, replace, generator))  # all own here: compact, in order
         yield  # 2: the requests travel
         asked = pending.wait()
-        if fanout >= 0:
+        if width >= 0:
             replies = [self._serve_padded(ids, fanout, replace) for ids in asked]
             answering = comm.all_to_all_v_async(
                 replies, group=self.group, tag="sample", recv_rows=[r.numel() for r in requests]
             )
-        else:  # every neighbour: variable-size answers [counts..., neighbours...]
-            replies = [torch.cat(self._sample(self.partition.inner_local(ids), -1)[::-1]) for ids in asked]
+        else:  # every neighbour (of some relation): variable-size answers [counts..., neighbours...]
+            replies = [self._answer_all(ids, fanout) for ids in asked]
             answering = comm.all_to_all_v_async(replies, group=self.group, tag="sample")
         yield  # 3: the answers travel
         answers = answering.wait()
@@ -184,15 +196,19 @@ class DistNeighborSource(NeighborSource):
             return mine  # type: ignore[return-value]
         if merged:
             joined = comm.joined_rows(answers)  # the receive buffer itself: no copy
-            rows = (joined if joined is not None else torch.cat(answers)).view(-1, fanout)
+            rows = (joined if joined is not None else torch.cat(answers)).view(-1, width)
             return compiled.merge_rows(nodes.numel(), own_idx, mine, remote_idx, rows)  # type: ignore[arg-type]
         if padded:
-            table = torch.empty((nodes.numel(), fanout), dtype=self.id_dtype)
+            table = torch.empty((nodes.numel(), width), dtype=self.id_dtype)
             table.index_copy_(0, own_idx, mine)  # type: ignore[arg-type]
             joined = comm.joined_rows(answers)  # the receive buffer itself: no copy
-            table.index_copy_(0, remote_idx, joined if joined is not None else torch.cat(answers))
-            return unpad(table)
-        parts = [mine] + [(a[r.numel():], a[: r.numel()]) for a, r in zip(answers, requests)]
+            table.index_copy_(0, remote_idx, (joined if joined is not None else torch.cat(answers)).view(-1, width))
+            if self.schema is None:
+                return unpad(table)
+            return unpad(table)[0], padded_relation_counts(table, fanout)  # type: ignore[arg-type]
+        head = self.schema.num_relations if self.schema is not None else 1  # counts per node in an answer
+        parts = [mine] + [(a[r.numel() * head:], a[: r.numel() * head].view(-1, head) if head > 1 else a[: r.numel()])
+                          for a, r in zip(answers, requests)]
         return _reassemble(parts, torch.cat([own_idx, remote_idx]))  # type: ignore[list-item]
 
     def _split(self, nodes: Tensor, compiled_hop: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -206,23 +222,37 @@ class DistNeighborSource(NeighborSource):
         own = self.partition.inner_local(nodes.index_select(0, own_idx), all_inner=True)
         return own_idx, own, remote_idx, nodes.index_select(0, remote_idx)
 
-    def _serve_padded(self, ids: Tensor, fanout: int, replace: bool) -> Tensor:
+    def _serve_padded(self, ids: Tensor, fanout: Fanout, replace: bool) -> Tensor:
         """``[len(ids), fanout]`` sampled neighbours (``-1``-padded) for another rank's request."""
         if not ids.numel():  # this rank's own entry (own nodes never enter the exchange), or nothing asked
-            return torch.empty((0, fanout), dtype=self.id_dtype)
+            return torch.empty((0, _width(fanout)), dtype=self.id_dtype)
         return self._sample_padded(self.partition.inner_local(ids), fanout, replace, self.serve_generator)
 
-    def _sample(self, rows: Tensor, fanout: int, replace: bool = False,
+    def _answer_all(self, ids: Tensor, fanout: Fanout) -> Tensor:
+        """A variable-size answer, ``[counts..., neighbours...]`` (typed: ``R`` counts a node), for a request
+        whose hop takes every neighbour of some relation (drawn with the serving generator where it samples)."""
+        nbrs, counts = self._sample(self.partition.inner_local(ids), fanout, generator=self.serve_generator)
+        return torch.cat([counts.reshape(-1), nbrs])
+
+    def _sample(self, rows: Tensor, fanout: Fanout, replace: bool = False,
                 generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
-        """Neighbours (global ids) and counts of own rows (local ids)."""
-        neighbors, counts = sample_csr(self.indptr, self.indices, rows, fanout, replace, generator)
+        """Neighbours (global ids) and counts of own rows (local ids); typed: ``[n, R]`` counts."""
+        if self.schema is not None:
+            neighbors, counts = sample_relations(self.rel_indptr, self.indices, rows, fanout, replace,  # type: ignore[arg-type]
+                                                 generator)
+        else:
+            neighbors, counts = sample_csr(self.indptr, self.indices, rows, fanout, replace, generator)  # type: ignore[arg-type]
         return (self.partition.global_ids.index_select(0, neighbors.to(torch.int64)) if self.translate
                 else neighbors), counts
 
-    def _sample_padded(self, rows: Tensor, fanout: int, replace: bool,
+    def _sample_padded(self, rows: Tensor, fanout: Fanout, replace: bool,
                        generator: Optional[torch.Generator]) -> Tensor:
-        """``[len(rows), fanout]`` neighbours in global ids (``id_dtype``), ``-1``-padded."""
-        table = sample_csr_padded(self.indptr, self.indices, rows, fanout, replace, generator)
+        """``[len(rows), fanout]`` neighbours in global ids (``id_dtype``), ``-1``-padded (typed: ``sum(f_r)``
+        slots, relation by relation)."""
+        if self.schema is not None:
+            table = sample_relations_padded(self.rel_indptr, self.indices, rows, fanout, replace, generator)  # type: ignore[arg-type]
+        else:
+            table = sample_csr_padded(self.indptr, self.indices, rows, fanout, replace, generator)  # type: ignore[arg-type]
         if not self.translate:
             return table
         table = table.to(self.id_dtype)
@@ -231,18 +261,40 @@ class DistNeighborSource(NeighborSource):
         return table
 
 
+def _width(fanout: Fanout) -> int:
+    """Slots of a hop's padded answer (a typed hop: the relations' fan-outs summed); -1: variable-size answers."""
+    if isinstance(fanout, int):
+        return fanout
+    return -1 if any(f < 0 for f in fanout) else sum(fanout)
+
+
+def _relation_rows(indptr: Tensor, edge_type: Tensor, num_relations: int) -> Tensor:
+    """CSR offsets of the virtual rows ``row * R + r`` of a part's inner rows (edges sorted by relation in each row)."""
+    counts = indptr[1:] - indptr[:-1]
+    rows = torch.repeat_interleave(torch.arange(counts.numel(), dtype=torch.int64), counts)
+    vrow = rows * num_relations + edge_type[: rows.numel()].to(torch.int64)
+    out = torch.zeros(counts.numel() * num_relations + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(vrow, minlength=counts.numel() * num_relations), 0, out=out[1:])
+    return out
+
+
 def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tensor, Tensor]:
-    """Owner-grouped ``(neighbours, counts)`` back in the caller's node order."""
+    """Owner-grouped ``(neighbours, counts)`` back in the caller's node order (typed: ``[n, R]`` counts)."""
     nbrs_grouped = torch.cat([p[0] for p in parts])
     counts_grouped = torch.cat([p[1] for p in parts])
-    n = counts_grouped.numel()
+    per_node = counts_grouped.sum(dim=1) if counts_grouped.dim() == 2 else counts_grouped
+    n = per_node.numel()
     # Segment g of the grouped list belongs to node order[g]: reorder whole segments.
     counts = torch.empty(n, dtype=torch.int64)
-    counts[order] = counts_grouped
-    grouped_starts = torch.cumsum(counts_grouped, 0) - counts_grouped
+    counts[order] = per_node
+    grouped_starts = torch.cumsum(per_node, 0) - per_node
     starts_in_order = torch.empty(n, dtype=torch.int64)
     starts_in_order[order] = grouped_starts
     positions = ranges(starts_in_order, counts)
+    if counts_grouped.dim() == 2:
+        typed_counts = torch.empty_like(counts_grouped)
+        typed_counts[order] = counts_grouped
+        return nbrs_grouped.index_select(0, positions), typed_counts
     return nbrs_grouped.index_select(0, positions), counts
 
 

@@ -411,7 +411,7 @@ def check_typed(graph: Graph) -> None:
     """Raises ``ValueError`` unless ``edge_type`` and ``schema`` agree with the CSR.
 
     Checks: both present or both absent; one relation per edge, in range; every edge's ends have
-    its relation's types; each row's edges sorted by relation; ``x`` as wide as the widest type.
+    its relation's types; each row's edges sorted by relation; ``x``, if any, as wide as the widest type.
     """
     if (graph.edge_type is None) != (graph.schema is None):
         raise ValueError("edge_type and schema: expected both (a typed graph) or neither")
@@ -440,9 +440,8 @@ def check_typed(graph: Graph) -> None:
     if bool((vrow[1:] < vrow[:-1]).any()):
         raise ValueError("edge_type: expected each row's edges sorted by relation (build typed graphs with typed_graph)")
     width = max(s.widths)
-    if width and (graph.x is None or graph.x.shape[1] != width):
-        raise ValueError(f"x: expected {width} columns, the widest node type's (got "
-                         f"{None if graph.x is None else graph.x.shape[1]})")
+    if graph.x is not None and graph.x.shape[1] != width:  # no x: the structure alone (a replicated CSR)
+        raise ValueError(f"x: expected {width} columns, the widest node type's (got {graph.x.shape[1]})")
 
 
 def hetero_from_pyg(data: Any, name: str = "hetero", target: Optional[str] = None) -> Graph:
