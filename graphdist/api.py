@@ -356,7 +356,10 @@ class Trainer:
         from graphdist.trainers.base import strategy_class
         from graphdist.trainers.tasks import make_task
 
+        from graphdist.trainers.typed import check_typed_run
+
         meta = partitions.meta
+        check_typed_run(cfg, meta)  # node types and relations: what a typed graph can train, and a typed model needs
         make_task(cfg.task, meta, cfg)  # a partition made for the other task is refused here
         strategy = strategy_class(cfg.strategy)
         strategy.check(cfg, meta, self.model)
@@ -425,7 +428,8 @@ def train(
 
     Args:
         model: any ``torch.nn.Module`` with ``forward(x, blocks)`` (PyG layers work on
-            ``(x, x[:b.num_dst]), b.edge_index``); None builds ``options["model"]`` (default GraphSAGE).
+            ``(x, x[:b.num_dst]), b.edge_index``), or a reference model's name (``"sage"``, ``"rgcn"``, ...);
+            None builds the default, GraphSAGE.
         partitions: a partition directory, or None with ``dataset=...`` to partition on the fly.
         strategy: a registered strategy (``graphdist.trainers.base.STRATEGIES``; default ``minibatch``).
         num_workers: workers to spawn locally (ignored under torchrun/SLURM).
@@ -450,6 +454,8 @@ def train(
         options.setdefault("layers", len(options["fanouts"]))
     if "devices" in options and isinstance(options["devices"], str):
         options["devices"] = tuple(options["devices"].split(","))
+    if isinstance(model, str):  # a reference model by name: the config's --model
+        options["model"], model = model, None
     from graphdist.config import refuse_inapplicable
 
     trainer = None

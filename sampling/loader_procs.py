@@ -67,7 +67,7 @@ from torch import Tensor
 from graphdist.comm.counters import COUNTER
 from sampling.base import FeatureSource, SampledBatch, Sampler
 from sampling.prefetch import POLL_S
-from sampling.slots import Layout, Slot, assemble, to_plain
+from sampling.slots import Layout, Slot, assemble, id_arrays, to_plain
 
 __all__ = ["LoaderDied", "LoaderProcesses", "derived_state", "pin_shared"]
 
@@ -187,11 +187,7 @@ class _Child:
             stream.close()
 
     def _write(self, slot: int, batch: SampledBatch) -> Layout:
-        arrays = [batch.input_nodes, batch.seed_nodes]
-        for block in batch.blocks:
-            if block.edge_weight is not None:
-                raise ValueError("loader processes carry no edge weights (a sampler that sets them: use --loaders 0)")
-            arrays += [block.src, block.dst, block.indptr]
+        arrays = id_arrays(batch)
         lengths = [int(a.numel()) for a in arrays]
         rows = int(batch.input_nodes.numel())
         width = self.features.num_features if self.features is not None else 0
@@ -209,7 +205,7 @@ class _Child:
             counters = dict(vars(stats))
             self.features.stats = type(stats)()
         return Layout(rows, lengths, [(b.num_src, b.num_dst) for b in batch.blocks], to_plain(batch.meta),
-                       0.0, time.perf_counter() - t0, counters, COUNTER.take())
+                       0.0, time.perf_counter() - t0, counters, COUNTER.take(), typed=len(arrays) > 2 + 3 * len(batch.blocks))
 
 
 def _die_with_parent(k: int) -> None:

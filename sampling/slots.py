@@ -23,7 +23,7 @@ from torch import Tensor
 
 from sampling.base import Block, SampledBatch
 
-__all__ = ["Layout", "Slot", "assemble", "from_plain", "to_plain"]
+__all__ = ["Layout", "Slot", "assemble", "from_plain", "id_arrays", "to_plain"]
 
 
 @dataclass
@@ -38,6 +38,22 @@ class Layout:
     gather_s: float
     counters: Optional[dict[str, int]] = None  # the feature source's traffic counters for this batch
     traffic: Optional[dict[str, dict[str, float]]] = None  # bytes, calls and seconds of its collectives (comm.COUNTER)
+    # a typed graph's batch: the nodes' types and rows within them follow the seeds, and each block's
+    # edge relations follow its indptr
+    typed: bool = False
+
+
+def id_arrays(batch: SampledBatch) -> list[Tensor]:
+    """The batch's id arrays in the order a slot holds them (:func:`assemble` reads them back)."""
+    typed = bool(batch.blocks) and batch.blocks[0].typed
+    arrays = [batch.input_nodes, batch.seed_nodes]
+    if typed:
+        arrays += [batch.blocks[0].node_type, batch.blocks[0].type_index]
+    for block in batch.blocks:
+        if block.edge_weight is not None:
+            raise ValueError("loader processes carry no edge weights (a sampler that sets them: use --loaders 0)")
+        arrays += [block.src, block.dst, block.indptr] + ([block.edge_type] if typed else [])
+    return arrays
 
 
 class Slot:
@@ -74,7 +90,13 @@ def assemble(x: Optional[Tensor], ids: Tensor, layout: Layout) -> SampledBatch:
     for n in layout.lengths:
         arrays.append(ids[at:at + n])
         at += n
-    blocks = [Block(src=arrays[2 + 3 * i], dst=arrays[3 + 3 * i], indptr=arrays[4 + 3 * i], num_src=s, num_dst=d)
+    head, per = (4, 4) if layout.typed else (2, 3)
+    blocks = [Block(src=arrays[head + per * i], dst=arrays[head + 1 + per * i], indptr=arrays[head + 2 + per * i],
+                    num_src=s, num_dst=d)
               for i, (s, d) in enumerate(layout.sizes)]
+    if layout.typed:
+        for i, block in enumerate(blocks):
+            block.edge_type = arrays[head + 3 + per * i]
+            block.node_type, block.type_index = arrays[2][: block.num_src], arrays[3][: block.num_src]
     return SampledBatch(blocks=blocks, input_nodes=arrays[0], seed_nodes=arrays[1],
                         x=x[: layout.rows] if x is not None else None, meta=from_plain(layout.meta))

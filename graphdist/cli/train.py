@@ -117,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
          help=f"neighbours per layer from the seeds outward, -1 = all (default {d('fanouts')})")
     _add(model, "--dropout", type=float, help=f"dropout (default {d('dropout')})")
     _add(model, "--heads", type=int, help=f"GAT attention heads (default {d('heads')})")
+    _add(model, "--num-bases", type=int, metavar="B",
+         help="R-GCN basis matrices per layer (default 0: half the relations)")
+    _add(model, "--relation-fanouts", metavar="REL=K1,K2;..",
+         help="typed graphs: fan-outs of the named relations, replacing --fanouts for them, e.g. "
+              "'cites=15,5;writes=10,5' (0: skip the relation, -1: all; docs/hetero.md)")
     _add(model, "--feature-norm", choices=list(FEATURE_NORMS),
          help="row: divide each feature row by its L1 norm (its sum for non-negative features), as usual for cora/citeseer/pubmed (default none)")
     opt = p.add_argument_group("Optimisation")

@@ -9,6 +9,9 @@ PyG ``Data``                    converted with ``Graph.from_pyg``
 ``"pubmed"``                    directory, then in ``GRAPHDIST_CACHE``; if absent and
                                 online, fetched with torch_geometric's ``Planetoid``
                                 into the cache and converted once
+``"typed-cora"``                cora as a typed graph: ``paper`` (x, y, split) and ``word``
+                                (featureless), ``cites``, ``contains`` and ``in``
+                                (``readers/typed_cora.py``)
 ``"ogbn-arxiv"``,                OGB's own folder (``ogbn_arxiv/``) in each ``GRAPHDIST_DATA``
 ``"ogbn-products"``,             directory, then in ``GRAPHDIST_CACHE``; if absent, OGB's zip
 ``"ogbn-papers100M"``           downloaded into the cache (``readers/ogb_names.py``); made
@@ -21,9 +24,16 @@ PyG ``Data``                    converted with ``Graph.from_pyg``
 ``*.npz`` file                  the graphdist format of ``datasets/README.md``: ``edge_index``,
                                 dense ``x`` or CSR ``x_indptr/x_indices/x_data/x_shape``,
                                 ``y``, masks
+typed ``*.npz`` file            a typed graph: ``edge_index__<src>__<rel>__<dst>``,
+                                ``x__<type>``, ``num_nodes__<type>``, ``y__<type>``,
+                                ``<split>_mask__<type>`` (``readers/typed_npz.py``)
 OGB node-property directory     ``raw/edge.csv.gz`` + ``num-node-list.csv.gz`` (+ ``node-feat``,
                                 ``node-label``) or binary ``raw/data.npz`` + ``node-label.npz``;
                                 ``split/<type>/{train,valid,test}.csv.gz``; no ``ogb`` import
+heterogeneous OGB directory     ogbn-mag's ``raw/num-node-dict.csv.gz`` + ``raw/relations/``
+                                ``<src>___<rel>___<dst>/edge.csv.gz`` (+ ``node-feat/<type>``,
+                                ``node-label/<type>``), ``split/time/<type>``: a typed graph,
+                                each relation's reverse added (``readers/ogb_hetero.py``)
 generated graph directory       ``synthetic(N, out=DIR)``'s ``meta.json`` + ``.npy`` files, memory-mapped
 saved PyG dataset directory     ``processed/*.pt`` of an ``InMemoryDataset``, or a Planetoid
                                 ``raw/ind.<name>.*`` folder (best effort, offline)
@@ -75,14 +85,16 @@ from graphdist.data.readers.planetoid import PLANETOID_NAMES
 from graphdist.data.readers.pyg import load_pyg_dataset
 from graphdist.data.readers.registry import claim
 from graphdist.data.readers.text import read_table
+from graphdist.data.readers.typed_cora import TYPED_CORA
 
 if TYPE_CHECKING:  # torch_geometric is imported lazily: spawned workers start fast.
     from torch_geometric.data import Data
 
-KNOWN_NAMES = (*PLANETOID_NAMES, *OGB_DATASETS)
+KNOWN_NAMES = (*PLANETOID_NAMES, TYPED_CORA, *OGB_DATASETS)
 _PATH_FORMATS = (
-    "a .npz file in the graphdist format (datasets/README.md), an OGB node-property directory "
-    "(raw/edge.csv.gz or raw/data.npz), a saved PyG dataset directory (processed/*.pt), "
+    "a .npz file in the graphdist format or its typed form (datasets/README.md), an OGB node-property directory "
+    "(raw/edge.csv.gz or raw/data.npz) or a heterogeneous one (raw/num-node-dict.csv.gz, ogbn-mag), "
+    "a saved PyG dataset directory (processed/*.pt), "
     "a generated graph directory (synthetic(N, out=DIR)), "
     "or an edge-list file (.csv/.tsv/.txt/.edges/.el, optionally .gz)"
 )
@@ -115,10 +127,11 @@ def load_graph(
         num_nodes: edge lists only: node count (default: from the features or labels,
             else the largest id + 1).
         split: OGB only: the ``split/<split>`` folder to use when there are several
-            (default for the OGB names: OGB's own split).
+            (default for the OGB names: OGB's own split; for a heterogeneous folder: ``time``).
         add_inverse_edge: OGB folders only: add the reverse of every edge. Default: ogb's own
-            flag for the known datasets (products, proteins: True), else False. The OGB
-            names are always undirected.
+            flag for the known datasets (products, proteins: True), else False; True for a
+            heterogeneous folder (ogbn-mag: ``rev_<rel>`` relations). The OGB names are always
+            undirected.
         download: for a named Planetoid or OGB dataset missing locally, try to download it
             into the cache (default True; ``GRAPHDIST_OFFLINE=1`` disables it).
 
@@ -162,7 +175,7 @@ def load_graph(
     path = Path(text).expanduser()
     if path.is_dir():
         raise ValueError(f"{path}: expected {ACCEPTED_FORMATS} (got a directory with none of raw/edge.csv.gz, "
-                         f"raw/data.npz, processed/*.pt)")
+                         f"raw/data.npz, raw/num-node-dict.csv.gz, processed/*.pt)")
     if path.is_file():
         raise ValueError(f"{path}: expected one of {ACCEPTED_FORMATS} (got an unrecognised file type {path.suffix!r})")
     if isinstance(source, str) and os.sep not in text and not Path(text).suffix:

@@ -22,7 +22,13 @@ def _data_row(meta: dict[str, Any], task: str) -> str:
     if meta.get("num_classes"):
         words.append(f"{int(meta['num_classes'])} {'labels' if meta.get('multilabel') else 'classes'}")
     name = os.path.basename(str(meta.get("dataset") or "graph"))
-    return f"{name}: {', '.join(words)}" + ("" if task == "node" else f"; task {task}")
+    typed = ""
+    if meta.get("schema"):  # a typed graph: its types and relations (graphdist.data.hetero)
+        from graphdist.data.hetero import Schema
+
+        schema = Schema.from_dict(meta["schema"])
+        typed = f"; {schema.describe()}, labels on {schema.target}"
+    return f"{name}: {', '.join(words)}{typed}" + ("" if task == "node" else f"; task {task}")
 
 
 def _partition_row(meta: dict[str, Any], workers: int) -> str:

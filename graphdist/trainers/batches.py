@@ -14,6 +14,7 @@ from graphdist import comm
 from graphdist.trainers.base import WorkerContext
 from graphdist.trainers.features import feature_table, replicated_feature_table
 from graphdist.trainers.kit import loader_count, loader_seed, sampler_seed, use_prefetch
+from graphdist.trainers.typed import relation_overrides
 
 
 class DistributedBatches:
@@ -50,11 +51,13 @@ class DistributedBatches:
             from partition.api import load_structure
             from sampling.neighbor import CSRNeighborSource
 
-            indptr, indices = load_structure(ctx.partitions)
-            self.neighbor_source = CSRNeighborSource(Graph(indptr=indptr, indices=indices))
+            indptr, indices, edge_type = load_structure(ctx.partitions, with_types=True)
+            self.neighbor_source = CSRNeighborSource(Graph(indptr=indptr, indices=indices, edge_type=edge_type,
+                                                           schema=part.schema))
         else:
             self.neighbor_source = DistNeighborSource(part, group=self.group, seed=cfg.seed, owners=self.owners)
-        self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank))
+        self.sampler = NeighborSampler(self.neighbor_source, cfg.fanouts, seed=sampler_seed(cfg.seed, ctx.rank),
+                                       relation_fanouts=relation_overrides(cfg))
         plain_sampler = self.sampler
         if stretch is not None:  # GRAPHDIST_TEST_SLOWDOWN: this rank emulates a slower worker
             self.sampler = stretch.wrap_sampler(self.sampler)
@@ -113,7 +116,8 @@ class DistributedBatches:
         unable = ("2+ workers sample across parts (without --replicate structure or graph)"
                   if ctx.world_size > 1 and replicate == "none" else
                   "link prediction's batches are edges" if task.items != "seeds" else
-                  "--loaders feeds batches from the CPU" if cfg.loaders else None)
+                  "--loaders feeds batches from the CPU" if cfg.loaders else
+                  "typed graphs sample on the CPU" if "schema" in meta else None)
         csr = 8 * (int(meta["num_nodes"]) + 1 + int(meta["num_edges"]))
         return sample_on_for(ctx, device or torch.device("cpu"), unable, csr) == "device"
 

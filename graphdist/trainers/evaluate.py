@@ -42,7 +42,12 @@ def full_block(part: Partition) -> Any:
     indptr = part.indptr[: num_inner + 1].clone()
     src = part.indices[: int(indptr[-1])].to(torch.int64)
     dst = torch.repeat_interleave(torch.arange(num_inner), indptr[1:] - indptr[:-1], output_size=src.numel())
-    return Block(src=src, dst=dst, num_src=part.num_local, num_dst=num_inner, indptr=indptr)
+    block = Block(src=src, dst=dst, num_src=part.num_local, num_dst=num_inner, indptr=indptr)
+    if part.schema is not None:  # a typed graph: every edge's relation, every node's type and row within it
+        block.edge_type = part.edge_type[: src.numel()].to(torch.int64)
+        block.node_type = part.schema.node_type(part.global_ids)
+        block.type_index = part.schema.type_index(part.global_ids)
+    return block
 
 
 @torch.no_grad()

@@ -151,9 +151,14 @@ def build_model(ctx: WorkerContext, in_dim: int, num_classes: int) -> torch.nn.M
     if ctx.model is not None:
         return ctx.model
     cfg = ctx.cfg
+    entry = MODELS[cfg.model]
+    options = entry.constructor_options(cfg)
+    if entry.typed:  # R-GCN and relation-wise SAGE: the node types and relations (trainers/typed.py checked them)
+        from graphdist.trainers.typed import schema_of
+
+        options["schema"] = schema_of(ctx.partitions.meta)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
-    return build_reference(cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers, dropout=cfg.dropout,
-                           **MODELS[cfg.model].constructor_options(cfg))
+    return build_reference(cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers, dropout=cfg.dropout, **options)
 
 
 def broadcast_parameters(model: torch.nn.Module) -> None:

@@ -2,14 +2,16 @@
 
 Each helper checks one kind of array read from a file (edge index, features, labels, masks),
 naming the file and the field in its error; ``_build`` makes the CSR ``Graph``;
-``_atomic_savez`` writes a ``.npz`` that is never left half-written.
+``_atomic_savez`` writes a ``.npz`` that is never left half-written; ``_npz_member_memmap`` maps a
+member stored uncompressed instead of reading it.
 """
 
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -29,6 +31,41 @@ def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _npz_member_memmap(path: Path, key: str) -> Optional[np.ndarray]:
+    """A read-only memory map of ``key`` if the archive stores it uncompressed, else None.
+
+    ``np.load`` ignores ``mmap_mode`` for archives and would read a 56 GB feature
+    matrix (ogbn-papers100M) into memory; an uncompressed member is a plain ``.npy``
+    at a fixed offset, so it can be mapped like one.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(f"{key}.npy")
+            if info.compress_type != zipfile.ZIP_STORED:
+                return None
+            with open(path, "rb") as f:
+                f.seek(info.header_offset)
+                header = f.read(30)
+                if header[:4] != b"PK\x03\x04":
+                    return None
+                name_len = int.from_bytes(header[26:28], "little")
+                extra_len = int.from_bytes(header[28:30], "little")
+                f.seek(info.header_offset + 30 + name_len + extra_len)
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    return None
+                offset = f.tell()
+    except (KeyError, zipfile.BadZipFile, ValueError, OSError):
+        return None
+    if dtype.hasobject or int(np.prod(shape)) == 0:
+        return None
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape), order="F" if fortran else "C")
 
 
 def _edge_index_array(value: Any, where: str) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Reads the graphdist ``.npz`` format (``datasets/README.md``) into a ``Graph``.
 
 ``edge_index``, dense ``x`` or CSR ``x_indptr/x_indices/x_data/x_shape``, ``y`` and masks;
-members stored uncompressed are memory-mapped rather than read.
+members stored uncompressed are memory-mapped rather than read. An archive of typed keys
+(``edge_index__<src>__<rel>__<dst>``, ``x__<type>``, ...) is a typed graph: ``readers/typed_npz.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from graphdist.data.readers.common import (
     _edge_index_array,
     _labels_array,
     _mask_array,
+    _npz_member_memmap,  # here for the readers that import it from this module (ogb)
 )
+from graphdist.data.readers.typed_npz import is_typed_npz, load_typed_npz
 
 
 def load_npz(path: PathLike, name: Optional[str] = None) -> Graph:
@@ -29,7 +32,8 @@ def load_npz(path: PathLike, name: Optional[str] = None) -> Graph:
 
     Keys: ``edge_index`` int ``[2, E]`` (source, target); ``x`` float ``[N, F]`` or CSR
     ``x_indptr``, ``x_indices``, ``x_data``, ``x_shape``; optional ``y`` and masks.
-    Members stored uncompressed are memory-mapped instead of read.
+    Members stored uncompressed are memory-mapped instead of read. An archive of typed keys
+    (``edge_index__<src>__<rel>__<dst>``, ...) is read by ``typed_npz.load_typed_npz`` into a typed graph.
 
     Raises:
         ValueError: a missing or malformed key (the message names the file and key).
@@ -52,6 +56,9 @@ def load_npz(path: PathLike, name: Optional[str] = None) -> Graph:
         raise ValueError(f"{path}: expected a numpy .npz archive (got an unreadable file: {exc})") from exc
     with archive:
         keys = set(archive.files)
+        if is_typed_npz(keys):
+            archive.close()  # the typed reader opens it itself
+            return load_typed_npz(path, name)
         if "edge_index" not in keys:
             raise ValueError(f"{path}: expected key 'edge_index' (got keys {sorted(keys)})")
 
@@ -83,41 +90,6 @@ def load_npz(path: PathLike, name: Optional[str] = None) -> Graph:
     if x is not None:
         _check_finite(x, path, "x")
     return _build(path, edge_index, n, name or path.stem, node_data)
-
-
-def _npz_member_memmap(path: Path, key: str) -> Optional[np.ndarray]:
-    """A read-only memory map of ``key`` if the archive stores it uncompressed, else None.
-
-    ``np.load`` ignores ``mmap_mode`` for archives and would read a 56 GB feature
-    matrix (ogbn-papers100M) into memory; an uncompressed member is a plain ``.npy``
-    at a fixed offset, so it can be mapped like one.
-    """
-    try:
-        with zipfile.ZipFile(path) as zf:
-            info = zf.getinfo(f"{key}.npy")
-            if info.compress_type != zipfile.ZIP_STORED:
-                return None
-            with open(path, "rb") as f:
-                f.seek(info.header_offset)
-                header = f.read(30)
-                if header[:4] != b"PK\x03\x04":
-                    return None
-                name_len = int.from_bytes(header[26:28], "little")
-                extra_len = int.from_bytes(header[28:30], "little")
-                f.seek(info.header_offset + 30 + name_len + extra_len)
-                version = np.lib.format.read_magic(f)
-                if version == (1, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-                elif version == (2, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-                else:
-                    return None
-                offset = f.tell()
-    except (KeyError, zipfile.BadZipFile, ValueError, OSError):
-        return None
-    if dtype.hasobject or int(np.prod(shape)) == 0:
-        return None
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape), order="F" if fortran else "C")
 
 
 def _csr_features_to_dense(archive: Any, path: Path) -> np.ndarray:

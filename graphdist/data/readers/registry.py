@@ -85,6 +85,24 @@ def _planetoid_key(name: str) -> str:
     return "missing" if found is None else path_key(found)
 
 
+def _typed_cora(text: str, is_name: bool) -> Optional[str]:
+    from graphdist.data.readers.typed_cora import TYPED_CORA
+
+    return TYPED_CORA if is_name and text.strip().lower() == TYPED_CORA else None
+
+
+def _read_typed_cora(name: str, download: bool = True) -> Any:
+    from graphdist.data.readers.typed_cora import load_typed_cora
+
+    return load_typed_cora(name, download=download)
+
+
+def _typed_cora_key(name: str) -> str:
+    from graphdist.data.readers.typed_cora import typed_cora_key
+
+    return typed_cora_key(_planetoid_key("cora"))  # built from cora: changes when cora.npz does
+
+
 def _ogb_name(text: str, is_name: bool) -> Optional[str]:
     from graphdist.data.readers.ogb_names import ogb_dataset
 
@@ -143,12 +161,9 @@ def _ogb(path: Path) -> bool:
 
 
 def _ogb_heterogeneous(path: Path) -> bool:
-    return (path / "raw" / "num-node-dict.csv.gz").is_file() or (path / "raw" / "relations").is_dir()
+    from graphdist.data.readers.ogb_hetero import is_ogb_hetero_directory
 
-
-def _refuse_heterogeneous(path: Path, **_: Any) -> Any:
-    raise ValueError(f"{path}: heterogeneous OGB datasets (e.g. ogbn-mag) are not supported; "
-                     "expected a homogeneous node-property dataset (raw/edge.csv.gz or raw/data.npz)")
+    return is_ogb_hetero_directory(path)
 
 
 def _pyg(path: Path) -> bool:
@@ -191,6 +206,8 @@ def _lazy(module: str, function: str) -> Callable[..., Any]:
 READERS: list[Reader] = [
     Reader("planetoid", _planetoid, _read_planetoid, key=_planetoid_key, what=lambda name: f"dataset {name!r}",
            named=True),
+    Reader("typed cora", _typed_cora, _read_typed_cora, key=_typed_cora_key, what=lambda name: f"dataset {name!r}",
+           named=True),
     # ogbn-arxiv & co.: always undirected, so add_inverse_edge is not theirs (a folder path takes it)
     Reader("OGB name", _ogb_name, _read_ogb_name, accepts=frozenset({"split"}), key=_ogb_name_key,
            what=lambda name: f"dataset {name!r}", named=True),
@@ -200,7 +217,8 @@ READERS: list[Reader] = [
            _lazy("graphdist.data.synthetic_disk", "load_generated"), what=lambda p: f"directory {p}"),
     Reader("OGB directory", _directory(_ogb), _lazy("graphdist.data.readers.ogb", "load_ogb"),
            accepts=frozenset({"split", "add_inverse_edge"}), what=lambda p: f"directory {p}"),
-    Reader("heterogeneous OGB directory", _directory(_ogb_heterogeneous), _refuse_heterogeneous,
+    Reader("heterogeneous OGB directory", _directory(_ogb_heterogeneous),
+           _lazy("graphdist.data.readers.ogb_hetero", "load_ogb_hetero"),
            accepts=frozenset({"split", "add_inverse_edge"}), what=lambda p: f"directory {p}"),
     Reader("PyG dataset directory", _directory(_pyg), _lazy("graphdist.data.readers.pyg", "load_pyg_dataset"),
            what=lambda p: f"directory {p}"),
