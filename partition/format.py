@@ -404,19 +404,24 @@ def load_partition(path: PathLike, part_id: int, verify: bool = True, meta: Opti
         train_mask=mask["train_mask"],
         val_mask=mask["val_mask"],
         test_mask=mask["test_mask"],
-        orig_ids=torch.from_numpy(_load(root, "orig_ids.npy")),
+        orig_ids=(orig_ids := torch.from_numpy(_load(root, "orig_ids.npy"))),
         edge_type=torch.from_numpy(_load(root, f"{d}/edge_type.npy")) if f"{d}/edge_type.npy" in files else None,
-        schema=partition_schema(meta),
+        schema=partition_schema(meta, orig_ids),
     )
 
 
-def partition_schema(meta: dict) -> Optional[Any]:
-    """A typed graph's ``Schema`` over a partition directory's ids (None: the graph has no types)."""
+def partition_schema(meta: dict, orig_ids: Optional[torch.Tensor] = None) -> Optional[Any]:
+    """A typed graph's ``Schema`` over a partition directory's ids (None: the graph has no types).
+
+    ``orig_ids`` (``orig_ids.npy``): rows within a type are the original graph's, so an embedding row is the
+    same node whatever the partition; without, the types and counts alone (what the model's shape needs).
+    """
     if "schema" not in meta:
         return None
-    from graphdist.data.hetero import Schema
+    from graphdist.data.schema import Schema
 
-    return Schema.from_dict(meta["schema"]).relabelled(meta["part_offsets"], [p["type_counts"] for p in meta["parts"]])
+    return Schema.from_dict(meta["schema"]).relabelled(meta["part_offsets"], [p["type_counts"] for p in meta["parts"]],
+                                                       orig_ids)
 
 
 def _load(root: Path, relpath: str) -> np.ndarray:

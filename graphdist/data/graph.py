@@ -13,62 +13,21 @@ here), not on every construction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
 import torch
+
+from graphdist.data.arrays import MASK_NAMES, _cow_view, as_tensor, counts_to_indptr  # noqa: F401 - re-exported
+from graphdist.data.schema import check_typed
 
 if TYPE_CHECKING:  # torch_geometric is imported lazily: spawned workers start fast.
     from torch_geometric.data import Data, HeteroData
 
-    from graphdist.data.hetero import Schema
+    from graphdist.data.schema import Schema
 
 # Rows scanned per chunk when checking features for NaN/inf: bounded memory on
 # memory-mapped matrices (64 Ki rows x 100 floats = 25 MiB).
 _SCAN_ROWS = 1 << 16
-
-MASK_NAMES = ("train_mask", "val_mask", "test_mask")
-
-_ArrayOrTensor = TypeVar("_ArrayOrTensor", np.ndarray, torch.Tensor)
-
-
-def as_tensor(value: Any, name: str) -> torch.Tensor:
-    """Turns a numpy array (memory maps included, no copy) or sequence into a tensor.
-
-    Raises:
-        ValueError: if ``value`` cannot be made into a tensor.
-    """
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, np.ndarray):
-        if not value.flags.writeable:
-            # torch.from_numpy warns on read-only arrays: a copy-on-write mapping
-            # keeps a memory map mapped (no data read); anything else is copied.
-            value = _cow_view(value) if isinstance(value, np.memmap) else value.copy()
-        try:
-            return torch.from_numpy(value)
-        except TypeError as exc:  # object, string or non-native byte-order arrays
-            raise ValueError(f"{name}: expected a numeric array (got dtype {value.dtype})") from exc
-    try:
-        return torch.as_tensor(value)
-    except Exception as exc:  # noqa: BLE001 - report which field failed
-        raise ValueError(f"{name}: expected an array or tensor (got {type(value).__name__})") from exc
-
-
-def _cow_view(mm: np.memmap) -> np.ndarray:
-    """A writable copy-on-write mapping of the same bytes of the file (no data copied).
-
-    ``mm`` may be a view of a memory map (``mm[100:]``, ``mm[:, 1]``): numpy copies the
-    parent's ``offset`` onto views, so the view's own start is found from its distance
-    to the array that owns the mapping. Views that are not C-contiguous are copied.
-    """
-    root = mm
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    if mm.filename is None or not mm.flags.c_contiguous or not isinstance(root, np.memmap):
-        return np.array(mm)
-    offset = mm.offset + (mm.ctypes.data - root.ctypes.data)
-    return np.memmap(mm.filename, dtype=mm.dtype, mode="c", offset=offset, shape=mm.shape)
 
 
 def check_finite_features(x: torch.Tensor, name: str = "x") -> None:
@@ -181,8 +140,6 @@ class Graph:
                 setattr(self, field, as_tensor(value, field))
         self._validate()
         if self.edge_type is not None or self.schema is not None:
-            from graphdist.data.hetero import check_typed  # hetero builds on this module
-
             check_typed(self)
 
     @property
@@ -333,9 +290,24 @@ class Graph:
             >>> g.schema.describe()
             '2 node types (paper 2, author 4*), 1 relations; * featureless'
         """
-        from graphdist.data.hetero import hetero_from_pyg
+        from graphdist.data.schema import hetero_fields
 
-        return hetero_from_pyg(data, name=name, target=target)
+        return cls(**hetero_fields(data, name=name, target=target))
+
+    @classmethod
+    def from_types(cls, num_nodes: Any, edges: Any, x: Any = None, y: Any = None, masks: Any = None,
+                   target: Optional[str] = None, name: str = "typed") -> "Graph":
+        """A typed graph from per-type node counts, per-relation edges (ids within their types) and per-type
+        features; labels and masks of the target type (``graphdist.data.schema.typed_fields``).
+
+        Example:
+            >>> g = Graph.from_types({"paper": 2, "author": 1}, {("author", "writes", "paper"): [[0, 0], [0, 1]]})
+            >>> g.num_nodes, g.edge_type.tolist()
+            (3, [0, 0])
+        """
+        from graphdist.data.schema import typed_fields
+
+        return cls(**typed_fields(num_nodes, edges, x=x, y=y, masks=masks, target=target, name=name))
 
     def to_pyg(self) -> "Data":
         """Returns a ``torch_geometric.data.Data`` with ``edge_index`` source -> target."""
@@ -474,26 +446,6 @@ class Graph:
 
 
 # ---------------------------------------------------------------- helpers
-def counts_to_indptr(counts: _ArrayOrTensor) -> _ArrayOrTensor:
-    """``[0, c0, c0+c1, ...]`` as int64, of the same kind as ``counts``: a numpy array or a tensor.
-
-    The partitioners work in numpy, the samplers in torch; both call this one function.
-
-    Example:
-        >>> counts_to_indptr(torch.tensor([2, 0, 3]))
-        tensor([0, 2, 2, 5])
-        >>> counts_to_indptr(np.array([2, 0, 3], dtype=np.int32))
-        array([0, 2, 2, 5])
-    """
-    if isinstance(counts, np.ndarray):
-        indptr_np = np.zeros(counts.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr_np[1:])
-        return indptr_np
-    indptr = torch.zeros(counts.numel() + 1, dtype=torch.int64)
-    torch.cumsum(counts, dim=0, out=indptr[1:])
-    return indptr
-
-
 def edges_to_csr(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """CSR (rows = ``dst``) of the given edges, sources sorted within a row.
 

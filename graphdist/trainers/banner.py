@@ -24,7 +24,7 @@ def _data_row(meta: dict[str, Any], task: str) -> str:
     name = os.path.basename(str(meta.get("dataset") or "graph"))
     typed = ""
     if meta.get("schema"):  # a typed graph: its types and relations (graphdist.data.hetero)
-        from graphdist.data.hetero import Schema
+        from graphdist.data.schema import Schema
 
         schema = Schema.from_dict(meta["schema"])
         typed = f"; {schema.describe()}, labels on {schema.target}"
