@@ -159,6 +159,14 @@ def _write_edge_types(root: Path, graph: Graph, relabel: Relabel, part_meta: lis
                    files)
         lo, hi = relabel.part_offsets[p], relabel.part_offsets[p + 1]
         counts["type_counts"] = np.bincount(node_type[lo:hi], minlength=graph.schema.num_types).tolist()
+        # the inner rows' in-edges by relation, and those from another part's node (the stats' cut per relation)
+        inner_edges = int(counts["num_inner_edges"])
+        rel = edge_type[np_ranges(indptr[rows[: counts["num_inner"]]], indptr[rows[: counts["num_inner"]] + 1]
+                                  - indptr[rows[: counts["num_inner"]]])]
+        cut = np.load(root / f"part-{p}" / "indices.npy", mmap_mode="r")[:inner_edges] >= counts["num_inner"]
+        r = graph.schema.num_relations
+        counts["relation_edges"] = np.bincount(rel, minlength=r).tolist()
+        counts["relation_cut"] = np.bincount(rel[cut], minlength=r).tolist()
     return graph.schema.to_dict()
 
 

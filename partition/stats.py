@@ -57,6 +57,13 @@ class PartitionStats:
     label_tvd: Optional[list[Optional[float]]]
     mean_label_tvd: Optional[float]
     max_label_tvd: Optional[float]
+    # A typed graph's (graphdist.data.hetero): type and relation names, nodes of each type per part
+    # ([part][type]), inner in-edges of each relation per part and those of them cut ([part][relation]).
+    node_types: Optional[list[str]] = None
+    type_nodes: Optional[list[list[int]]] = None
+    relations: Optional[list[str]] = None
+    relation_edges: Optional[list[list[int]]] = None
+    relation_cut: Optional[list[list[int]]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,7 +102,7 @@ def partition_stats(
     from partition.format import read_meta
 
     meta = read_meta(Path(source))
-    return _summarise(meta["num_nodes"], meta["num_edges"], meta["parts"])
+    return _summarise(meta["num_nodes"], meta["num_edges"], meta["parts"], meta.get("schema"))
 
 
 def _stats_from_graph(graph: Graph, parts: Any, num_parts: Optional[int]) -> PartitionStats:
@@ -136,10 +143,21 @@ def _stats_from_graph(graph: Graph, parts: Any, num_parts: Optional[int]) -> Par
         if labels is not None:
             row["label_counts"] = labels[p].tolist()
         rows.append(row)
-    return _summarise(n, graph.num_edges, rows)
+    if graph.typed:  # nodes of each type, and in-edges and cut edges of each relation, per part
+        t, r = graph.schema.num_types, graph.schema.num_relations
+        types = graph.schema.node_type(torch.arange(n)).numpy()
+        rel = graph.edge_type.numpy().astype(np.int64)
+        per_type = np.bincount(parts * t + types, minlength=p_count * t).reshape(p_count, t)
+        per_rel = np.bincount(dst_part * r + rel, minlength=p_count * r).reshape(p_count, r)
+        per_cut = np.bincount(dst_part[cut] * r + rel[cut], minlength=p_count * r).reshape(p_count, r)
+        for p, row in enumerate(rows):
+            row.update(type_counts=per_type[p].tolist(), relation_edges=per_rel[p].tolist(),
+                       relation_cut=per_cut[p].tolist())
+    return _summarise(n, graph.num_edges, rows, graph.schema.to_dict() if graph.typed else None)
 
 
-def _summarise(num_nodes: int, num_edges: int, rows: list[dict[str, Any]]) -> PartitionStats:
+def _summarise(num_nodes: int, num_edges: int, rows: list[dict[str, Any]],
+               schema: Optional[dict[str, Any]] = None) -> PartitionStats:
     inner = [int(r["num_inner"]) for r in rows]
     halo = [int(r["num_halo"]) for r in rows]
     edges = [int(r.get("num_inner_edges", r.get("num_edges", 0))) for r in rows]
@@ -165,7 +183,18 @@ def _summarise(num_nodes: int, num_edges: int, rows: list[dict[str, Any]]) -> Pa
         label_tvd=tvd,
         mean_label_tvd=float(np.mean(known)) if known else None,
         max_label_tvd=float(np.max(known)) if known else None,
+        **_typed_fields(rows, schema),
     )
+
+
+def _typed_fields(rows: list[dict[str, Any]], schema: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The typed statistics of the parts' rows (partition format 3); none for an untyped graph."""
+    if not schema or any("relation_edges" not in r for r in rows):
+        return {}
+    return {"node_types": list(schema["node_types"]), "relations": list(schema["relations"]),
+            "type_nodes": [list(r["type_counts"]) for r in rows],
+            "relation_edges": [list(r["relation_edges"]) for r in rows],
+            "relation_cut": [list(r["relation_cut"]) for r in rows]}
 
 
 def _balance(values: list[int]) -> float:
@@ -231,4 +260,20 @@ def format_table(stats: PartitionStats) -> str:
     if stats.mean_label_tvd is not None and not math.isnan(stats.mean_label_tvd):
         summary.append(f"label TVD mean {stats.mean_label_tvd:.3f} max {stats.max_label_tvd:.3f}")
     lines.append(" | ".join(summary))
-    return "\n".join(lines)
+    return "\n".join(lines + _typed_lines(stats))
+
+
+def _typed_lines(stats: PartitionStats) -> list[str]:
+    """A typed graph's nodes per type (and their balance over the parts), edges and cut per relation."""
+    if stats.node_types is None or stats.type_nodes is None or stats.relation_edges is None:
+        return []
+    lines = []
+    for t, name in enumerate(stats.node_types):
+        counts = [row[t] for row in stats.type_nodes]
+        lines.append(f"type {name}: {sum(counts):,} nodes, per part {', '.join(f'{c:,}' for c in counts)}, "
+                     f"balance {_balance(counts):.3f}")
+    for r, name in enumerate(stats.relations or []):
+        edges = sum(row[r] for row in stats.relation_edges)
+        cut = sum(row[r] for row in stats.relation_cut or [])
+        lines.append(f"relation {name}: {edges:,} edges, cut {cut / max(edges, 1):.4f}")
+    return lines

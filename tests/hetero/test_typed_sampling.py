@@ -118,3 +118,23 @@ def test_distributed_typed_sampling_equals_local_on_two_ranks(tmp_path: Path) ->
             for (v, u, r), c in layer.items():
                 lo, hi = int(indptr[v]), int(indptr[v + 1])
                 assert Counter(zip(indices[lo:hi].tolist(), edge_type[lo:hi].tolist()))[(u, r)] >= c
+
+
+@pytest.mark.parametrize("method", ["metis", "stream", "super"])
+def test_partition_stats_show_types_and_relations_from_the_directory_as_from_the_graph(tmp_path: Path,
+                                                                                      method: str) -> None:
+    import numpy as np
+
+    from partition.stats import partition_stats
+
+    g = typed_random_graph(120)
+    out = partition(g, 3, method=method, out=tmp_path / "p")
+    from_dir = partition_stats(out)
+    parts = np.repeat(np.arange(3), np.diff(from_dir_offsets := load_partition(out, 0).part_offsets.numpy()))
+    assign = np.empty_like(parts)
+    assign[load_partition(out, 0).orig_ids.numpy()] = parts
+    assert from_dir_offsets[-1] == g.num_nodes
+    assert partition_stats(g, assign, 3).table() == from_dir.table()
+    table = from_dir.table()
+    assert "type term: 30 nodes, per part" in table and "relation paper__cites__paper: 360 edges, cut " in table
+    assert sum(map(sum, from_dir.relation_edges)) == g.num_edges
