@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(model, "--dropout", type=float, help=f"dropout (default {d('dropout')})")
     _add(model, "--heads", type=int, help=f"GAT attention heads (default {d('heads')})")
     _add(model, "--num-bases", type=int, metavar="B",
-         help="R-GCN basis matrices per layer (default 0: half the relations)")
+         help="R-GCN basis matrices per layer (default 0: half the relations, 2 to 8)")
     _add(model, "--relation-fanouts", metavar="REL=K1,K2;..",
          help="typed graphs: fan-outs of the named relations, replacing --fanouts for them, e.g. "
               "'cites=15,5;writes=10,5' (0: skip the relation, -1: all; docs/hetero.md)")

@@ -130,7 +130,7 @@ class ModelSection(Section):
     fanouts: tuple[int, ...] = (10, 5)  # from the seeds outward; one per layer; -1 = all
     dropout: float = 0.5
     heads: int = 4  # GAT only
-    num_bases: int = 0  # R-GCN only: basis matrices per layer; 0 = half the relations
+    num_bases: int = 0  # R-GCN only: basis matrices per layer; 0 = half the relations (2 to 8)
     # typed graphs: per-relation fan-outs replacing --fanouts for the named relations ("cites=15,5;writes=10,5")
     relation_fanouts: str = ""
     decoder: str = "mlp"  # link prediction: h_u * h_v through a 2-layer MLP: 0.92-0.93 test AUC on cora in 5 epochs, dot 0.89
@@ -145,7 +145,7 @@ class ModelSection(Section):
         if not 0.0 <= self.dropout < 1.0:
             raise fail("dropout", "must lie in [0, 1)", self.dropout)
         if self.num_bases < 0:
-            raise fail("num-bases", "must be >= 0 (0: half the relations)", self.num_bases)
+            raise fail("num-bases", "must be >= 0 (0: half the relations, 2 to 8)", self.num_bases)
         if self.num_bases and "num_bases" not in MODELS[self.model].options:
             raise fail("num-bases", "applies to --model rgcn", self.num_bases)
         try:
