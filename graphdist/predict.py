@@ -4,7 +4,9 @@ Workers load their partitions and the run's checkpoint, run exact layer-at-a-tim
 inference, and rank 0 writes ``RUN_DIR/predictions.npz`` with ``orig_id``
 (sorted), ``pred`` (the class; a 0/1 row of labels for multi-label runs; absent for link
 prediction, whose ``logits`` are the nodes' embeddings that its decoder scores), ``logits`` and
-``embedding`` (the last hidden layer).
+``embedding`` (the last hidden layer). A typed graph's (docs/hetero.md) also get ``node_type`` (the index of
+each node's type in ``node_types``, their names) and ``type_id`` (its id within its type, as the dataset
+numbers it): every node of every type is predicted; the target type's rows are the classified ones.
 """
 
 from __future__ import annotations
@@ -48,10 +50,23 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
             if pieces[0][3] is not None:
                 arrays["pred"] = torch.cat([p[3] for p in pieces]).numpy()[order].astype(
                     np.uint8 if pieces[0][3].dim() == 2 else np.int64)
+            arrays.update(_typed_keys(strategy.ctx.partitions.meta, arrays["orig_id"]))
             np.savez(tmp, **arrays)
             os.replace(tmp, out)
     finally:
         comm.shutdown()
+
+
+def _typed_keys(meta: dict, orig_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """A typed graph's (type, id within the type) of every original id; nothing for an untyped graph."""
+    if "schema" not in meta:
+        return {}
+    from graphdist.data.schema import Schema
+
+    schema = Schema.from_dict({**meta["schema"], "ranges": None})  # the original ids' layout
+    ids = torch.from_numpy(orig_ids)
+    return {"node_types": np.array(schema.node_types), "node_type": schema.node_type(ids).numpy().astype(np.int16),
+            "type_id": schema.type_index(ids).numpy()}
 
 
 def choose_checkpoint(run_dir: Path, which: str = "best") -> tuple[str, str]:

@@ -89,6 +89,17 @@ def test_a_typed_npz_trains_from_the_command_line_with_rgcn_and_resumes_bit_iden
         return re.search(r"loss (\S+)", line).group(1), re.search(r"val (\S+)", line).group(1)
 
     assert last_epoch(resumed) == last_epoch(whole), (resumed, whole)
+    # --predict: every node of every type, keyed by its type and its id within the type
+    out = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--predict", str(tmp_path / "whole")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    import numpy as np
+
+    pred = np.load(tmp_path / "whole" / "predictions.npz")
+    assert pred["node_types"].tolist() == ["paper", "author", "term"]
+    assert np.bincount(pred["node_type"]).tolist() == [300, 150, 75]
+    papers = pred["node_type"] == 0
+    assert sorted(pred["type_id"][papers].tolist()) == list(range(300)) and pred["pred"].shape == (525,)
 
 
 @pytest.mark.parametrize("options, says", [
