@@ -70,6 +70,7 @@ class TypedEncoder(nn.Module):
         for enc in self.encoders:
             if isinstance(enc, nn.Embedding):
                 nn.init.normal_(enc.weight, std=1.0 / out_dim ** 0.5)
+                enc.weight.row_wise = True  # the trainers' Adam moves only the rows a step touched (trainers/row_adam.py)
 
     def forward(self, x: Optional[Tensor], node_type: Tensor, type_index: Tensor) -> Tensor:
         """``[len(node_type), out_dim]``: each row encoded by its type's module.

@@ -294,10 +294,17 @@ def adam(params: Any, lr: float, weight_decay: float = 0.0) -> "torch.optim.Adam
     """
     import torch
 
+    from graphdist.trainers.row_adam import RowAdam, is_row_wise
+
     params = list(params)
     devices = {p.device for p in params}
     fused = (bool(params) and len(devices) == 1 and next(iter(devices)).type in ("cpu", "cuda")
              and all(p.dtype.is_floating_point for p in params))
+    tables = [p for p in params if is_row_wise(p)]
+    if tables:  # a typed graph's embedding tables: only the rows a step touched move (trainers/row_adam.py)
+        dense = [p for p in params if not is_row_wise(p)]
+        return RowAdam([{"params": dense}, {"params": tables, "rows": True}], lr=lr, weight_decay=weight_decay,
+                       fused=fused or None)
     return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
 
 

@@ -26,13 +26,15 @@ def _cfg(sync: str, model: str) -> TrainConfig:
 
 
 def _one_process(graph, cfg: TrainConfig) -> list[torch.Tensor]:
-    """Plain torch on the whole graph: PyG's RGCNConv over every edge, Adam, STEPS times."""
+    """Plain torch on the whole graph: PyG's RGCNConv over every edge, STEPS steps of the trainers' Adam (the
+    embedding tables' rows move only where touched: trainers/row_adam.py)."""
     from graphdist.models.hetero import RGCN
+    from graphdist.trainers.base import adam
 
     torch.manual_seed(cfg.seed)
     model = RGCN(graph.num_features, cfg.hidden, graph.num_classes, cfg.layers, dropout=0.0, schema=graph.schema,
                  num_bases=cfg.num_bases)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ids = torch.arange(graph.num_nodes)
     train = graph.train_mask.nonzero().view(-1)
     for _ in range(STEPS):
