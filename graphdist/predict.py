@@ -29,6 +29,7 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
     from graphdist import comm
     from graphdist.checkpoint import load_checkpoint
     from graphdist.trainers.run import build_strategy, join_job
+    from graphdist.trainers.typed import typed_prediction_keys
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     join_job(rank, world_size, cfg, init_method)
@@ -50,23 +51,11 @@ def _predict_worker(rank: int, world_size: int, cfg: TrainConfig, run_dir: str, 
             if pieces[0][3] is not None:
                 arrays["pred"] = torch.cat([p[3] for p in pieces]).numpy()[order].astype(
                     np.uint8 if pieces[0][3].dim() == 2 else np.int64)
-            arrays.update(_typed_keys(strategy.ctx.partitions.meta, arrays["orig_id"]))
+            arrays.update(typed_prediction_keys(strategy.ctx.partitions.meta, arrays["orig_id"]))
             np.savez(tmp, **arrays)
             os.replace(tmp, out)
     finally:
         comm.shutdown()
-
-
-def _typed_keys(meta: dict, orig_ids: np.ndarray) -> dict[str, np.ndarray]:
-    """A typed graph's (type, id within the type) of every original id; nothing for an untyped graph."""
-    if "schema" not in meta:
-        return {}
-    from graphdist.data.schema import Schema
-
-    schema = Schema.from_dict({**meta["schema"], "ranges": None})  # the original ids' layout
-    ids = torch.from_numpy(orig_ids)
-    return {"node_types": np.array(schema.node_types), "node_type": schema.node_type(ids).numpy().astype(np.int16),
-            "type_id": schema.type_index(ids).numpy()}
 
 
 def choose_checkpoint(run_dir: Path, which: str = "best") -> tuple[str, str]:

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from graphdist.models.registry import MODELS, parse_relation_fanouts
 
-__all__ = ["check_typed_run", "schema_of", "relation_overrides"]
+__all__ = ["check_typed_run", "relation_overrides", "schema_of", "typed_prediction_keys"]
 
 
 def schema_of(meta: dict[str, Any]) -> Optional[Any]:
@@ -62,3 +62,19 @@ def check_typed_run(cfg: Any, meta: dict[str, Any]) -> None:
     from sampling.typed import relation_fanouts
 
     relation_fanouts(schema, cfg.fanouts, relation_overrides(cfg))  # an unknown relation is named here
+
+
+def typed_prediction_keys(meta: dict[str, Any], orig_ids: Any) -> dict[str, Any]:
+    """``--predict``'s keys of a typed graph's nodes: ``node_types`` (names), ``node_type`` (an index into them)
+    and ``type_id`` (the id within the type) of every original id; nothing for an untyped graph."""
+    if "schema" not in meta:
+        return {}
+    import numpy as np
+    import torch
+
+    from graphdist.data.schema import Schema
+
+    schema = Schema.from_dict({**meta["schema"], "ranges": None})  # the original ids' layout
+    ids = torch.from_numpy(np.asarray(orig_ids))
+    return {"node_types": np.array(schema.node_types), "node_type": schema.node_type(ids).numpy().astype(np.int16),
+            "type_id": schema.type_index(ids).numpy()}
