@@ -33,6 +33,16 @@ def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
             tmp.unlink()
 
 
+def open_npz(path: Path) -> Any:
+    """``np.load`` of an ``.npz`` (no pickles); a missing file or one that is not an archive fails naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise ValueError(f"{path}: expected a numpy .npz archive (got an unreadable file: {exc})") from exc
+
+
 def _npz_member_memmap(path: Path, key: str) -> Optional[np.ndarray]:
     """A read-only memory map of ``key`` if the archive stores it uncompressed, else None.
 

@@ -7,7 +7,6 @@ members stored uncompressed are memory-mapped rather than read. An archive of ty
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,6 +22,7 @@ from graphdist.data.readers.common import (
     _labels_array,
     _mask_array,
     _npz_member_memmap,  # here for the readers that import it from this module (ogb)
+    open_npz,
 )
 from graphdist.data.readers.typed_npz import is_typed_npz, load_typed_npz
 
@@ -48,12 +48,7 @@ def load_npz(path: PathLike, name: Optional[str] = None) -> Graph:
         ('tiny', 3, 3)
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise ValueError(f"{path}: expected a numpy .npz archive (got an unreadable file: {exc})") from exc
+    archive = open_npz(path)
     with archive:
         keys = set(archive.files)
         if is_typed_npz(keys):

@@ -40,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -48,7 +47,7 @@ import numpy as np
 
 from graphdist.data.graph import MASK_NAMES, Graph
 from graphdist.data.hetero import SEP, Relation, typed_graph
-from graphdist.data.readers.common import PathLike, _atomic_savez, _check_finite, _npz_member_memmap
+from graphdist.data.readers.common import PathLike, _atomic_savez, _check_finite, _npz_member_memmap, open_npz
 
 # The fields of a typed key, ``<field>__<type or relation>``.
 TYPED_FIELDS = ("edge_index", "x", "num_nodes", "y", *MASK_NAMES)
@@ -91,12 +90,7 @@ def load_typed_npz(path: PathLike, name: Optional[str] = None) -> Graph:
         FileNotFoundError: no such file.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise ValueError(f"{path}: expected a numpy .npz archive (got an unreadable file: {exc})") from exc
+    archive = open_npz(path)
     with archive:
         keys = list(archive.files)
 
