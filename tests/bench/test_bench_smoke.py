@@ -26,10 +26,11 @@ TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
 SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py", "bench_elastic.py",
-          "bench_faults.py", "bench_generator.py", "bench_link.py", "bench_loaders.py", "bench_models.py", "bench_partition.py",
+          "bench_faults.py", "bench_generator.py", "bench_hetero.py", "bench_link.py", "bench_loaders.py", "bench_models.py", "bench_partition.py",
           "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_plan.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
           "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_sync_cost.py",
-          "bench_train.py", "check_cuda.py")
+          "bench_train.py", "check_cuda.py",
+          "hetero_reference.py")  # bench_hetero's reference model: run by its smoke, checked by an oracle below
 
 
 def _bench(script: str, *args: Any, env: dict[str, str] | None = None,
@@ -470,6 +471,59 @@ def test_bench_link(tmp_path):
         assert 0 < row["test_mrr"] <= 1 and 0 <= row["test_hits@10"] <= 1 and row["wall_s"] > 0, row
     assert [c["check"] for c in doc["checks"]["cora"]] == [
         "GraphSAGE 1 worker within 1 point of the PyG reference", "graphdist 2 workers within 1 point of 1 worker"]
+
+
+def test_bench_hetero(tmp_path):
+    out = tmp_path / "hetero.json"
+    res = _bench("bench_hetero.py", "--quick", "--workers", 1, "--out", out)
+    _ok(res)
+    assert "paired difference" in res.stdout and "1w - reference" in res.stdout
+    doc = _read(out, "started", "machine", "args", "checks", "accuracy")
+    [(name, runs)] = [(k, v["runs"]) for k, v in doc["accuracy"]["datasets"].items()]
+    assert name == "synthetic-hetero-2000" and sorted(runs) == ["reference", "rgcn 1w", "sage 1w"]
+    for rows in runs.values():
+        [row] = rows
+        assert row["seed"] == 0 and 0 < row["test_acc"] <= 1 and len(row["history"]) == 2, row
+    assert [c["check"] for c in doc["checks"]] == ["1w - reference", "R-GCN - SAGE (1w)"]
+
+
+def test_hetero_reference_batches_compute_the_full_graph_model():
+    import torch
+
+    sys.path.insert(0, str(BENCH))
+    from hetero_reference import _layers, receptive_field
+
+    from graphdist.models.hetero import RGCN
+    from graphdist.testing import typed_random_graph
+
+    g = typed_random_graph(200, seed=2)
+    model = RGCN(g.num_features, 8, g.num_classes, 2, dropout=0.5, schema=g.schema).eval()
+    ids = torch.arange(g.num_nodes)
+    node_type, type_index, rel = g.schema.node_type(ids), g.schema.type_index(ids), g.edge_type.long()
+    whole = _layers(model, model.encoder(g.x, node_type, type_index), [(g.edge_index(), rel, g.num_nodes)] * 2)
+    seeds = torch.tensor([5, 3, 17, 0])
+    nodes, hops = receptive_field(g.indptr, g.indices, rel, seeds, 2, torch.full((g.num_nodes,), -1))
+    batch = _layers(model, model.encoder(g.x[nodes], node_type[nodes], type_index[nodes]), hops)
+    assert nodes.numel() < g.num_nodes  # a strict subgraph, so the test can tell
+    torch.testing.assert_close(batch, whole[seeds])
+
+
+@pytest.mark.slow
+def test_bench_hetero_speed_and_scale(tmp_path):
+    out = tmp_path / "hetero.json"
+    res = _bench("bench_hetero.py", "--quick", "--speed", "--scale", "--no-peer", "--out", out, timeout=240)
+    _ok(res)
+    assert "DGL: left out (--no-peer)" in res.stdout and "peak tree PSS per phase" in res.stdout
+    doc = _read(out, "started", "speed", "scale")
+    rows = doc["speed"]["rows"]
+    assert sorted(rows) == ["graphdist 1w", "graphdist 2w"] and all(r["seeds_per_s"] > 0 for r in rows.values())
+    assert rows["graphdist 2w"]["bytes_sent"].get("grad", 0) > 0  # two workers sum their gradients
+    scale = doc["scale"]
+    assert set(scale["graphs"]) | set(scale["skipped"]) == {"hetero", "homogeneous"}
+    for graph in scale["graphs"].values():
+        assert sorted(graph["phases"]) == ["generate", "partition/random", "partition/stream", "train/random",
+                                           "train/stream"]
+        assert all(p["peak_pss_bytes"] > 0 for p in graph["phases"].values()), graph
 
 
 def test_bench_scale(tmp_path):
