@@ -3,7 +3,6 @@ readers/ogb_hetero.py) and typed-cora (readers/typed_cora.py), each read by load
 
 from __future__ import annotations
 
-import gzip
 import re
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from graphdist.data.hetero import typed_graph
 from graphdist.data.loaders import load_graph, source_key
 from graphdist.data.readers.registry import claim
 from graphdist.data.readers.typed_npz import save_typed_npz, typed_arrays
+from graphdist.testing.ogb_files import MAG_EDGES, write_gz, write_mag  # noqa: F401 - the tiny layout
 
 
 def tiny_typed(target_first: bool = True):
@@ -121,45 +121,6 @@ def test_saving_a_homogeneous_graph_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------ OGB's heterogeneous layout (ogbn-mag)
-def write_gz(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(text.encode()))
-
-
-def rows(array) -> str:
-    return "".join(",".join(str(v) for v in row) + "\n" for row in np.asarray(array).reshape(len(array), -1))
-
-
-MAG_EDGES = {  # ogbn-mag's four relations, in ogb's (sorted) order
-    ("author", "affiliated_with", "institution"): [[0, 1, 3], [1, 0, 1]],
-    ("author", "writes", "paper"): [[0, 0, 1, 2, 3], [0, 1, 1, 4, 3]],
-    ("paper", "cites", "paper"): [[0, 1, 2, 4, 1], [1, 2, 0, 3, 0]],  # 0->1 and 1->0: one pair twice
-    ("paper", "has_topic", "field_of_study"): [[0, 2, 4], [0, 1, 1]],
-}
-
-
-def write_mag(root: Path) -> np.ndarray:
-    """A 5-paper ogbn-mag as ogb's mag.zip lays it out; returns the paper features."""
-    raw = root / "raw"
-    write_gz(raw / "num-node-dict.csv.gz", "author,field_of_study,institution,paper\n4,2,2,5\n")
-    write_gz(raw / "triplet-type-list.csv.gz", "".join(",".join(t) + "\n" for t in MAG_EDGES))
-    for r_id, (triplet, (src, dst)) in enumerate(MAG_EDGES.items()):
-        folder = raw / "relations" / "___".join(triplet)
-        write_gz(folder / "edge.csv.gz", rows(np.array([src, dst]).T))
-        write_gz(folder / "num-edge-list.csv.gz", f"{len(src)}\n")
-        write_gz(folder / "edge_reltype.csv.gz", f"{r_id}\n" * len(src))
-    feats = np.arange(15, dtype=np.float32).reshape(5, 3) / 4
-    write_gz(raw / "node-feat" / "paper" / "node-feat.csv.gz", rows(feats))
-    write_gz(raw / "node-feat" / "paper" / "node_year.csv.gz", "2010\n" * 5)
-    write_gz(raw / "nodetype-has-label.csv.gz", "author,field_of_study,institution,paper\nFalse,False,False,True\n")
-    write_gz(raw / "node-label" / "paper" / "node-label.csv.gz", "3\n0\n2\n2\n1\n")
-    split = root / "split" / "time"
-    write_gz(split / "nodetype-has-split.csv.gz", "author,field_of_study,institution,paper\nFalse,False,False,True\n")
-    for part, ids in (("train", "0\n1\n"), ("valid", "2\n"), ("test", "3\n4\n")):
-        write_gz(split / "paper" / f"{part}.csv.gz", ids)
-    return feats
-
-
 def relation_edges(g, key: str) -> set[tuple[int, int]]:
     s = g.schema
     r = s.relation_id(key)
