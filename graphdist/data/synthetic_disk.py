@@ -28,6 +28,7 @@ Layout::
       x.npy       float32 [N, F]
       y.npy       int64 [N]
       train_mask.npy val_mask.npy test_mask.npy   bool [N]
+      edge_type.npy int8 [E]    typed graphs only (synthetic_hetero_to_disk), with a "schema" in meta.json
 
 Example:
     >>> import tempfile
@@ -168,8 +169,13 @@ def load_generated(path: os.PathLike | str, name: Optional[str] = None) -> Graph
         return np.load(path / file, mmap_mode="r")
 
     masks = {m: mapped(f"{m}.npy") for m in ("train_mask", "val_mask", "test_mask")}
+    typed: dict[str, Any] = {}
+    if "schema" in meta:  # a typed graph (synthetic_hetero_to_disk): its node types and relations
+        from graphdist.data.hetero import Schema
+
+        typed = {"schema": Schema.from_dict(meta["schema"]), "edge_type": mapped("edge_type.npy")}
     return Graph(indptr=mapped("indptr.npy"), indices=mapped("indices.npy"), x=mapped("x.npy"), y=mapped("y.npy"),
-                 name=name or meta.get("name", path.name), validate_features=False, **masks)
+                 name=name or meta.get("name", path.name), validate_features=False, **masks, **typed)
 
 
 # ------------------------------------------------------------------ generation

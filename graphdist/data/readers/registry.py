@@ -142,6 +142,25 @@ def _read_synthetic(name: str, download: bool = True) -> Any:
     return synthetic(size, name=name, multilabel=name.endswith(MULTILABEL_SUFFIX))
 
 
+def _synthetic_hetero(text: str, is_name: bool) -> Optional[str]:
+    from graphdist.data.synthetic_hetero import parse_hetero_name
+
+    key = text.strip().lower()
+    return key if is_name and parse_hetero_name(key) is not None else None
+
+
+def _read_synthetic_hetero(name: str, download: bool = True) -> Any:
+    from graphdist.data.paths import cache_dir
+    from graphdist.data.synthetic_disk import OUT_OF_CORE_NODES
+    from graphdist.data.synthetic_hetero import parse_hetero_name, synthetic_hetero, synthetic_hetero_to_disk
+
+    size = parse_hetero_name(name)
+    if size >= OUT_OF_CORE_NODES:
+        # Generated once (in memory, a few GiB at 3M) into the cache, then memory-mapped on every load.
+        return synthetic_hetero_to_disk(size, cache_dir() / "graphs" / name, name=name)
+    return synthetic_hetero(size, name=name)
+
+
 def _directory(test: Callable[[Path], bool]) -> Callable[[str, bool], Optional[Path]]:
     def claims(text: str, is_name: bool) -> Optional[Path]:
         path = Path(text).expanduser()
@@ -210,6 +229,9 @@ READERS: list[Reader] = [
            named=True),
     # ogbn-arxiv & co.: always undirected, so add_inverse_edge is not theirs (a folder path takes it)
     Reader("OGB name", _ogb_name, _read_ogb_name, accepts=frozenset({"split"}), key=_ogb_name_key,
+           what=lambda name: f"dataset {name!r}", named=True),
+    # before "synthetic": its names start the same way (synthetic-hetero-100k)
+    Reader("synthetic hetero", _synthetic_hetero, _read_synthetic_hetero, key=lambda name: "gen",
            what=lambda name: f"dataset {name!r}", named=True),
     Reader("synthetic", _synthetic, _read_synthetic, key=lambda name: "gen", what=lambda name: f"dataset {name!r}",
            named=True),
