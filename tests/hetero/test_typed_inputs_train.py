@@ -30,7 +30,7 @@ def _generated(tmp_path: Path) -> Graph:
     return load_graph("synthetic-hetero-2500")
 
 
-@pytest.mark.parametrize("source", [_hetero_data, _mag], ids=["HeteroData", "ogbn-mag"])
+@pytest.mark.parametrize("source", [_hetero_data, _mag, _generated], ids=["HeteroData", "ogbn-mag", "generator"])
 def test_a_typed_input_partitions_and_trains(tmp_path: Path, source) -> None:
     from graphdist.trainers.run import build_strategy
     from partition.api import partition
