@@ -99,7 +99,8 @@ _PATH_FORMATS = (
     "or an edge-list file (.csv/.tsv/.txt/.edges/.el, optionally .gz)"
 )
 ACCEPTED_FORMATS = (
-    f"a dataset name ({', '.join(KNOWN_NAMES)}, synthetic-<N> such as synthetic-100k), {_PATH_FORMATS}, "
+    f"a dataset name ({', '.join(KNOWN_NAMES)}, synthetic-<N> such as synthetic-100k, "
+    f"synthetic-hetero-<N>), {_PATH_FORMATS}, "
     "or a torch_geometric Data object"
 )
 
@@ -181,7 +182,8 @@ def load_graph(
     if isinstance(source, str) and os.sep not in text and not Path(text).suffix:
         raise ValueError(
             f"Unknown dataset {text!r}: expected a known name ({', '.join(KNOWN_NAMES)}, or synthetic-<N> such "
-            f"as synthetic-100k, synthetic-1m, synthetic-2500) or an existing path: {_PATH_FORMATS}"
+            f"as synthetic-100k, synthetic-1m, synthetic-2500; synthetic-hetero-<N> for a typed graph) or an "
+            f"existing path: {_PATH_FORMATS}"
         )
     raise FileNotFoundError(f"{path}: no such file or directory (expected {ACCEPTED_FORMATS})")
 

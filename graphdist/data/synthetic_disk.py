@@ -171,7 +171,7 @@ def load_generated(path: os.PathLike | str, name: Optional[str] = None) -> Graph
     masks = {m: mapped(f"{m}.npy") for m in ("train_mask", "val_mask", "test_mask")}
     typed: dict[str, Any] = {}
     if "schema" in meta:  # a typed graph (synthetic_hetero_to_disk): its node types and relations
-        from graphdist.data.hetero import Schema
+        from graphdist.data.schema import Schema
 
         typed = {"schema": Schema.from_dict(meta["schema"]), "edge_type": mapped("edge_type.npy")}
     return Graph(indptr=mapped("indptr.npy"), indices=mapped("indices.npy"), x=mapped("x.npy"), y=mapped("y.npy"),

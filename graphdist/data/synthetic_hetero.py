@@ -22,11 +22,11 @@ Every node has a latent class in ``0..7``; the paper's latent class is its label
    term describes paper         ``3 + Binomial(4, 1/2)`` terms     power law: ``P(k) ~ k^-2``
    ===========================  =================================  ====================================
 
-   the other end is, with the relation's homophily (venue 0.6, author 0.4, cites 0.25, term 0.2),
+   the other end is, with the relation's homophily (venue 0.6, author 0.4, cites 0.35, term 0.2),
    drawn among the nodes of the paper's class, else among all (by propensity on the power-law
    relations); repeated pairs and self-citations are dropped;
 3. features: ``x = signal_t * W_t[class] + N(0, I)`` with one random ``W_t`` per type (unit-norm rows),
-   widths paper 64, author 32, venue 16, term none; the paper's own signal is weak (0.8 against
+   widths paper 64, author 32, venue 16, term none; the paper's own signal is weak (1.0 against
    2.0 for authors and venues);
 4. masks on papers only: a random 60/20/20 train/val/test split (``y = -1`` on the other types).
 
@@ -80,9 +80,9 @@ class HeteroParams:
     # tuned often: how reliably each relation and each type's features carry the label
     homophily_venue: float = 0.6
     homophily_author: float = 0.4
-    homophily_cites: float = 0.25
+    homophily_cites: float = 0.35
     homophily_term: float = 0.2
-    signal_paper: float = 0.8  # weak: the label lies in the typed neighbourhood, not in x
+    signal_paper: float = 1.0  # weak: the label lies in the typed neighbourhood, not in x
     signal_author: float = 2.0
     signal_venue: float = 2.0
     # seldom: sizes, widths and degree laws
@@ -202,9 +202,9 @@ def synthetic_hetero(num_nodes: int, seed: int = 0, name: Optional[str] = None,
 
 
 def _check_args(num_nodes: int, seed: int) -> None:
-    if int(num_nodes) != num_nodes or num_nodes < MIN_NODES:
-        raise ValueError(f"num_nodes: expected an integer >= {MIN_NODES}, so every type holds every class "
-                         f"(got {num_nodes!r})")
+    if int(num_nodes) != num_nodes or not MIN_NODES <= num_nodes < 2**31:
+        raise ValueError(f"num_nodes: expected an integer in [{MIN_NODES}, 2**31): at least {MIN_NODES} so every "
+                         f"type holds every class, int32 ids (got {num_nodes!r})")
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed: expected an integer >= 0 (got {seed!r})")
 
@@ -308,9 +308,10 @@ def _pareto(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
 
 
 def _unique_pairs(src: np.ndarray, dst: np.ndarray, num_dst: int) -> torch.Tensor:
-    """``[2, E]`` int64 of the distinct (src, dst) pairs (a torch sort: numpy's unique is slower here)."""
+    """``[2, E]`` int32 (ids within types) of the distinct (src, dst) pairs, sorted (a torch sort: numpy's
+    unique is slower here). int32 halves what the caller holds while ``typed_graph`` builds the CSR."""
     keys = torch.unique(torch.from_numpy(src.astype(np.int64) * num_dst + dst))
-    return torch.stack([torch.div(keys, num_dst, rounding_mode="floor"), keys % num_dst])
+    return torch.stack([torch.div(keys, num_dst, rounding_mode="floor"), keys % num_dst]).to(torch.int32)
 
 
 def _features(rng: np.random.Generator, classes: np.ndarray, width: int, signal: float) -> torch.Tensor:
