@@ -43,6 +43,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -127,7 +128,7 @@ def graphdist_run(source: str, model: str, workers: int, seed: int, run_dir: Pat
 
 def systems(workers: list[int]) -> list[tuple[str, Optional[str], int]]:
     """``(key, graphdist model or None for the reference, workers)`` in run order."""
-    return ([("reference", None, 1)] + [(f"rgcn {w}w", "rgcn", w) for w in workers] + [("sage 1w", "sage", 1)])
+    return [("reference", None, 1)] + [(f"rgcn {w}w", "rgcn", w) for w in workers] + [("sage 1w", "sage", 1)]
 
 
 def bench_accuracy(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -137,7 +138,7 @@ def bench_accuracy(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for name in args.datasets:
-        graph, source = load_graph(name), name
+        graph = load_graph(name)
         epochs, steps = SCHEDULE.get(name, DEFAULT_SCHEDULE)
         epochs = args.epochs or epochs
         recipe = {**RECIPE, "epochs": epochs, "max_steps": steps}
@@ -151,14 +152,14 @@ def bench_accuracy(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 if model is None:
                     row = reference_run(graph, seed, recipe)
                 else:
-                    row = graphdist_run(source, model, workers, seed, tmp / f"{name}-{key.replace(' ', '')}-{seed}",
+                    row = graphdist_run(name, model, workers, seed, tmp / f"{name}-{key.replace(' ', '')}-{seed}",
                                         epochs=epochs, **options)
                 row = {"seed": seed, **row, "history": [{k: v for k, v in r.items() if k in (
                     "epoch", "loss", "val_acc", "test_acc", "steps")} for r in row["history"]]}
                 runs.setdefault(key, []).append(row)
                 print(f"  {name} seed {seed} {key:<10} test {100 * row['test_acc']:.2f}% (epoch {row['epoch']}, "
                       f"{row['wall_s']:.0f} s)", flush=True)
-        out[name] = {"source": source, "recipe": recipe, "fanouts": list(args.fanouts), "runs": {
+        out[name] = {"recipe": recipe, "fanouts": list(args.fanouts), "runs": {
             k: runs[k] for k, _, _ in systems(args.workers)}}
     return {"datasets": out}
 
@@ -249,11 +250,11 @@ def bench_speed(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from graphdist.data import load_graph
     from graphdist.data.loaders import cache_dir
 
-    graph, source = load_graph(args.speed_dataset), args.speed_dataset
+    source = args.speed_dataset
     python, reason = peer_or_reason() if args.peer else (None, "--no-peer")
     if reason:
         print(f"  DGL left out: {reason}", flush=True)
-    npz = export_for_dgl(graph, cache_dir() / "bench" / f"hetero-{args.speed_dataset}.npz") if python else None
+    npz = export_for_dgl(load_graph(source), cache_dir() / "bench" / f"hetero-{source}.npz") if python else None
     options = {k: v for k, v in RECIPE.items() if k in ("hidden", "dropout", "lr")}
     jobs: list[tuple[str, Callable[[int], dict[str, Any]]]] = [
         (f"graphdist {w}w", lambda i, w=w: speed_row(graphdist_run(
@@ -337,6 +338,7 @@ def bench_scale(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 f"import graphdist; r = graphdist.train({model!r}, partitions={str(parts)!r}, num_workers=2, epochs=1, "
                 f"max_steps={args.scale_steps}, eval_every=0, threads=1, batch_size=2048, hidden={RECIPE['hidden']}, "
                 f"run_dir={str(run)!r}, log_interval=100000); print(r.final['seeds_per_s'])", args.timeout)
+            shutil.rmtree(parts, ignore_errors=True)  # ~1 GiB each at 3M nodes; the generated graph stays cached
         out["graphs"][kind] = {"name": name, "model": model, "phases": phases}
     return out
 

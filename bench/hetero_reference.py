@@ -11,8 +11,8 @@
   graphdist's exact layer-wise inference does; the model kept is the best-validation epoch's (first on
   ties, as ``TrainResult.best``).
 - :func:`export_for_dgl`: the typed graph as one ``.npz`` for ``bench/peers/dgl_rgcn.py`` (CSR with rows =
-  destinations, each edge's relation, the padded ``x``, node types, labels, train ids), written once
-  into ``$GRAPHDIST_CACHE/bench/``.
+  destinations, each edge's relation, the padded ``x``, node types, labels, train ids), written into
+  ``$GRAPHDIST_CACHE/bench/``.
 """
 
 from __future__ import annotations
@@ -133,14 +133,15 @@ def reference_run(graph: Any, seed: int, r: dict[str, Any]) -> dict[str, Any]:
 
 
 def export_for_dgl(graph: Any, path: Path) -> Path:
-    """Writes ``graph`` as the ``.npz`` that ``bench/peers/dgl_rgcn.py`` reads (once; written aside, renamed).
+    """Writes ``graph`` as the ``.npz`` that ``bench/peers/dgl_rgcn.py`` reads (written aside, renamed).
+
+    Written on every call (a second at 100k nodes): a generator that changed draws between two runs
+    under the same name must not leave DGL training on the old graph.
 
     Keys: ``indptr``, ``indices`` (CSR, rows = destinations), ``edge_type`` (aligned with ``indices``),
     ``x`` (the padded table), ``node_type``, ``offsets``, ``widths``, ``y``, ``train`` (train ids),
     ``num_relations``.
     """
-    if path.exists():
-        return path
     s = graph.schema
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
