@@ -99,9 +99,30 @@ def output_to(path: Path) -> Iterator[None]:
             os.close(old)
 
 
+def check_partitions(run_dir: Path, graph: Any) -> None:
+    """Raises unless the partitions a run trained on hold ``graph`` (as many nodes and edges, the same schema).
+
+    graphdist keys a generated graph's cached partitions by its name alone, so a generator whose draws
+    changed (without a new ``GENERATOR_VERSION``) is served the old partitions, while the reference
+    trains on the new graph: seen once here, 10 points apart.
+    """
+    import yaml
+
+    parts = Path(yaml.safe_load((run_dir / "config.yaml").read_text())["partitions"])
+    meta = json.loads((parts / "meta.json").read_text())
+    schema = graph.schema.to_dict() if graph.schema is not None else None
+    if (meta["num_nodes"], meta["num_edges"], meta.get("schema")) != (graph.num_nodes, graph.num_edges, schema):
+        raise RuntimeError(f"{parts} holds {meta['num_nodes']:,} nodes and {meta['num_edges']:,} edges, but "
+                           f"{graph.name} has {graph.num_nodes:,} and {graph.num_edges:,} (or another schema): a "
+                           f"stale cached partition of an older generator; remove it and run again")
+
+
 def graphdist_run(source: str, model: str, workers: int, seed: int, run_dir: Path, pin: bool = False,
-                  **options: Any) -> dict[str, Any]:
-    """``graphdist.train(model, dataset=source, ...)``, its console in ``run_dir.log``; the result's records."""
+                  graph: Any = None, **options: Any) -> dict[str, Any]:
+    """``graphdist.train(model, dataset=source, ...)``, its console in ``run_dir.log``; the result's records.
+
+    With ``graph`` (the graph the other systems train on), the run's partitions are checked to hold it.
+    """
     import graphdist as gd
 
     log = run_dir.with_suffix(".log")
@@ -119,6 +140,8 @@ def graphdist_run(source: str, model: str, workers: int, seed: int, run_dir: Pat
                            f"{tail}") from exc
     finally:
         os.sched_setaffinity(0, affinity)
+    if graph is not None:
+        check_partitions(run_dir, graph)
     return {"test_acc": res.best.get("test_acc"), "val_acc": res.best.get("val_acc"), "epoch": res.best.get("epoch"),
             "wall_s": time.perf_counter() - started, "history": res.history}
 
@@ -153,7 +176,7 @@ def bench_accuracy(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                     row = reference_run(graph, seed, recipe)
                 else:
                     row = graphdist_run(name, model, workers, seed, tmp / f"{name}-{key.replace(' ', '')}-{seed}",
-                                        epochs=epochs, **options)
+                                        graph=graph, epochs=epochs, **options)
                 row = {"seed": seed, **row, "history": [{k: v for k, v in r.items() if k in (
                     "epoch", "loss", "val_acc", "test_acc", "steps")} for r in row["history"]]}
                 runs.setdefault(key, []).append(row)
@@ -251,14 +274,15 @@ def bench_speed(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from graphdist.data.loaders import cache_dir
 
     source = args.speed_dataset
+    graph = load_graph(source)
     python, reason = peer_or_reason() if args.peer else (None, "--no-peer")
     if reason:
         print(f"  DGL left out: {reason}", flush=True)
-    npz = export_for_dgl(load_graph(source), cache_dir() / "bench" / f"hetero-{source}.npz") if python else None
+    npz = export_for_dgl(graph, cache_dir() / "bench" / f"hetero-{source}.npz") if python else None
     options = {k: v for k, v in RECIPE.items() if k in ("hidden", "dropout", "lr")}
     jobs: list[tuple[str, Callable[[int], dict[str, Any]]]] = [
         (f"graphdist {w}w", lambda i, w=w: speed_row(graphdist_run(
-            source, "rgcn", w, 0, tmp / f"speed-{w}-{i}", pin=w == 1, epochs=3, max_steps=args.steps,
+            source, "rgcn", w, 0, tmp / f"speed-{w}-{i}", pin=w == 1, graph=graph, epochs=3, max_steps=args.steps,
             batch_size=1024 * w, fanouts=tuple(args.fanouts), eval_every=0, threads=1, **options)))
         for w in (1, 2)]
     if python:
