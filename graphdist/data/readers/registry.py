@@ -149,6 +149,12 @@ def _synthetic_hetero(text: str, is_name: bool) -> Optional[str]:
     return key if is_name and parse_hetero_name(key) is not None else None
 
 
+def _hetero_version_key() -> str:
+    from graphdist.data.synthetic_hetero import GENERATOR_VERSION
+
+    return f"gen-v{GENERATOR_VERSION}"
+
+
 def _read_synthetic_hetero(name: str, download: bool = True) -> Any:
     from graphdist.data.paths import cache_dir
     from graphdist.data.synthetic_disk import OUT_OF_CORE_NODES
@@ -231,7 +237,8 @@ READERS: list[Reader] = [
     Reader("OGB name", _ogb_name, _read_ogb_name, accepts=frozenset({"split"}), key=_ogb_name_key,
            what=lambda name: f"dataset {name!r}", named=True),
     # before "synthetic": its names start the same way (synthetic-hetero-100k)
-    Reader("synthetic hetero", _synthetic_hetero, _read_synthetic_hetero, key=lambda name: "gen",
+    # keyed by the generator's version: partitions cached from an older generator's draws are not reused
+    Reader("synthetic hetero", _synthetic_hetero, _read_synthetic_hetero, key=lambda name: _hetero_version_key(),
            what=lambda name: f"dataset {name!r}", named=True),
     Reader("synthetic", _synthetic, _read_synthetic, key=lambda name: "gen", what=lambda name: f"dataset {name!r}",
            named=True),
