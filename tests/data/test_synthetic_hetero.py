@@ -144,9 +144,9 @@ def test_the_name_is_claimed_by_its_own_reader_and_loads_the_typed_graph():
     assert parse_hetero_name("synthetic-hetero-100k") == 100_000 and parse_hetero_name("synthetic-100k") is None
     assert parse_synthetic_name("synthetic-hetero-100k") is None
     reader, target = claim("synthetic-hetero-100k")
-    assert reader.name == "synthetic hetero" and reader.key(target) == "gen"
+    assert reader.name == "synthetic hetero" and reader.key(target) == "gen-v1"
     assert claim("synthetic-2k")[0].name == "synthetic"
-    assert source_key("synthetic-hetero-2500") == "gen"
+    assert source_key("synthetic-hetero-2500") == "gen-v1"
     g = load_graph("synthetic-hetero-2500")
     assert g.typed and g.name == "synthetic-hetero-2500" and g.num_nodes == 2_500
     assert torch.equal(g.indices, synthetic_hetero(2_500).indices)
