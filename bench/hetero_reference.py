@@ -10,6 +10,7 @@
   ``max_steps`` of them. After each epoch every node is evaluated on the whole graph in eval mode, as
   graphdist's exact layer-wise inference does; the model kept is the best-validation epoch's (first on
   ties, as ``TrainResult.best``).
+- :func:`check_partitions`: that a graphdist run trained on the graph the reference trains on.
 - :func:`export_for_dgl`: the typed graph as one ``.npz`` for ``bench/peers/dgl_rgcn.py`` (CSR with rows =
   destinations, each edge's relation, the padded ``x``, node types, labels, train ids), written into
   ``$GRAPHDIST_CACHE/bench/``.
@@ -17,6 +18,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -152,3 +154,21 @@ def export_for_dgl(graph: Any, path: Path) -> Path:
              train=graph.train_mask.nonzero().view(-1).numpy(), num_relations=np.int64(s.num_relations))
     os.replace(tmp, path)
     return path
+
+
+def check_partitions(run_dir: Path, graph: Any) -> None:
+    """Raises unless the partitions a run trained on hold ``graph`` (as many nodes and edges, the same schema).
+
+    graphdist keys a generated graph's cached partitions by its name alone, so a generator whose draws
+    changed (without a new ``GENERATOR_VERSION``) is served the old partitions, while the reference
+    trains on the new graph: seen once here, 10 points apart.
+    """
+    import yaml
+
+    parts = Path(yaml.safe_load((run_dir / "config.yaml").read_text())["partitions"])
+    meta = json.loads((parts / "meta.json").read_text())
+    schema = graph.schema.to_dict() if graph.schema is not None else None
+    if (meta["num_nodes"], meta["num_edges"], meta.get("schema")) != (graph.num_nodes, graph.num_edges, schema):
+        raise RuntimeError(f"{parts} holds {meta['num_nodes']:,} nodes and {meta['num_edges']:,} edges, but "
+                           f"{graph.name} has {graph.num_nodes:,} and {graph.num_edges:,} (or another schema): a "
+                           f"stale cached partition of an older generator; remove it and run again")
