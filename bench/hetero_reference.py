@@ -159,9 +159,9 @@ def export_for_dgl(graph: Any, path: Path) -> Path:
 def check_partitions(run_dir: Path, graph: Any) -> None:
     """Raises unless the partitions a run trained on hold ``graph`` (as many nodes and edges, the same schema).
 
-    graphdist keys a generated graph's cached partitions by its name alone, so a generator whose draws
-    changed (without a new ``GENERATOR_VERSION``) is served the old partitions, while the reference
-    trains on the new graph: seen once here, 10 points apart.
+    graphdist keys a generated graph's cached partitions by its name (and generator version), so draws
+    changed without a new ``GENERATOR_VERSION`` are served the old partitions while the reference trains
+    on the new graph: seen once here (before the version was in the key), 10 points apart.
     """
     import yaml
 
