@@ -508,24 +508,6 @@ def test_hetero_reference_batches_compute_the_full_graph_model():
     torch.testing.assert_close(batch, whole[seeds])
 
 
-@pytest.mark.slow
-def test_bench_hetero_speed_and_scale(tmp_path):
-    out = tmp_path / "hetero.json"
-    res = _bench("bench_hetero.py", "--quick", "--speed", "--scale", "--no-peer", "--out", out, timeout=240)
-    _ok(res)
-    assert "DGL: left out (--no-peer)" in res.stdout and "peak tree PSS per phase" in res.stdout
-    doc = _read(out, "started", "speed", "scale")
-    rows = doc["speed"]["rows"]
-    assert sorted(rows) == ["graphdist 1w", "graphdist 2w"] and all(r["seeds_per_s"] > 0 for r in rows.values())
-    assert rows["graphdist 2w"]["bytes_sent"].get("grad", 0) > 0  # two workers sum their gradients
-    scale = doc["scale"]
-    assert set(scale["graphs"]) | set(scale["skipped"]) == {"hetero", "homogeneous"}
-    for graph in scale["graphs"].values():
-        assert sorted(graph["phases"]) == ["generate", "partition/random", "partition/stream", "train/random",
-                                           "train/stream"]
-        assert all(p["peak_pss_bytes"] > 0 for p in graph["phases"].values()), graph
-
-
 def test_bench_scale(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
     res = _bench("bench_scale.py", "--sizes", 2000, 4000, "--methods", "stream", "--workers", 2, "--steps", 1,
