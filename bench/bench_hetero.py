@@ -40,7 +40,6 @@ temporary directory (its tail is shown when a run fails).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -50,10 +49,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.bench_link import output_to  # noqa: E402 - one way to send a run's output to its log
 sys.path.insert(0, str(REPO / "bench"))
 
 # One recipe for every system (graphdist's fan-outs are TrainConfig's default, 10,5 per relation).
@@ -77,27 +78,6 @@ def machine() -> dict[str, Any]:
     except (OSError, StopIteration):
         cpu = platform.processor()
     return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "torch": torch.__version__}
-
-
-@contextlib.contextmanager
-def output_to(path: Path) -> Iterator[None]:
-    """File descriptors 1 and 2 (this process's and every spawned worker's) go to ``path`` for the block."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    try:
-        with open(path, "ab") as log:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            try:
-                yield
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-    finally:
-        for fd, old in zip((1, 2), saved):
-            os.dup2(old, fd)
-            os.close(old)
 
 
 def graphdist_run(source: str, model: str, workers: int, seed: int, run_dir: Path, pin: bool = False,
