@@ -12,8 +12,8 @@ from graphdist.data.loaders import source_key
 from graphdist.data.readers.registry import claim
 from graphdist.data.synthetic import parse_synthetic_name
 from graphdist.data.synthetic_disk import load_generated
-from graphdist.data.synthetic_hetero import (NUM_CLASSES, PARAMS, parse_hetero_name, synthetic_hetero,
-                                             synthetic_hetero_to_disk)
+from graphdist.data.synthetic_hetero import (GENERATOR_VERSION, NUM_CLASSES, PARAMS, parse_hetero_name,
+                                             synthetic_hetero, synthetic_hetero_to_disk)
 
 N = 6_000  # a few ms to generate; enough papers for the degree laws to show
 FIELDS = ("indptr", "indices", "edge_type", "x", "y", "train_mask", "val_mask", "test_mask")
@@ -144,9 +144,9 @@ def test_the_name_is_claimed_by_its_own_reader_and_loads_the_typed_graph():
     assert parse_hetero_name("synthetic-hetero-100k") == 100_000 and parse_hetero_name("synthetic-100k") is None
     assert parse_synthetic_name("synthetic-hetero-100k") is None
     reader, target = claim("synthetic-hetero-100k")
-    assert reader.name == "synthetic hetero" and reader.key(target) == "gen-v1"
+    assert reader.name == "synthetic hetero" and reader.key(target) == f"gen-v{GENERATOR_VERSION}"
     assert claim("synthetic-2k")[0].name == "synthetic"
-    assert source_key("synthetic-hetero-2500") == "gen-v1"
+    assert source_key("synthetic-hetero-2500") == f"gen-v{GENERATOR_VERSION}"
     g = load_graph("synthetic-hetero-2500")
     assert g.typed and g.name == "synthetic-hetero-2500" and g.num_nodes == 2_500
     assert torch.equal(g.indices, synthetic_hetero(2_500).indices)
