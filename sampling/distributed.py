@@ -42,6 +42,7 @@ from torch import Tensor
 
 from graphdist import comm
 from graphdist.data.graph import ranges
+from graphdist.data.schema import relation_offsets
 from graphdist.data.npy import release, stays_mapped
 from partition.format import Partition
 import sampling.compiled as compiled
@@ -113,7 +114,7 @@ class DistNeighborSource(NeighborSource):
         if self.schema is not None:
             if partition.edge_type is None:
                 raise ValueError(f"{partition.name}: a typed partition without edge_type.npy (rewrite it with --force)")
-            self.rel_indptr = _relation_rows(self.indptr, partition.edge_type, self.schema.num_relations)
+            self.rel_indptr = relation_offsets(self.indptr, partition.edge_type, self.schema.num_relations)
 
     @property
     def num_nodes(self) -> int:
@@ -266,16 +267,6 @@ def _width(fanout: Fanout) -> int:
     if isinstance(fanout, int):
         return fanout
     return -1 if any(f < 0 for f in fanout) else sum(fanout)
-
-
-def _relation_rows(indptr: Tensor, edge_type: Tensor, num_relations: int) -> Tensor:
-    """CSR offsets of the virtual rows ``row * R + r`` of a part's inner rows (edges sorted by relation in each row)."""
-    counts = indptr[1:] - indptr[:-1]
-    rows = torch.repeat_interleave(torch.arange(counts.numel(), dtype=torch.int64), counts)
-    vrow = rows * num_relations + edge_type[: rows.numel()].to(torch.int64)
-    out = torch.zeros(counts.numel() * num_relations + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(vrow, minlength=counts.numel() * num_relations), 0, out=out[1:])
-    return out
 
 
 def _reassemble(parts: list[tuple[Tensor, Tensor]], order: Tensor) -> tuple[Tensor, Tensor]:

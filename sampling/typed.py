@@ -115,7 +115,7 @@ def sample_relations(rel_indptr: Tensor, indices: Tensor, rows: Tensor, fanouts:
         rels = [r for r, f in enumerate(fanouts) if f == k]
         vrows = _virtual_rows(rows, R, rels)
         nbrs, c = sample_csr(rel_indptr, indices, vrows, k, replace, generator)
-        where = (torch.arange(n, dtype=torch.int64).view(-1, 1) * R + torch.tensor(rels).view(1, -1)).view(-1)
+        where = _virtual_rows(torch.arange(n, dtype=torch.int64), R, rels)  # their places in node-major order
         counts[where] = c
         pieces.append((where, nbrs))
     if len(pieces) == 1 and len(pieces[0][0]) == n * R:  # one fan-out for every relation: in order already

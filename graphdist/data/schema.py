@@ -23,7 +23,8 @@ from torch import Tensor
 
 from graphdist.data.arrays import MASK_NAMES, as_tensor, counts_to_indptr
 
-__all__ = ["Relation", "Schema", "check_typed", "edge_type_dtype", "hetero_fields", "relation_indptr", "typed_csr",
+__all__ = ["Relation", "Schema", "check_typed", "edge_type_dtype", "hetero_fields", "relation_indptr", "relation_offsets",
+           "typed_csr",
            "typed_fields"]
 
 # The separator of a relation's parts in names and files: ``author__writes__paper`` (PyG's own).
@@ -398,11 +399,23 @@ def relation_indptr(graph: Any) -> Tensor:
         return cached
     if graph.edge_type is None or graph.schema is None:
         raise ValueError(f"{graph.name}: expected a typed graph (schema and edge_type)")
-    r = graph.schema.num_relations
-    vrow = graph.dst_of_edges() * r + graph.edge_type.to(torch.int64)
-    out = counts_to_indptr(torch.bincount(vrow, minlength=graph.num_nodes * r))
+    out = relation_offsets(graph.indptr, graph.edge_type, graph.schema.num_relations)
     graph._relation_indptr = out
     return out
+
+
+def relation_offsets(indptr: Tensor, edge_type: Tensor, num_relations: int) -> Tensor:
+    """CSR offsets of the virtual rows ``row * R + r`` of a CSR whose rows' edges are sorted by relation
+    (a whole typed graph's, or a partition's inner rows: ``edge_type`` may run past the rows' edges).
+
+    Example:
+        >>> relation_offsets(torch.tensor([0, 1, 3]), torch.tensor([0, 1, 1]), 2).tolist()
+        [0, 1, 1, 1, 3]
+    """
+    counts = indptr[1:] - indptr[:-1]
+    rows = torch.repeat_interleave(torch.arange(counts.numel(), dtype=torch.int64), counts)
+    vrow = rows * num_relations + edge_type[: rows.numel()].to(torch.int64)
+    return counts_to_indptr(torch.bincount(vrow, minlength=counts.numel() * num_relations))
 
 
 def check_typed(graph: Any) -> None:
