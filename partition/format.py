@@ -146,19 +146,25 @@ def write_partition_files(
 def _write_edge_types(root: Path, graph: Graph, relabel: Relabel, part_meta: list[dict[str, Any]],
                       files: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each part's ``edge_type.npy`` (its rows' edges keep their order in the graph's CSR, so the relations
-    are gathered at the same positions) and node counts per type; returns the schema for ``meta.json``."""
+    are gathered at the same positions) and node counts per type; returns the schema for ``meta.json``.
+
+    One-hop parts have their relations already: the scan (``partition/scan.py``) writes them with the
+    indices; this gathers them for deeper halos.
+    """
     from partition.csr import ranges as np_ranges
 
     indptr = graph.indptr.numpy()
     edge_type = graph.edge_type.numpy()
     node_type = graph.schema.node_type(torch.from_numpy(relabel.orig_ids)).numpy()
     for p, counts in enumerate(part_meta):
+        lo, hi = relabel.part_offsets[p], relabel.part_offsets[p + 1]
+        counts["type_counts"] = np.bincount(node_type[lo:hi], minlength=graph.schema.num_types).tolist()
+        if "relation_edges" in counts:
+            continue
         local = np.load(root / f"part-{p}" / "global_ids.npy", mmap_mode="r")[: counts["num_rows"]]
         rows = relabel.orig_ids[local]
         save_array(root, f"part-{p}/edge_type.npy", edge_type[np_ranges(indptr[rows], indptr[rows + 1] - indptr[rows])],
                    files)
-        lo, hi = relabel.part_offsets[p], relabel.part_offsets[p + 1]
-        counts["type_counts"] = np.bincount(node_type[lo:hi], minlength=graph.schema.num_types).tolist()
         # the inner rows' in-edges by relation, and those from another part's node (the stats' cut per relation)
         inner_edges = int(counts["num_inner_edges"])
         rel = edge_type[np_ranges(indptr[rows[: counts["num_inner"]]], indptr[rows[: counts["num_inner"]] + 1]

@@ -85,22 +85,26 @@ def write_one_hop_parts(
     counts = [_start_part(root, p, relabel, degree, halos[p], files, save) for p in range(num_parts)]
     edges = np.bincount(parts, weights=degree, minlength=num_parts).astype(np.int64)
     writers = [NpyWriter(root / f"part-{p}/indices.npy", (int(edges[p]),), np.int64) for p in range(num_parts)]
+    # A typed graph's relations go with their edges, in the same order (one scan, no position arrays).
+    relations = _Relations(root, graph.edge_type.numpy(), graph.schema.num_relations, edges) if graph.typed else None
     features = [NpyWriter(root / f"part-{p}/x.npy", (int(inner_counts[p]), graph.num_features), np.float32)
                 for p in range(num_parts)] if graph.x is not None else []
     try:
         for a, b in blocks:
-            _scan_rows(a, b, indptr, indices, parts, relabel, halos, writers, counts)
+            _scan_rows(a, b, indptr, indices, parts, relabel, halos, writers, counts, relations)
             if features:
                 _scan_features(a, b, graph, parts, features)
             if on_block is not None:
                 on_block(b - a)
     except BaseException:
-        for w in writers + features:
+        for w in writers + features + (relations.writers if relations else []):
             w.__exit__(RuntimeError, None, None)
         raise
     for p, w in enumerate(writers):
         w.close()
         files[f"part-{p}/indices.npy"] = {"sha256": w.sha256, "bytes": w.size}
+    if relations is not None:
+        relations.close(files, counts)
     for p, w in enumerate(features):
         w.close()
         files[f"part-{p}/x.npy"] = {"sha256": w.sha256, "bytes": w.size}
@@ -165,9 +169,12 @@ def _start_part(root: Path, p: int, relabel: Relabel, degree: np.ndarray, halo: 
 
 
 def _scan_rows(a: int, b: int, indptr: np.ndarray, indices: np.ndarray, parts: np.ndarray, relabel: Relabel,
-               halos: list[np.ndarray], writers: list[NpyWriter], counts: list[dict[str, Any]]) -> None:
-    """Appends the block's edges to their destination's part, as local ids, and counts them by source part."""
+               halos: list[np.ndarray], writers: list[NpyWriter], counts: list[dict[str, Any]],
+               relations: Optional["_Relations"] = None) -> None:
+    """Appends the block's edges to their destination's part, as local ids (and their relations), and counts
+    them by source part."""
     src, dst_part, src_part = _block(indptr, indices, parts, a, b)
+    rel = relations.block(int(indptr[a]), int(indptr[b])) if relations is not None else None
     order = np.argsort(dst_part.astype(np.int32), kind="stable")  # radix sort: keeps each part's CSR order
     bounds = np.searchsorted(dst_part[order], np.arange(len(writers) + 1))
     new = relabel.new_ids[src]
@@ -181,6 +188,37 @@ def _scan_rows(a: int, b: int, indptr: np.ndarray, indices: np.ndarray, parts: n
         counts[p]["num_cut_edges"] += int(sel.size - np.count_nonzero(inner))
         by_part = np.bincount(owner, minlength=len(writers))
         counts[p]["edges_from_parts"] = [x + int(y) for x, y in zip(counts[p]["edges_from_parts"], by_part)]
+        if rel is not None:
+            relations.add(p, rel[sel], inner)
+
+
+class _Relations:
+    """Each part's ``edge_type.npy``, written beside its indices, and its in-edges per relation (all, and
+    those from another part: the stats' cut per relation)."""
+
+    def __init__(self, root: Path, edge_type: np.ndarray, num_relations: int, edges: np.ndarray) -> None:
+        self.edge_type, self.num_relations = edge_type, num_relations
+        self.writers = [NpyWriter(root / f"part-{p}/edge_type.npy", (int(e),), edge_type.dtype)
+                        for p, e in enumerate(edges)]
+        self.edges = np.zeros((len(edges), num_relations), dtype=np.int64)
+        self.cut = np.zeros_like(self.edges)
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        view = self.edge_type[lo:hi]
+        rel = np.array(view)  # a copy: the mapped pages can go
+        release(view, unwritten=True)
+        return rel
+
+    def add(self, p: int, rel: np.ndarray, inner: np.ndarray) -> None:
+        self.writers[p].write(rel)
+        self.edges[p] += np.bincount(rel, minlength=self.num_relations)
+        self.cut[p] += np.bincount(rel[~inner], minlength=self.num_relations)
+
+    def close(self, files: dict[str, dict[str, Any]], counts: list[dict[str, Any]]) -> None:
+        for p, w in enumerate(self.writers):
+            w.close()
+            files[f"part-{p}/edge_type.npy"] = {"sha256": w.sha256, "bytes": w.size}
+            counts[p].update(relation_edges=self.edges[p].tolist(), relation_cut=self.cut[p].tolist())
 
 
 def _scan_features(a: int, b: int, graph: Graph, parts: np.ndarray, writers: list[NpyWriter]) -> None:

@@ -1,4 +1,4 @@
-"""Array helpers the data layer shares: numpy or memory maps into tensors, CSR offsets from counts.
+"""Array helpers the data layer shares: numpy or memory maps into tensors, CSR offsets from counts, row chunks.
 
 ``graphdist.data.graph`` (the ``Graph``) and ``graphdist.data.schema`` (typed graphs) both build on
 these; neither imports the other's module for them.
@@ -78,4 +78,18 @@ def counts_to_indptr(counts: _ArrayOrTensor) -> _ArrayOrTensor:
     return indptr
 
 
-__all__ = ["MASK_NAMES", "as_tensor", "counts_to_indptr"]
+def row_chunks(indptr: Tensor, edges: int) -> list[tuple[int, int]]:
+    """``(first, last)`` row ranges of about ``edges`` edges each (a row is never split), covering every row.
+
+    Example:
+        >>> row_chunks(torch.tensor([0, 3, 4, 9, 9]), 4)  # row 2 alone holds 5 edges
+        [(0, 2), (2, 3), (3, 4)]
+    """
+    n = indptr.numel() - 1
+    marks = torch.arange(edges, max(int(indptr[-1]), edges), edges, dtype=torch.int64)
+    cuts = torch.searchsorted(indptr[1:].contiguous(), marks) + 1
+    bounds = sorted({0, n, *(int(c) for c in cuts if 0 < int(c) < n)})
+    return list(zip(bounds[:-1], bounds[1:])) or [(0, n)]
+
+
+__all__ = ["MASK_NAMES", "as_tensor", "counts_to_indptr", "row_chunks"]

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphdist.data.arrays import MASK_NAMES, as_tensor, counts_to_indptr
+from graphdist.data.arrays import MASK_NAMES, as_tensor, counts_to_indptr, row_chunks
 
 __all__ = ["Relation", "Schema", "check_typed", "edge_type_dtype", "hetero_fields", "relation_indptr", "relation_offsets",
            "typed_csr",
@@ -418,6 +418,9 @@ def relation_offsets(indptr: Tensor, edge_type: Tensor, num_relations: int) -> T
     return counts_to_indptr(torch.bincount(vrow, minlength=counts.numel() * num_relations))
 
 
+_CHECK_EDGES = 1 << 20  # edges per chunk of check_typed: ~50 MB of temporaries
+
+
 def check_typed(graph: Any) -> None:
     """Raises ``ValueError`` unless ``edge_type`` and ``schema`` agree with the CSR.
 
@@ -435,21 +438,30 @@ def check_typed(graph: Any) -> None:
         raise ValueError(f"edge_type: expected integers of shape [{graph.num_edges}] (got {et.dtype} {tuple(et.shape)})")
     if et.numel() == 0:
         return
-    rel = et.to(torch.int64)
-    if int(rel.min()) < 0 or int(rel.max()) >= s.num_relations:
-        raise ValueError(f"edge_type: relation ids must lie in [0, {s.num_relations}) (got {int(rel.min())}..{int(rel.max())})")
-    dst = graph.dst_of_edges()
-    src_t = torch.tensor([s.type_id(r.src) for r in s.relations])[rel]
-    dst_t = torch.tensor([s.type_id(r.dst) for r in s.relations])[rel]
-    for ends, want, what in ((graph.indices, src_t, "source"), (dst, dst_t, "destination")):
-        bad = (s.node_type(ends) != want).nonzero()
-        if bad.numel():
-            e = int(bad[0, 0])
-            raise ValueError(f"edge {e} ({int(graph.indices[e])} -> {int(dst[e])}): its {what} is not a "
-                             f"{s.node_types[int(want[e])]} node as relation {s.relations[int(rel[e])].key} requires")
-    vrow = dst * s.num_relations + rel
-    if bool((vrow[1:] < vrow[:-1]).any()):
-        raise ValueError("edge_type: expected each row's edges sorted by relation (build typed graphs with typed_graph)")
+    lo, hi = int(et.min()), int(et.max())
+    if lo < 0 or hi >= s.num_relations:
+        raise ValueError(f"edge_type: relation ids must lie in [0, {s.num_relations}) (got {lo}..{hi})")
+    src_types = torch.tensor([s.type_id(r.src) for r in s.relations])
+    dst_types = torch.tensor([s.type_id(r.dst) for r in s.relations])
+    # Rows in chunks of about _CHECK_EDGES edges: the int64 temporaries of a whole 36M-edge graph
+    # would take ~2 GB, and a memory-mapped graph is checked each time it is opened.
+    for first, last in row_chunks(graph.indptr, _CHECK_EDGES):
+        begin, end = int(graph.indptr[first]), int(graph.indptr[last])
+        rel = et[begin:end].to(torch.int64)
+        dst = torch.repeat_interleave(torch.arange(first, last, dtype=torch.int64),
+                                      graph.indptr[first + 1:last + 1] - graph.indptr[first:last])
+        src = graph.indices[begin:end]
+        for ends, want, what in ((src, src_types[rel], "source"), (dst, dst_types[rel], "destination")):
+            bad = (s.node_type(ends) != want).nonzero()
+            if bad.numel():
+                e = int(bad[0, 0])
+                raise ValueError(f"edge {begin + e} ({int(src[e])} -> {int(dst[e])}): its {what} is not a "
+                                 f"{s.node_types[int(want[e])]} node as relation {s.relations[int(rel[e])].key} "
+                                 "requires")
+        vrow = dst * s.num_relations + rel  # a chunk ends at a row's end: across chunks the rows grow
+        if bool((vrow[1:] < vrow[:-1]).any()):
+            raise ValueError("edge_type: expected each row's edges sorted by relation (build typed graphs with "
+                             "typed_graph)")
     width = max(s.widths)
     if graph.x is not None and graph.x.shape[1] != width:  # no x: the structure alone (a replicated CSR)
         raise ValueError(f"x: expected {width} columns, the widest node type's (got {graph.x.shape[1]})")

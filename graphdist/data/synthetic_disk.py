@@ -44,6 +44,7 @@ import logging
 import math
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional
 
@@ -242,26 +243,37 @@ def _chunk_bounds(stubs: Any) -> list[int]:
 
 
 class _Buckets:
-    """Directed keys ``dst * N + src`` appended to one raw file per destination range."""
+    """Directed keys ``(dst * R + relation) * N + src`` appended to one raw file per destination range.
 
-    def __init__(self, root: Path, n: int, count: int) -> None:
+    Sorting a bucket's keys orders its rows, each row's edges by relation (``R`` relations; 1 for an
+    untyped graph), then by source: the typed CSR's order. ``R * N * N`` must fit int64.
+    """
+
+    def __init__(self, root: Path, n: int, count: int, relations: int = 1) -> None:
+        if relations * n * n >= 2**63:
+            raise ValueError(f"{n:,} nodes and {relations} relations: the bucket keys would overflow int64")
         root.mkdir(parents=True, exist_ok=True)
-        self.root, self.n, self.count = root, n, count
+        self.root, self.n, self.count, self.relations = root, n, count, relations
         self.width = max(1, math.ceil(n / count))
         self.files = [open(root / f"{b}.bin", "wb") for b in range(count)]
 
     def add(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Both directions of each pair, self loops dropped (the untyped generator's edges)."""
         keep = src != dst  # no self loops (as the in-memory generator)
         src, dst = src[keep], dst[keep]
-        for rows, cols in ((dst, src), (src, dst)):  # both directions
-            keys = rows * self.n + cols
-            which = rows // self.width
-            order = np.argsort(which, kind="stable")
-            keys, which = keys[order], which[order]
-            bounds = np.searchsorted(which, np.arange(self.count + 1))
-            for b in range(self.count):
-                if bounds[b + 1] > bounds[b]:
-                    keys[bounds[b] : bounds[b + 1]].tofile(self.files[b])
+        for rows, cols in ((dst, src), (src, dst)):
+            self.add_directed(rows, cols)
+
+    def add_directed(self, rows: np.ndarray, cols: np.ndarray, relation: int = 0) -> None:
+        """Edges ``cols -> rows`` (global ids) of one relation."""
+        keys = (rows.astype(np.int64) * self.relations + relation) * self.n + cols
+        which = rows // self.width
+        order = np.argsort(which, kind="stable")
+        keys, which = keys[order], which[order]
+        bounds = np.searchsorted(which, np.arange(self.count + 1))
+        for b in range(self.count):
+            if bounds[b + 1] > bounds[b]:
+                keys[bounds[b] : bounds[b + 1]].tofile(self.files[b])
 
     def close(self) -> None:
         for fh in self.files:
@@ -272,36 +284,57 @@ class _Buckets:
 
 
 def _write_csr(root: Path, buckets: _Buckets, n: int, progress: bool) -> int:
-    """Sorts and de-duplicates each bucket into rows; writes ``indptr.npy`` and ``indices.npy``."""
+    """Sorts and de-duplicates each bucket into rows; writes ``indptr.npy`` and ``indices.npy`` (and
+    ``edge_type.npy`` when the buckets hold several relations)."""
+    import torch
     from tqdm import tqdm
 
-    from graphdist.data.npy import NpyWriter
+    from graphdist.data.schema import edge_type_dtype
 
     dtype = np.int32 if n < 2**31 else np.int64
+    typed = buckets.relations > 1
+    rel_dtype = torch.empty(0, dtype=edge_type_dtype(buckets.relations)).numpy().dtype
     counts = np.zeros(n, dtype=np.int64)
-    raw = root / "indices.raw"
+    raw, raw_rel = root / "indices.raw", root / "edge_type.raw"
     written = 0
-    with open(raw, "wb") as fh, tqdm(total=buckets.count, desc="csr", unit="bucket", disable=not progress) as bar:
+    with open(raw, "wb") as fh, open(raw_rel, "wb") if typed else nullcontext() as fh_rel, \
+            tqdm(total=buckets.count, desc="csr", unit="bucket", disable=not progress) as bar:
         for b in range(buckets.count):
-            keys = _sorted_unique(buckets.keys(b))  # rows, then sources; repeats gone
+            keys = _sorted_unique(buckets.keys(b))  # rows, then relations, then sources; repeats gone
             (buckets.root / f"{b}.bin").unlink()
-            rows = keys // n
+            span = n * buckets.relations
+            rows = keys // span
             counts += np.bincount(rows, minlength=n)
-            (keys - rows * n).astype(dtype).tofile(fh)
+            keys -= rows * span
+            del rows
+            if typed:
+                relation = keys // n
+                keys -= relation * n
+                relation.astype(rel_dtype).tofile(fh_rel)
+                del relation
+            keys.astype(dtype).tofile(fh)
             written += keys.size
-            del keys, rows
+            del keys
             bar.update(1)
     buckets.root.rmdir()
     np.save(root / "indptr.npy", counts_to_indptr(counts))
-    # The de-duplicated count is known only now: the raw rows are copied behind a .npy header
-    # (sequential reads and writes, one block of memory).
-    step = 1 << 24
-    with NpyWriter(root / "indices.npy", (written,), dtype) as out:
-        for start in range(0, written, step):
-            out.write(np.fromfile(raw, dtype=dtype, count=min(step, written - start),
-                                  offset=start * np.dtype(dtype).itemsize))
-    raw.unlink()
+    _raw_to_npy(raw, root / "indices.npy", written, dtype)
+    if typed:
+        _raw_to_npy(raw_rel, root / "edge_type.npy", written, rel_dtype)
     return written
+
+
+def _raw_to_npy(raw: Path, out: Path, count: int, dtype: Any) -> None:
+    """Copies ``count`` raw values behind a ``.npy`` header and removes the raw file: the count is known
+    only once every bucket is de-duplicated (sequential reads and writes, one block of memory)."""
+    from graphdist.data.npy import NpyWriter
+
+    step = 1 << 24
+    size = np.dtype(dtype).itemsize
+    with NpyWriter(out, (count,), dtype) as dst:
+        for start in range(0, count, step):
+            dst.write(np.fromfile(raw, dtype=dtype, count=min(step, count - start), offset=start * size))
+    raw.unlink()
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:

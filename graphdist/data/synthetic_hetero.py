@@ -30,9 +30,11 @@ Every node has a latent class in ``0..7``; the paper's latent class is its label
    2.0 for authors and venues);
 4. masks on papers only: a random 60/20/20 train/val/test split (``y = -1`` on the other types).
 
-Memory: about 12 directed edges and 64 padded floats per node; 3M nodes (36M edges) peak at about
-4.5 GiB, most of it ``typed_graph`` sorting the CSR. From ``OUT_OF_CORE_NODES`` on, the dataset names
-are generated once into the cache and memory-mapped afterwards (:func:`synthetic_hetero_to_disk`).
+Memory: about 12 directed edges and 64 padded floats per node; in memory, 3M nodes (36M edges) peak
+at about 4.5 GiB, most of it ``typed_graph`` sorting the CSR. From ``OUT_OF_CORE_NODES`` on, the
+dataset names are generated once into the cache out of core, the same arrays bit for bit (one
+relation's draws and one bucket of edges in memory at a time: 0.8 GiB peak at 3M nodes), and
+memory-mapped afterwards (:func:`synthetic_hetero_to_disk`).
 
 Example:
     >>> g = synthetic_hetero(2000, seed=0)
@@ -49,16 +51,18 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
 
 from graphdist.data.graph import Graph
 from graphdist.data.hetero import typed_graph
+from graphdist.data.schema import Relation, Schema
 
 logger = logging.getLogger(__name__)
 
@@ -166,43 +170,51 @@ def synthetic_hetero(num_nodes: int, seed: int = 0, name: Optional[str] = None,
     rng = np.random.default_rng([int(seed), n])
     counts = type_counts(n, p)
     classes = {t: rng.permutation(np.arange(c) % NUM_CLASSES) for t, c in counts.items()}
-    y = classes[TARGET]
-    papers = np.arange(counts["paper"])
-
-    venue = _Choice(classes["venue"]).draw(rng, y, p.homophily_venue)
-    per_paper = 1 + rng.poisson(p.extra_authors, papers.size)
-    author_of = np.repeat(papers, per_paper)
-    author = _Choice(classes["author"]).draw(rng, y[author_of], p.homophily_author)
-    per_paper = rng.poisson(p.references, papers.size)
-    citing = np.repeat(papers, per_paper)
-    cited = _Choice(y, _pareto(rng, papers.size, p.cites_exponent)).draw(rng, y[citing], p.homophily_cites)
-    keep = citing != cited
-    citing, cited = citing[keep], cited[keep]
-    per_paper = p.min_terms + rng.binomial(p.extra_terms, 0.5, papers.size)
-    term_of = np.repeat(papers, per_paper)
-    weights = _pareto(rng, counts["term"], p.term_exponent)
-    term = _Choice(classes["term"], weights).draw(rng, y[term_of], p.homophily_term)
-    del per_paper, keep, weights
-
     edges: dict[tuple[str, str, str], Any] = {}
-    for (src_type, forward, backward, dst_type), src, dst in (
-            (("venue", "publishes", "published_in", "paper"), venue, papers),
-            (("author", "writes", "written_by", "paper"), author, author_of),
-            (("paper", "cites", "cited_by", "paper"), citing, cited),
-            (("term", "describes", "has_term", "paper"), term, term_of)):
+    for (src_type, forward, backward, dst_type), src, dst in _relations(rng, counts, classes, p):
         pairs = _unique_pairs(src, dst, counts[dst_type])
         edges[(src_type, forward, dst_type)] = pairs
         edges[(dst_type, backward, src_type)] = pairs.flip(0)
-    del venue, author, author_of, citing, cited, term, term_of
-
-    widths = {"paper": p.width_paper, "author": p.width_author, "venue": p.width_venue}
-    signals = {"paper": p.signal_paper, "author": p.signal_author, "venue": p.signal_venue}
-    x = {t: _features(rng, classes[t], widths[t], signals[t]) for t in widths}
+    x = {}
+    for t, width, signal in _featured(p):
+        x[t] = torch.from_numpy(np.concatenate([c for _, c in _feature_chunks(rng, classes[t], width, signal)]))
     masks = _split(rng, counts[TARGET], p.train_frac, p.val_frac)
-    graph = typed_graph(counts, edges, x=x, y=torch.from_numpy(y), masks=masks, target=TARGET,
+    graph = typed_graph(counts, edges, x=x, y=torch.from_numpy(classes[TARGET]), masks=masks, target=TARGET,
                         name=name or f"synthetic-hetero-{n}")
     logger.debug("generated %r", graph)
     return graph
+
+
+def _relations(rng: np.random.Generator, counts: dict[str, int], classes: dict[str, np.ndarray],
+               p: HeteroParams) -> Iterator[tuple[tuple[str, str, str, str], np.ndarray, np.ndarray]]:
+    """``((src_type, relation, reverse, dst_type), src, dst)`` per relation, ids within types, repeats kept.
+
+    Drawn lazily, one relation at a time, in one fixed order: the in-memory and the out-of-core
+    generators consume the same stream and so build the same graph.
+    """
+    y = classes[TARGET]
+    papers = np.arange(counts["paper"])
+    yield ("venue", "publishes", "published_in", "paper"), _Choice(classes["venue"]).draw(
+        rng, y, p.homophily_venue), papers
+    author_of = np.repeat(papers, 1 + rng.poisson(p.extra_authors, papers.size))
+    author = _Choice(classes["author"]).draw(rng, y[author_of], p.homophily_author)
+    yield ("author", "writes", "written_by", "paper"), author, author_of
+    del author, author_of
+    citing = np.repeat(papers, rng.poisson(p.references, papers.size))
+    cited = _Choice(y, _pareto(rng, papers.size, p.cites_exponent)).draw(rng, y[citing], p.homophily_cites)
+    keep = citing != cited
+    yield ("paper", "cites", "cited_by", "paper"), citing[keep], cited[keep]
+    del citing, cited, keep
+    term_of = np.repeat(papers, p.min_terms + rng.binomial(p.extra_terms, 0.5, papers.size))
+    weights = _pareto(rng, counts["term"], p.term_exponent)
+    yield ("term", "describes", "has_term", "paper"), _Choice(classes["term"], weights).draw(
+        rng, y[term_of], p.homophily_term), term_of
+
+
+def _featured(p: HeteroParams) -> list[tuple[str, int, float]]:
+    """``(type, width, signal)`` of the featured types, in id-range (and draw) order; terms have none."""
+    return [("paper", p.width_paper, p.signal_paper), ("author", p.width_author, p.signal_author),
+            ("venue", p.width_venue, p.signal_venue)]
 
 
 def _check_args(num_nodes: int, seed: int) -> None:
@@ -214,27 +226,35 @@ def _check_args(num_nodes: int, seed: int) -> None:
 
 
 def expected_bytes(num_nodes: int, params: HeteroParams = PARAMS) -> int:
-    """Disk a :func:`synthetic_hetero_to_disk` directory takes, in bytes (int32 ids, int8 relations).
+    """Disk a :func:`synthetic_hetero_to_disk` directory takes while it is generated, in bytes (int32 ids, int8
+    relations, and the edges' int64 bucket keys until each bucket is sorted).
 
     Example:
         >>> round(expected_bytes(3_000_000) / 2**30, 2)
-        0.94
+        1.21
     """
     n, p = int(num_nodes), params
-    papers = type_counts(n, p)["paper"]
-    edges = 2 * papers * (2 + p.extra_authors + p.references + p.min_terms + p.extra_terms / 2)
-    return int(n * (8 + 8 + 3 + 4 * p.width_paper) + edges * (4 + 1))
+    edges = _expected_edges(n, p)
+    return int(n * (8 + 8 + 3 + 4 * p.width_paper) + edges * (4 + 1 + 8))  # + 8: the bucket keys
+
+
+def _expected_edges(n: int, p: HeteroParams) -> float:
+    """Directed edges expected (both directions of every relation, before repeats are dropped)."""
+    return 2 * type_counts(n, p)["paper"] * (2 + p.extra_authors + p.references + p.min_terms + p.extra_terms / 2)
 
 
 def synthetic_hetero_to_disk(num_nodes: int, out: os.PathLike | str, seed: int = 0,
-                             name: Optional[str] = None) -> Graph:
-    """Generates ``synthetic_hetero(num_nodes, seed)`` into ``out`` (or reuses it); returns it memory-mapped.
+                             name: Optional[str] = None, progress: Optional[bool] = None) -> Graph:
+    """Generates ``synthetic_hetero(num_nodes, seed)`` into ``out`` out of core (or reuses it); returns it
+    memory-mapped.
 
-    The graph is generated in memory (the arrays are the in-memory ones, bit for bit; about 3 GiB
-    peak at 3M nodes) and written as a generated-graph directory: the layout of
-    ``graphdist/data/synthetic_disk.py`` plus ``edge_type.npy`` and a ``schema`` entry in
-    ``meta.json``, staged and renamed. A directory written by this version for the same
-    ``(num_nodes, seed)`` is reused without generating.
+    The same draws as in memory, the same arrays bit for bit, without holding the edges: each
+    relation's pairs go to destination-range bucket files as drawn, each bucket is sorted into its
+    rows (relations, then sources, repeats dropped: the typed CSR's order), features are drawn and
+    written in row chunks. The directory is a generated-graph directory (the layout of
+    ``graphdist/data/synthetic_disk.py`` plus ``edge_type.npy`` and a ``schema`` entry in ``meta.json``),
+    staged and renamed. A directory written by this version for the same ``(num_nodes, seed)`` is
+    reused without generating.
 
     Raises:
         ValueError: as :func:`synthetic_hetero`.
@@ -261,22 +281,64 @@ def synthetic_hetero_to_disk(num_nodes: int, out: os.PathLike | str, seed: int =
         pass
     _check_args(num_nodes, seed)
     _check_disk(out, expected_bytes(num_nodes))
+    if progress is None:
+        progress = sys.stderr.isatty()
     started = time.perf_counter()
-    graph = synthetic_hetero(num_nodes, seed, name)
-    ids = np.int32 if graph.num_nodes < 2**31 else np.int64
     with staged_directory(out, force=out.exists(), what="generated graph") as tmp:
-        np.save(tmp / "indptr.npy", graph.indptr.numpy())
-        np.save(tmp / "indices.npy", graph.indices.numpy().astype(ids))
-        for field in ("edge_type", "x", "y", "train_mask", "val_mask", "test_mask"):
-            np.save(tmp / f"{field}.npy", getattr(graph, field).numpy())
+        schema, num_edges = _generate(tmp, int(num_nodes), int(seed), PARAMS, progress)
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "args": args,
-                "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "schema": graph.schema.to_dict(),
+                "num_nodes": int(num_nodes), "num_edges": num_edges, "schema": schema.to_dict(),
                 "seconds": round(time.perf_counter() - started, 2), "peak_rss_bytes": peak_rss_bytes()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    del graph
     logger.info("generated %s: %s nodes, %s edges in %.1f s (peak RSS %.2f GiB) at %s", name,
                 f"{meta['num_nodes']:,}", f"{meta['num_edges']:,}", meta["seconds"], meta["peak_rss_bytes"] / 2**30, out)
     return load_generated(out, name)
+
+
+def _generate(root: Path, n: int, seed: int, p: HeteroParams, progress: bool) -> tuple[Schema, int]:
+    """Writes the CSR, ``edge_type``, ``x``, ``y`` and masks of ``synthetic_hetero(n, seed)`` into ``root``;
+    returns the schema and the edge count. Peak memory: one relation's draws, then one bucket's sort."""
+    from graphdist.data.npy import NpyWriter
+    from graphdist.data.synthetic_disk import _BUCKET_KEYS, _Buckets, _write_csr
+
+    rng = np.random.default_rng([seed, n])
+    counts = type_counts(n, p)
+    classes = {t: rng.permutation(np.arange(c) % NUM_CLASSES) for t, c in counts.items()}
+    offsets = dict(zip(counts, np.cumsum([0, *counts.values()]).tolist()))
+    relations, widths = [], dict.fromkeys(counts, 0)
+    # Most edges end at papers (the lowest ids): four times the even share of buckets bounds the largest.
+    buckets = _Buckets(root / "buckets", n, max(1, math.ceil(4 * _expected_edges(n, p) / _BUCKET_KEYS)),
+                       relations=8)
+    for (src_type, forward, backward, dst_type), src, dst in _relations(rng, counts, classes, p):
+        src, dst = src + offsets[src_type], dst + offsets[dst_type]
+        buckets.add_directed(dst, src, len(relations))
+        buckets.add_directed(src, dst, len(relations) + 1)
+        relations += [Relation(src_type, forward, dst_type), Relation(dst_type, backward, src_type)]
+    buckets.close()
+    num_edges = _write_csr(root, buckets, n, progress)
+    featured = _featured(p)
+    widths.update({t: w for t, w, _ in featured})
+    width = max(widths.values())
+    if [t for t, _, _ in featured] != [t for t in counts if widths[t]]:
+        raise AssertionError("the featured types must be drawn in id-range order")
+    with NpyWriter(root / "x.npy", (n, width), np.float32) as x:
+        for t, w, signal in featured:
+            for _, chunk in _feature_chunks(rng, classes[t], w, signal):
+                x.write(np.pad(chunk, ((0, 0), (0, width - w))))
+        rest = n - x.rows
+        for start in range(0, rest, _CHUNK_ROWS):  # featureless types: zero rows
+            x.write(np.zeros((min(_CHUNK_ROWS, rest - start), width), dtype=np.float32))
+    target = (offsets[TARGET], offsets[TARGET] + counts[TARGET])
+    y = np.full(n, -1, dtype=np.int64)
+    y[target[0]:target[1]] = classes[TARGET]
+    np.save(root / "y.npy", y)
+    for field, mask in _split(rng, counts[TARGET], p.train_frac, p.val_frac).items():
+        full = np.zeros(n, dtype=bool)
+        full[target[0]:target[1]] = mask.numpy()
+        np.save(root / f"{field}.npy", full)
+    schema = Schema(tuple(counts), tuple(np.cumsum([0, *counts.values()]).tolist()), tuple(relations),
+                    tuple(widths.values()), TARGET)
+    return schema, num_edges
 
 
 class _Choice:
@@ -318,16 +380,18 @@ def _unique_pairs(src: np.ndarray, dst: np.ndarray, num_dst: int) -> torch.Tenso
     return torch.stack([torch.div(keys, num_dst, rounding_mode="floor"), keys % num_dst]).to(torch.int32)
 
 
-def _features(rng: np.random.Generator, classes: np.ndarray, width: int, signal: float) -> torch.Tensor:
-    """``signal * W[class] + N(0, I)`` float32, ``W`` a random matrix with unit-norm rows (one per type)."""
+def _feature_chunks(rng: np.random.Generator, classes: np.ndarray, width: int, signal: float
+                    ) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows)`` of ``signal * W[class] + N(0, I)`` float32, ``W`` a random matrix with unit-norm
+    rows (one per type), ``_CHUNK_ROWS`` rows at a time (numpy draws the same numbers in chunks as at once)."""
     centroids = rng.standard_normal((NUM_CLASSES, width))
     centroids *= signal / np.linalg.norm(centroids, axis=1, keepdims=True)
     centroids = centroids.astype(np.float32)
-    x = rng.standard_normal((classes.size, width), dtype=np.float32)
     for start in range(0, classes.size, _CHUNK_ROWS):
         stop = min(start + _CHUNK_ROWS, classes.size)
-        x[start:stop] += centroids[classes[start:stop]]
-    return torch.from_numpy(x)
+        x = rng.standard_normal((stop - start, width), dtype=np.float32)
+        x += centroids[classes[start:stop]]
+        yield start, x
 
 
 def _split(rng: np.random.Generator, n: int, train_frac: float, val_frac: float) -> dict[str, torch.Tensor]:

@@ -101,7 +101,7 @@ class SeedWeights:
             is already its part of one global mean, as in full-graph training, where halo
             gradients cross ranks and a per-rank share would weigh them wrongly).
 
-    The same all-reduce carries one flag: a rank that :meth:`ask`\ s before a step makes :meth:`asked` true on
+    The same all-reduce carries one flag: a rank that calls :meth:`ask` before a step makes :meth:`asked` true on
     every rank once the step's count has landed (the trainer's time-based checkpoints ride on it, so that
     every rank saves after the same step without a collective of their own).
 

@@ -165,6 +165,22 @@ def test_out_of_core_directory_maps_the_same_typed_graph_back(tmp_path):
     assert load_generated(out).typed and load_graph(out).schema == ref.schema
 
 
+def test_out_of_core_generation_never_builds_the_edges_in_memory_and_equals_it_across_buckets(tmp_path, monkeypatch):
+    import graphdist.data.synthetic_disk as disk
+    import graphdist.data.synthetic_hetero as gen
+
+    ref = synthetic_hetero(3_000, seed=4)
+    # many buckets and feature chunks on a small graph: every seam of the out-of-core path is crossed
+    monkeypatch.setattr(disk, "_BUCKET_KEYS", 2_000)
+    monkeypatch.setattr(gen, "_CHUNK_ROWS", 97)
+    monkeypatch.setattr(gen, "typed_graph", lambda *a, **k: pytest.fail("the in-memory builder ran"))
+    g = synthetic_hetero_to_disk(3_000, tmp_path / "h", seed=4)
+    assert g.schema == ref.schema and g.schema.relations == ref.schema.relations
+    for field in FIELDS:
+        assert torch.equal(getattr(g, field).to(getattr(ref, field).dtype), getattr(ref, field)), field
+    assert not list((tmp_path / "h").glob("*.raw")) and not (tmp_path / "h" / "buckets").exists()
+
+
 def test_too_small_a_graph_is_refused_with_the_reason():
     with pytest.raises(ValueError, match=r"num_nodes: expected an integer in \[100, 2\*\*31\)"):
         synthetic_hetero(50)
