@@ -1,12 +1,15 @@
 """Plug-in points: named hooks that comm and the trainers call and that someone above them installs.
 
-Two hooks exist, both for tests and benches:
+Three hooks exist, the first two for tests and benches:
 
 - ``fault``: ``hook(point, rank)``, called at every named injection point (``comm.injection_point``:
   ``startup``, ``allreduce``, ``exchange:<tag>``, ``checkpoint``, ``evaluate``). It may kill the process.
 - ``slowdown``: ``hook(rank) -> stretch or None``, asked once by the minibatch trainer: a stretch makes
   this rank's own work slower (its methods: ``set_epoch``, ``mark``, ``tick``, ``attach(model)``,
   ``wrap_sampler(sampler)``, and the ``slept_s``/``spun_s`` counters).
+- ``before_exit``: ``hook()``, called by a process about to end at once, without its interpreter's
+  teardown (comm's peer watch): the checkpoint writer (``graphdist.checkpoint``) installs it while a
+  write is in flight, and finishes that write.
 
 By default none is installed and a call costs one dictionary lookup. ``graphdist.testing`` holds
 the implementations (``graphdist.testing.faults``, ``graphdist.testing.slowdown``) and installs
@@ -35,7 +38,7 @@ import importlib
 import os
 from typing import Any, Callable, Mapping, Optional
 
-HOOKS = ("fault", "slowdown")
+HOOKS = ("fault", "slowdown", "before_exit")
 
 # variable -> the module that implements what it asks for; its install() puts the hooks in place.
 ENVIRONMENT_PLUGINS = {

@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -183,10 +184,17 @@ def claim_for_new_run(run_dir: Path, overwrite: bool) -> Optional[Path]:
     return aside
 
 
+_STATUS_LOCK = threading.Lock()  # run.json is read, updated and replaced: one writer at a time
+
+
 def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Updates ``run.json`` with ``fields`` (atomically) and returns the whole record."""
-    record = {**read_status(run_dir), **fields, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    write_text_atomic(Path(run_dir) / STATUS_NAME, json.dumps(record, indent=1) + "\n", "the run's status")
+    """Updates ``run.json`` with ``fields`` (atomically) and returns the whole record.
+
+    Thread-safe within a process: the checkpoint writer's thread records its checkpoints here too.
+    """
+    with _STATUS_LOCK:
+        record = {**read_status(run_dir), **fields, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        write_text_atomic(Path(run_dir) / STATUS_NAME, json.dumps(record, indent=1) + "\n", "the run's status")
     return record
 
 

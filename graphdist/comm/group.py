@@ -14,6 +14,7 @@ import torch.distributed as dist
 from graphdist.comm.heartbeat import STORE_TIMEOUT_S, PeerWatch, within
 from graphdist.comm.heartbeat import start as start_heartbeat
 from graphdist.comm.heartbeat import stop as stop_heartbeat
+from graphdist.plugins import call as call_hook
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ def _end_for_silent_peer(silent: list[int], seconds: float) -> None:
                      "again (torchrun --max-restarts) or resumed (--resume)\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    call_hook("before_exit")  # a checkpoint being written is finished first
     os._exit(1)
 
 

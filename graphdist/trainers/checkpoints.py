@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import logging
 
 from graphdist import comm
+from graphdist.checkpoint import CheckpointWriter
 from graphdist.rundir import RunDir
 from graphdist.trainers.base import Strategy
 
@@ -30,19 +31,47 @@ def _rank_state(strategy: Strategy) -> dict[str, Any]:
 def save(strategy: Strategy, run_dir: RunDir, epoch: int, progress: Optional[dict[str, Any]] = None) -> None:
     """Every rank's states gathered to rank 0, which writes one atomic checkpoint.
 
-    ``epoch``: the epochs completed. ``progress``: a checkpoint inside epoch ``epoch + 1`` (``--checkpoint-interval``):
-    the seeds trained in it so far (``progress_record``), which a resume trains the rest of.
+    ``epoch``: the epochs completed; written before this returns ("epoch N done" means saved).
+    ``progress``: a checkpoint inside epoch ``epoch + 1`` (``--checkpoint-interval``): the seeds trained in it
+    so far (``progress_record``), which a resume trains the rest of. Rank 0 copies the state and writes it
+    on the writer's thread while training goes on (:class:`graphdist.checkpoint.CheckpointWriter`); a
+    failed write is raised at the next checkpoint or at :func:`finish_writes`.
     """
-    from graphdist.checkpoint import save_checkpoint
+    from graphdist.checkpoint import CHECKPOINT_NAME, atomic_torch_save, checkpoint_state
 
     ranks = comm.all_gather_object(_rank_state(strategy))
-    if comm.is_main_process():
-        extra = {"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
-                 "decisions": strategy.ctx.decisions, "plan": strategy.plan.to_dict()}
-        if progress is not None:
-            extra["progress"] = progress
-        save_checkpoint(run_dir.path, strategy.model, strategy.optimizer, epoch, extra=extra)
-        run_dir.write_status(checkpoint_epoch=epoch, checkpoint_step=progress["step"] if progress else None)
+    if not comm.is_main_process():
+        return
+    extra = {"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
+             "decisions": strategy.ctx.decisions, "plan": strategy.plan.to_dict()}
+    if progress is not None:
+        extra["progress"] = progress
+    state = checkpoint_state(strategy.model, strategy.optimizer, epoch, extra)
+    step = progress["step"] if progress else None
+
+    def recorded() -> None:
+        run_dir.write_status(checkpoint_epoch=epoch, checkpoint_step=step)
+
+    if progress is not None:
+        _WRITER.submit(state, run_dir.path / CHECKPOINT_NAME, then=recorded)
+        return
+    _WRITER.wait()  # the one in flight lands first, then this one, in place (no copy)
+    atomic_torch_save(state, run_dir.path / CHECKPOINT_NAME)
+    recorded()
+
+
+def finish_writes(failed: bool = False) -> None:
+    """Waits for the checkpoint in flight, if any (the loop's end). ``failed``: the run is ending on an error
+    already, which a failed write must not hide (it is logged instead)."""
+    try:
+        _WRITER.wait()
+    except OSError as exc:
+        if not failed:
+            raise
+        logger.error("%s", exc)
+
+
+_WRITER = CheckpointWriter()  # this process's checkpoint writes (rank 0's), one at a time
 
 
 def progress_record(epoch: int, step: int, trained: "torch.Tensor", num_nodes: int) -> dict[str, Any]:

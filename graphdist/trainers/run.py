@@ -29,7 +29,7 @@ from graphdist.rundir import RunDir
 from graphdist.section import ConfigError, fail_at
 from graphdist.trainers.base import Strategy, WorkerContext, strategy_class
 from graphdist.trainers.checkpoints import load as load_checkpoint
-from graphdist.trainers.checkpoints import resume, save, save_best, saved_decisions, saved_world_size
+from graphdist.trainers.checkpoints import finish_writes, resume, save, save_best, saved_decisions, saved_world_size
 from graphdist.trainers.devices import cluster_spec, heterogeneous, resolve_device  # noqa: F401 - heterogeneous: re-exported
 from graphdist.trainers.heap import frozen_heap
 from graphdist.trainers.kit import seed_everything
@@ -317,11 +317,15 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDi
         run_dir = RunDir.at(run_dir)
         strategy = build_strategy(rank, world_size, cfg, partitions, model=model, run_dir=run_dir,
                                   checkpoint=held[0])
+        failed = True
         try:
             with frozen_heap() as settle:
-                return run_epochs(strategy, cfg, run_dir, between_epochs=settle, cores=cores,
-                                  checkpoint=held.pop())
+                history = run_epochs(strategy, cfg, run_dir, between_epochs=settle, cores=cores,
+                                     checkpoint=held.pop())
+            failed = False
+            return history
         finally:
+            finish_writes(failed)  # a mid-epoch checkpoint still being written lands (or says why not)
             strategy.close()
     finally:
         comm.shutdown()

@@ -25,7 +25,7 @@ BENCH = REPO / "bench"
 TIMEOUT_S = 120  # a tiny run takes seconds; this only stops a hang
 
 # The scripts these tests run. A new bench fails test_every_bench_has_a_smoke_test until it has one.
-SMOKED = ("bench_binding.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py", "bench_elastic.py",
+SMOKED = ("bench_binding.py", "bench_checkpoint.py", "bench_cluster.py", "bench_comm.py", "bench_dense.py", "bench_dist_sampler.py", "bench_elastic.py",
           "bench_faults.py", "bench_generator.py", "bench_hetero.py", "bench_link.py", "bench_loaders.py", "bench_models.py", "bench_partition.py",
           "bench_partition_faults.py", "bench_parts.py", "bench_placement.py", "bench_plan.py", "bench_resume.py", "bench_same_runs.py", "bench_sampler.py",
           "bench_scale.py", "bench_simulator.py", "bench_small_allreduce.py", "bench_strategies.py", "bench_sync_cost.py",
@@ -364,6 +364,15 @@ def test_bench_strategies(tmp_path):
                             "reference (1 worker minibatch)"]
     assert all(len(r["acc"]) == 1 and 0 < r["acc"][0] <= 100 and r["curve"] for r in runs.values())
     assert runs["aggregation random +corr, 2 workers"]["label_tvd"][0] < 0.2  # random parts: near the global mix
+
+
+def test_bench_checkpoint(tmp_path):
+    out = tmp_path / "checkpoint.json"
+    res = _bench("bench_checkpoint.py", "--quick", "--out", out, "--dir", tmp_path)
+    _ok(res)
+    (row,) = _read(out, "rows", "rounds")["rows"]
+    assert row["rows"] == 10_000 and len(row["runs"]) == 2 and 0 < row["stall_s"] <= row["write_s"], row
+    assert "stall_s" in res.stdout and list(tmp_path.glob("graphdist-bench-ckpt-*")) == []
 
 
 def test_bench_binding(tmp_path):
