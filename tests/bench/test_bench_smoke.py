@@ -494,6 +494,7 @@ def test_bench_hetero(tmp_path):
         [row] = rows
         assert row["seed"] == 0 and 0 < row["test_acc"] <= 1 and len(row["history"]) == 2, row
     assert [c["check"] for c in doc["checks"]] == ["1w - reference", "R-GCN - SAGE (1w)"]
+    assert doc["accuracy"]["datasets"]["synthetic-hetero-2000"]["fanouts"] == [25, 20]  # the accuracy default
 
 
 def test_hetero_reference_batches_compute_the_full_graph_model():
