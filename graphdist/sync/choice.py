@@ -23,6 +23,12 @@ So :func:`choose_sync` decides, once, at the run's start:
 Every rank takes the same decision from the same gathered numbers; it is kept in the run's
 decisions, so the checkpoint holds it and a resume trains on with it (bit for bit).
 
+A choice the probe steps made is measured again when the step time moves: after each epoch the
+slowest rank's mean step is compared with the reference (the epoch after the choice, its first
+being a warm-up); beyond ``RECHECK_FACTOR`` either way (a link slowed or recovered, the load moved)
+the candidates are probed again at that epoch's end and the sync is rebuilt if the other one wins
+(:func:`needs_recheck`; ``graphdist.trainers.base.recheck_sync``).
+
 Example (probe medians of the slowest rank, seconds per step):
     >>> choose_sync(("ddp", "dwbp"), one_host=False, step_s={"ddp": 0.050, "dwbp": 0.031}).chosen
     'dwbp'
@@ -44,8 +50,10 @@ from graphdist.sync.modes import COMPRESSIONS, SYNC_MODES
 # Across hosts DDP's buckets must beat per-layer sync by this share of the step to be chosen: within
 # it the two are a tie on a noisy machine, and per-layer sync (the default before auto) stays.
 MARGIN = 0.05
+# A timed choice is probed again when the step time differs from its reference by more than this factor.
+RECHECK_FACTOR = 1.5
 
-__all__ = ["MARGIN", "SyncChoice", "able_modes", "choose_sync", "probe_order"]
+__all__ = ["MARGIN", "RECHECK_FACTOR", "SyncChoice", "able_modes", "choose_sync", "needs_recheck", "probe_order"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,19 @@ def choose_sync(able: Sequence[str], one_host: bool, step_s: Optional[dict[str, 
         return SyncChoice(bucketed, words)
     return SyncChoice(layered, words + (f" (within {100 * margin:.0f}%: per-layer)"
                                         if step_s[layered] >= step_s[bucketed] else ""))
+
+
+def needs_recheck(reference_s: Optional[float], step_s: float, factor: float = RECHECK_FACTOR) -> bool:
+    """Whether a timed choice is measured again: the step time ``step_s`` moved from ``reference_s`` by more than
+    ``factor``, either way (no reference yet: no).
+
+    Example:
+        >>> needs_recheck(0.020, 0.025), needs_recheck(0.020, 0.045), needs_recheck(0.020, 0.010), needs_recheck(None, 1.0)
+        (False, True, True, False)
+    """
+    if not reference_s or reference_s <= 0 or step_s <= 0:
+        return False
+    return max(step_s / reference_s, reference_s / step_s) > factor
 
 
 def probe_order(able: Sequence[str], rounds: int) -> list[Any]:

@@ -86,6 +86,15 @@ class DdpSync(GradientSync):
     def model(self) -> nn.Module:
         return self._model
 
+    def close(self) -> None:
+        """Drops the DDP wrapper: its reducer's autograd hooks on the model's parameters go with it, so the model
+        can train on under another sync (``--sync auto``'s re-check)."""
+        import gc
+
+        if self._model is not None and hasattr(self._model, "module"):
+            self._model = self._model.module
+            gc.collect()  # the wrapper sits in reference cycles: its reducer (and hooks) go now, not later
+
     def begin_step(self, num_seeds: int) -> None:
         if self._active:
             raise RuntimeError("begin_step() called twice without finish(); call sync.finish() before optimizer.step()")

@@ -347,8 +347,40 @@ def resolve_sync(ctx: WorkerContext, probe: Optional[Callable[[Sequence[str]], d
     step_s = probe(able) if len(able) > 1 and not one_host and probe is not None else None
     choice = choose_sync(able, one_host, step_s)
     ctx.decisions["sync"], ctx.decisions["sync_why"] = choice.chosen, choice.reason  # the banner says why
+    if step_s:  # timed: measured again if the step time moves (recheck_sync)
+        ctx.decisions["sync_timed"] = True
     if comm.is_main_process():
         logging.getLogger("graphdist").debug(choice.describe())
+    return choice.chosen
+
+
+def recheck_sync(ctx: WorkerContext, step_s: float, probe: Optional[Callable[[Sequence[str]], dict[str, float]]]
+                 ) -> Optional[str]:
+    """``--sync auto``'s timed choice measured again if the step time moved (``graphdist.sync.choice``): after an
+    epoch whose slowest rank's mean step is ``step_s`` (the same number on every rank). The first such epoch
+    sets the reference; one that differs from it by more than ``RECHECK_FACTOR`` probes the candidates again.
+
+    Collective when it probes (every rank, same point). Returns the mode chosen when it probed (maybe the same
+    one), else None; the decisions (kept in the checkpoint) record it, and the next epoch's step becomes the
+    reference.
+    """
+    from graphdist.sync.choice import able_modes, choose_sync, needs_recheck
+
+    decisions, cfg = ctx.decisions, ctx.cfg
+    if not decisions.get("sync_timed") or probe is None:
+        return None
+    reference = decisions.get("sync_ref_step_s")
+    if reference is None:
+        decisions["sync_ref_step_s"] = step_s
+        return None
+    if not needs_recheck(reference, step_s):
+        return None
+    able = able_modes(cfg.sync, cfg.compress, cfg.sacp, cfg.sacp_override, cfg.allreduce, cfg.devices)
+    choice = choose_sync(able, one_host=False, step_s=probe(able))
+    decisions["sync"] = choice.chosen
+    decisions["sync_why"] = (f"checked again after the step moved from {1e3 * reference:.1f} to {1e3 * step_s:.1f} "
+                             f"ms: {choice.reason}")
+    del decisions["sync_ref_step_s"]
     return choice.chosen
 
 
@@ -403,4 +435,5 @@ def register_strategy(name: str, target: str, reads: Iterable[str] = ()) -> None
 
 
 __all__ = ["EpochStats", "Predictions", "Progress", "STRATEGIES", "Strategy", "TASKS", "WorkerContext",
-           "gradient_allreduce", "job_sync", "register_strategy", "resolve_sync", "strategy_class", "sync_options"]
+           "gradient_allreduce", "job_sync", "recheck_sync", "register_strategy", "resolve_sync", "strategy_class",
+           "sync_options"]

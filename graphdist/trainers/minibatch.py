@@ -23,7 +23,7 @@ from graphdist import comm
 from graphdist.config import checkpoint_interval
 from graphdist.models.registry import capabilities
 from graphdist.trainers.base import (EpochStats, Predictions, Progress, Strategy, WorkerContext, adam,
-                                     job_sync)
+                                     job_sync, recheck_sync)
 from graphdist.trainers.batches import DistributedBatches
 from graphdist.trainers.devices import resolve_device
 from graphdist.trainers.evaluate import exact_inference
@@ -65,6 +65,7 @@ class MinibatchStrategy(Strategy):
         self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
         self.scalers = {"train": loss_scaler(cfg.precision, self.device)}
         self.sync = self._build_sync()
+        self._warm_epochs = 1  # epochs before the sync choice's re-check reads the step time
         if self.stretch is not None:  # prepended: ticks before the sync's hook starts the row-count exchange
             self.stretch.attach(self.model)
         self._stats = EpochStats()
@@ -303,7 +304,31 @@ class MinibatchStrategy(Strategy):
         if by_scheme:  # SACP: this epoch's gradient bytes per layer and scheme, one dict per rank
             stats.per_rank["grad_bytes_by_layer"] = {f"{layer}:{scheme}": n for (layer, scheme), n in by_scheme.items()}
             by_scheme.clear()
+        self._recheck_sync(epoch, stats.time_s / max(1, steps))
         return stats
+
+    def _recheck_sync(self, epoch: int, step_s: float) -> None:
+        """``--sync auto`` across hosts: the timed choice measured again when the step time moved (``recheck_sync``);
+        the sync is rebuilt around the model if the other candidate won. Skips this process's first epoch and the
+        first after a change: their steps carry warm-up."""
+        if not self.ctx.decisions.get("sync_timed"):
+            return
+        if self._warm_epochs:
+            self._warm_epochs -= 1
+            return
+        slowest = float(comm.all_reduce(torch.tensor([step_s], dtype=torch.float64), op="max")[0])
+        before = self.ctx.decisions["sync"]
+        target = self.probe_target()
+        chosen = recheck_sync(self.ctx, slowest, (lambda modes: time_syncs(target, modes)) if target else None)
+        if chosen is None:
+            return
+        if chosen != before:
+            self.sync.close()
+            self.sync = job_sync(self.ctx, self.model, mode=chosen)
+            self._warm_epochs = 1
+        if comm.is_main_process():
+            logger.info("epoch %d: --sync auto: %s%s (%s)", epoch, chosen, "" if chosen != before else " kept",
+                        self.ctx.decisions["sync_why"])
 
     def _comm_words(self, stats: EpochStats) -> str:
         """The progress line's tail: the exposed share of communication, and DWBP's hidden share."""

@@ -325,8 +325,10 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, partitions: PartitionDi
             failed = False
             return history
         finally:
-            finish_writes(failed)  # a mid-epoch checkpoint still being written lands (or says why not)
-            strategy.close()
+            try:
+                finish_writes(failed)  # a mid-epoch checkpoint still being written lands (or says why not)
+            finally:
+                strategy.close()
     finally:
         comm.shutdown()
 

@@ -91,3 +91,96 @@ def test_a_resumed_run_trains_on_with_the_sync_its_start_chose(tmp_path):
     again = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, again[-3000:]
     assert f"sync        {chosen.group(1)}" in again and chosen.group(0) in again and "one host:" not in again, again[-3000:]
+
+
+def test_a_timed_choice_is_probed_again_when_the_step_time_moves_and_a_chosen_one_is_kept():
+    from graphdist.comm.topology import Topology
+    from graphdist.config import TrainConfig
+    from graphdist.sync.choice import RECHECK_FACTOR, needs_recheck
+    from graphdist.trainers.base import WorkerContext, recheck_sync, resolve_sync
+
+    assert not needs_recheck(0.02, 0.02 * RECHECK_FACTOR * 0.99) and needs_recheck(0.02, 0.02 * RECHECK_FACTOR * 1.01)
+    ctx = WorkerContext(rank=0, world_size=2, cfg=TrainConfig(num_workers=2), partitions=None, plan=None,
+                        topology=Topology(hosts=((0,), (1,))))
+    times = {"ddp": 0.010, "dwbp": 0.030}  # a fast link: DDP's buckets
+    probes = []
+
+    def probe(modes):
+        probes.append(tuple(modes))
+        return dict(times)
+
+    assert resolve_sync(ctx, probe=probe) == "ddp" and ctx.decisions["sync_timed"]
+    assert recheck_sync(ctx, 0.020, probe) is None and ctx.decisions["sync_ref_step_s"] == 0.020  # the reference
+    assert recheck_sync(ctx, 0.024, probe) is None and len(probes) == 1  # within the factor: not probed
+    times.update(ddp=0.200, dwbp=0.080)  # the link slowed: per-layer sync now wins
+    assert recheck_sync(ctx, 0.090, probe) == "dwbp" and len(probes) == 2
+    assert ctx.decisions["sync"] == "dwbp" and "checked again after the step moved from 20.0 to 90.0 ms" in \
+        ctx.decisions["sync_why"] and "sync_ref_step_s" not in ctx.decisions
+    # A resume reuses the decision as it stands (no probe at the start), and re-checks from there.
+    resumed = WorkerContext(rank=0, world_size=2, cfg=TrainConfig(num_workers=2), partitions=None, plan=None,
+                            topology=Topology(hosts=((0,), (1,))), decisions=dict(ctx.decisions))
+    assert resolve_sync(resumed, probe=lambda modes: pytest.fail("probed again")) == "dwbp"
+    # Not timed (one host, or a mode given): never re-checked.
+    one = WorkerContext(rank=0, world_size=2, cfg=TrainConfig(num_workers=2), partitions=None, plan=None,
+                        topology=Topology.single_host(2))
+    resolve_sync(one)
+    assert recheck_sync(one, 0.01, probe) is None and recheck_sync(one, 1.0, probe) is None and len(probes) == 2
+
+
+def _switch_body(rank: int, world_size: int) -> None:
+    import torch
+
+    from graphdist.sync import make_sync
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    x = torch.full((3, 4), float(rank + 1))
+
+    def step(sync):
+        model.zero_grad()
+        sync.begin_step(3)
+        sync.model(x).sum().backward()
+        sync.finish()
+        return model.weight.grad.clone()
+
+    ddp = make_sync("ddp", model)
+    first = step(ddp)
+    ddp.close()  # DDP's reducer hooks go with its wrapper: the per-layer sync alone syncs from here
+    assert ddp.model is model
+    dwbp = make_sync("dwbp", model)
+    second = step(dwbp)
+    # the mean of the ranks' equal-seed gradients, both times (a stale DDP hook would fail or double it)
+    assert torch.allclose(first, second) and torch.allclose(first[0], torch.full((4,), 1.5 * 3)), (first, second)
+    dwbp.close()
+
+
+def test_a_sync_rebuilt_mid_run_replaces_ddps_hooks():
+    from graphdist.testing import launch
+
+    launch(_switch_body, 2, timeout=90)
+
+
+def test_a_run_whose_steps_slow_down_checks_its_sync_choice_again_and_saves_it(tmp_path):
+    import os
+    import re
+
+    import torch
+
+    from graphdist.testing.env import find_dataset
+
+    find_dataset("cora")  # skips (fails under CI=true) without the data
+    run = tmp_path / "run"
+    # Two emulated hosts (a timed choice); both ranks 4x slower from epoch 3: epoch 2 is the reference.
+    env = {**os.environ, "GRAPHDIST_TOPOLOGY": "2x1", "GRAPHDIST_TEST_SLOWDOWN": "0:4.0@3, 1:4.0@3"}
+    done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--dataset", "cora", "--num-workers", "2",
+                           "--batch-size", "32", "--hidden", "16", "--epochs", "3", "--eval-every", "0",
+                           "--run-dir", str(run), "--timeout", "60"],
+                          capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    line = re.search(r"epoch 3: --sync auto: (ddp|dwbp)( kept)? \(checked again after the step moved from "
+                     r"([0-9.]+) to ([0-9.]+) ms: probe steps dwbp [0-9.]+ ms, ddp [0-9.]+ ms", out)
+    assert line and float(line.group(4)) > 1.5 * float(line.group(3)), out[-3000:]
+    assert "epoch 2: --sync auto" not in out and "epoch 1: --sync auto" not in out  # warm-up, then the reference
+    decisions = torch.load(run / "checkpoint.pt", weights_only=True)["extra"]["decisions"]
+    assert decisions["sync"] == line.group(1) and decisions["sync_why"].startswith("checked again")
