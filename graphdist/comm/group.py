@@ -73,7 +73,10 @@ def init_process_group(
             f"[rank {rank}] could not reach the job's store at {where}{served} within {timeout_s:.0f}s: {exc}"
         ) from exc
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is not None:
+    if attempt is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's one agent store, for the whole job: a prefix per formation. Under
+        # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 each formation's rank 0 serves a store of its own (a new
+        # port every round), and the agents' restart counts differ once a host joins: no prefix.
         store = dist.PrefixStore(formation_prefix(store, int(attempt), world_size), store)
     store.set(f"{JOINED}{rank}", "1")
     _import_group_defaults()

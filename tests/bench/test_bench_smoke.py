@@ -238,7 +238,7 @@ def test_bench_elastic(tmp_path):
     require(reason is None, f"bench_elastic: {reason}")
     out, png = tmp_path / "elastic.json", tmp_path / "elastic.png"
     res = _bench("bench_elastic.py", "--dataset", "synthetic-2000", "--parts", 3, "--epochs", 3, "--seeds", 1,
-                 "--kill-in", 2, "--out", out, "--png", png, timeout=300)
+                 "--kill-in", 2, "--rejoin-in", 0, "--out", out, "--png", png, timeout=300)
     _ok(res)
     assert "kill->step s" in res.stdout and "mean test accuracy" in res.stdout
     doc = _read(out, "config", "summary", "rows")
