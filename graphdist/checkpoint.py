@@ -23,6 +23,7 @@ import torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
 BEST_NAME = "best.pt"  # the best-validation epoch's model (and optimizer); no per-rank state
+FINISH_TIMEOUT_S = 60.0  # how long a rank that ends at once waits for its checkpoint in flight
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
@@ -35,13 +36,27 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         OSError: with the path named (and, for a full disk, the free space), if the write fails;
             the previous file at ``path`` is left untouched and no temporary file is left.
     """
+    atomic_write_bytes(serialized(obj), path)
+
+
+def serialized(obj: Any) -> Any:
+    """``torch.save(obj)`` into memory (a ``BytesIO``)."""
     import io
 
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer
+
+
+def atomic_write_bytes(buffer: Any, path: Path) -> None:
+    """Writes a :func:`serialized` object to a temp file beside ``path``, fsyncs it and renames it over ``path``.
+
+    Raises:
+        OSError: as :func:`atomic_torch_save`.
+    """
     from graphdist.data.paths import write_error
 
     path = Path(path)
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,32 +196,40 @@ class CheckpointWriter:
     def submit(self, state: dict[str, Any], path: Path, then: Callable[[], None] = lambda: None) -> None:
         """Copies ``state`` (:func:`snapshot`) and writes it to ``path`` in the background.
 
+        The thread serializes the copy, drops it, then writes the bytes: rank 0 holds the live state, the
+        copy and its serialized bytes only while serializing.
+
         Raises:
-            OSError: the previous write failed (the checkpoint before it is intact).
+            Exception: what the previous write raised (an ``OSError`` naming the path for a failed write;
+                the checkpoint before it is intact).
         """
         self.wait()
-        state = snapshot(state)
+        pending = [snapshot(state)]
         from graphdist import plugins
 
         def write() -> None:
             try:
-                atomic_torch_save(state, path)
+                buffer = serialized(pending.pop())
+                atomic_write_bytes(buffer, path)
+                del buffer
                 then()
             except BaseException as exc:  # noqa: BLE001 - raised on the training thread by wait()
                 self._error = exc
 
-        self._thread = threading.Thread(target=write, name="graphdist-checkpoint")
+        thread = threading.Thread(target=write, name="graphdist-checkpoint")
+        thread.start()
+        self._thread = thread
         plugins.install("before_exit", self._finish_quietly)
-        self._thread.start()
 
     def wait(self) -> None:
         """Returns when no write is in flight.
 
         Raises:
-            OSError: the last write failed.
+            Exception: what the last write raised (an ``OSError`` naming the path for a failed write).
         """
-        if self._thread is not None:
-            self._thread.join()
+        thread = self._thread
+        if thread is not None:
+            thread.join()
             self._thread = None
             from graphdist import plugins
 
@@ -216,9 +239,12 @@ class CheckpointWriter:
             error, self._error = self._error, None
             raise error
 
-    def _finish_quietly(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
+    def _finish_quietly(self, timeout_s: float = FINISH_TIMEOUT_S) -> None:
+        """The ``before_exit`` hook: gives the write in flight up to ``timeout_s`` to land (a hung file
+        system must not keep a dying rank alive)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout_s)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

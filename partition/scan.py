@@ -84,30 +84,37 @@ def write_one_hop_parts(
     halos = _halos(indices, indptr, blocks, parts, relabel.new_ids, num_parts, n, on_block)
     counts = [_start_part(root, p, relabel, degree, halos[p], files, save) for p in range(num_parts)]
     edges = np.bincount(parts, weights=degree, minlength=num_parts).astype(np.int64)
-    writers = [NpyWriter(root / f"part-{p}/indices.npy", (int(edges[p]),), np.int64) for p in range(num_parts)]
-    # A typed graph's relations go with their edges, in the same order (one scan, no position arrays).
-    relations = _Relations(root, graph.edge_type.numpy(), graph.schema.num_relations, edges) if graph.typed else None
-    features = [NpyWriter(root / f"part-{p}/x.npy", (int(inner_counts[p]), graph.num_features), np.float32)
-                for p in range(num_parts)] if graph.x is not None else []
+    opened: list[NpyWriter] = []  # every file this scan writes: removed, all of them, if it fails
+
+    def writer(path: Path, shape: tuple[int, ...], dtype: Any) -> NpyWriter:
+        opened.append(NpyWriter(path, shape, dtype))
+        return opened[-1]
+
     try:
+        writers = [writer(root / f"part-{p}/indices.npy", (int(edges[p]),), np.int64) for p in range(num_parts)]
+        # A typed graph's relations go with their edges, in the same order (one scan, no position arrays).
+        relations = (_Relations(root, graph.edge_type.numpy(), graph.schema.num_relations, edges, writer)
+                     if graph.typed else None)
+        features = [writer(root / f"part-{p}/x.npy", (int(inner_counts[p]), graph.num_features), np.float32)
+                    for p in range(num_parts)] if graph.x is not None else []
         for a, b in blocks:
             _scan_rows(a, b, indptr, indices, parts, relabel, halos, writers, counts, relations)
             if features:
                 _scan_features(a, b, graph, parts, features)
             if on_block is not None:
                 on_block(b - a)
+        for p, w in enumerate(writers):
+            w.close()
+            files[f"part-{p}/indices.npy"] = {"sha256": w.sha256, "bytes": w.size}
+        if relations is not None:
+            relations.close(files, counts)
+        for p, w in enumerate(features):
+            w.close()
+            files[f"part-{p}/x.npy"] = {"sha256": w.sha256, "bytes": w.size}
     except BaseException:
-        for w in writers + features + (relations.writers if relations else []):
+        for w in opened:
             w.__exit__(RuntimeError, None, None)
         raise
-    for p, w in enumerate(writers):
-        w.close()
-        files[f"part-{p}/indices.npy"] = {"sha256": w.sha256, "bytes": w.size}
-    if relations is not None:
-        relations.close(files, counts)
-    for p, w in enumerate(features):
-        w.close()
-        files[f"part-{p}/x.npy"] = {"sha256": w.sha256, "bytes": w.size}
     return counts
 
 
@@ -196,9 +203,10 @@ class _Relations:
     """Each part's ``edge_type.npy``, written beside its indices, and its in-edges per relation (all, and
     those from another part: the stats' cut per relation)."""
 
-    def __init__(self, root: Path, edge_type: np.ndarray, num_relations: int, edges: np.ndarray) -> None:
+    def __init__(self, root: Path, edge_type: np.ndarray, num_relations: int, edges: np.ndarray,
+                 writer: Callable[..., NpyWriter] = NpyWriter) -> None:
         self.edge_type, self.num_relations = edge_type, num_relations
-        self.writers = [NpyWriter(root / f"part-{p}/edge_type.npy", (int(e),), edge_type.dtype)
+        self.writers = [writer(root / f"part-{p}/edge_type.npy", (int(e),), edge_type.dtype)
                         for p, e in enumerate(edges)]
         self.edges = np.zeros((len(edges), num_relations), dtype=np.int64)
         self.cut = np.zeros_like(self.edges)

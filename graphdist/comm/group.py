@@ -121,8 +121,10 @@ def _end_for_silent_peer(silent: list[int], seconds: float) -> None:
                      "again (torchrun --max-restarts) or resumed (--resume)\n")
     sys.stderr.flush()
     sys.stdout.flush()
-    call_hook("before_exit")  # a checkpoint being written is finished first
-    os._exit(1)
+    try:
+        call_hook("before_exit")  # a checkpoint being written is finished first (bounded)
+    finally:
+        os._exit(1)
 
 
 JOINED = "graphdist-joined/"

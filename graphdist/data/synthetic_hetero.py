@@ -75,6 +75,7 @@ GENERATOR_VERSION = 2  # 2: the tuned noise (version 1 was drawn with two sets o
 _NAME_RE = re.compile(r"^synthetic-hetero-(\d+(?:\.\d+)?)([kmb]?)$", re.IGNORECASE)
 _SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000}
 _CHUNK_ROWS = 1 << 16  # rows per chunk when adding centroids: a bounded temporary
+OUT_OF_CORE_MAX_NODES = 1 << 30  # 8 relations: (dst * 8 + relation) * N + src fits int64 below 2**30 nodes
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ def synthetic_hetero_to_disk(num_nodes: int, out: os.PathLike | str, seed: int =
     reused without generating.
 
     Raises:
-        ValueError: as :func:`synthetic_hetero`.
+        ValueError: as :func:`synthetic_hetero`, or ``2**30`` nodes or more (:data:`OUT_OF_CORE_MAX_NODES`).
         OSError: not enough disk for the directory (refused before generating).
 
     Example:
@@ -280,6 +281,9 @@ def synthetic_hetero_to_disk(num_nodes: int, out: os.PathLike | str, seed: int =
     except (OSError, ValueError):
         pass
     _check_args(num_nodes, seed)
+    if num_nodes >= OUT_OF_CORE_MAX_NODES:
+        raise ValueError(f"num_nodes: the out-of-core generator takes fewer than {OUT_OF_CORE_MAX_NODES:,} nodes "
+                         f"(its bucket keys (dst * 8 + relation) * N + src must fit int64; got {int(num_nodes):,})")
     _check_disk(out, expected_bytes(num_nodes))
     if progress is None:
         progress = sys.stderr.isatty()
@@ -309,12 +313,14 @@ def _generate(root: Path, n: int, seed: int, p: HeteroParams, progress: bool) ->
     # Most edges end at papers (the lowest ids): four times the even share of buckets bounds the largest.
     buckets = _Buckets(root / "buckets", n, max(1, math.ceil(4 * _expected_edges(n, p) / _BUCKET_KEYS)),
                        relations=8)
-    for (src_type, forward, backward, dst_type), src, dst in _relations(rng, counts, classes, p):
-        src, dst = src + offsets[src_type], dst + offsets[dst_type]
-        buckets.add_directed(dst, src, len(relations))
-        buckets.add_directed(src, dst, len(relations) + 1)
-        relations += [Relation(src_type, forward, dst_type), Relation(dst_type, backward, src_type)]
-    buckets.close()
+    try:
+        for (src_type, forward, backward, dst_type), src, dst in _relations(rng, counts, classes, p):
+            src, dst = src + offsets[src_type], dst + offsets[dst_type]
+            buckets.add_directed(dst, src, len(relations))
+            buckets.add_directed(src, dst, len(relations) + 1)
+            relations += [Relation(src_type, forward, dst_type), Relation(dst_type, backward, src_type)]
+    finally:
+        buckets.close()  # the staging directory goes with a failure; its open files must not outlive it
     num_edges = _write_csr(root, buckets, n, progress)
     featured = _featured(p)
     widths.update({t: w for t, w, _ in featured})
@@ -408,5 +414,5 @@ def _split(rng: np.random.Generator, n: int, train_frac: float, val_frac: float)
     return masks
 
 
-__all__ = ["HeteroParams", "NUM_CLASSES", "PARAMS", "expected_bytes", "parse_hetero_name", "synthetic_hetero",
+__all__ = ["HeteroParams", "NUM_CLASSES", "OUT_OF_CORE_MAX_NODES", "PARAMS", "expected_bytes", "parse_hetero_name", "synthetic_hetero",
            "synthetic_hetero_to_disk", "type_counts"]

@@ -91,7 +91,9 @@ class DdpSync(GradientSync):
         can train on under another sync (``--sync auto``'s re-check)."""
         import gc
 
-        if self._model is not None and hasattr(self._model, "module"):
+        from torch.nn.parallel import DistributedDataParallel
+
+        if isinstance(self._model, DistributedDataParallel):
             self._model = self._model.module
             gc.collect()  # the wrapper sits in reference cycles: its reducer (and hooks) go now, not later
 

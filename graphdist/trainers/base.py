@@ -361,8 +361,8 @@ def recheck_sync(ctx: WorkerContext, step_s: float, probe: Optional[Callable[[Se
     sets the reference; one that differs from it by more than ``RECHECK_FACTOR`` probes the candidates again.
 
     Collective when it probes (every rank, same point). Returns the mode chosen when it probed (maybe the same
-    one), else None; the decisions (kept in the checkpoint) record it, and the next epoch's step becomes the
-    reference.
+    one), else None; the decisions (kept in the checkpoint) record it and drop the reference: the next epoch
+    the caller reads (after a change, it skips one as warm-up) sets a new one.
     """
     from graphdist.sync.choice import able_modes, choose_sync, needs_recheck
 

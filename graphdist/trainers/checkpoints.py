@@ -65,10 +65,10 @@ def finish_writes(failed: bool = False) -> None:
     already, which a failed write must not hide (it is logged instead)."""
     try:
         _WRITER.wait()
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 - with failed, the run's own error is the one to raise
         if not failed:
             raise
-        logger.error("%s", exc)
+        logger.error("the last mid-epoch checkpoint was not written: %s", exc)
 
 
 _WRITER = CheckpointWriter()  # this process's checkpoint writes (rank 0's), one at a time
@@ -109,6 +109,7 @@ def save_best(strategy: Strategy, run_dir: RunDir, record: dict[str, Any]) -> No
     """
     from graphdist.checkpoint import BEST_NAME, save_checkpoint
 
+    _WRITER.wait()  # a mid-epoch checkpoint in flight lands first: one checkpoint write at a time
     key = strategy.task.best_key
     save_checkpoint(run_dir.path, strategy.model, strategy.optimizer, record["epoch"], name=BEST_NAME,
                     extra={key: record[key], "strategy": strategy.name})

@@ -311,7 +311,7 @@ class MinibatchStrategy(Strategy):
         """``--sync auto`` across hosts: the timed choice measured again when the step time moved (``recheck_sync``);
         the sync is rebuilt around the model if the other candidate won. Skips this process's first epoch and the
         first after a change: their steps carry warm-up."""
-        if not self.ctx.decisions.get("sync_timed"):
+        if not self.ctx.decisions.get("sync_timed") or epoch >= self.ctx.cfg.epochs:  # no epoch left to use it
             return
         if self._warm_epochs:
             self._warm_epochs -= 1
