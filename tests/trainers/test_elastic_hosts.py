@@ -37,7 +37,7 @@ def test_a_job_grows_shrinks_and_grows_again_as_hosts_join_and_leave(tmp_path, n
 
     parts = partition("synthetic-2000", 6, method="metis", out=tmp_path / "p6", seed=0)
     run = tmp_path / "run"
-    epochs = 80  # ~0.2 s each: a join takes seconds, and the job must still be running for the next change
+    epochs = 50  # ~0.2-0.3 s each; the changes came by epoch 20 of 80 in 56 s: a join takes about 10 epochs
     args = ["-m", "graphdist.cli.train", "--partitions", str(parts), "--hidden", "16", "--fanouts", "5,5",
             "--batch-size", "64", "--epochs", str(epochs), "--eval-every", "0", "--timeout", "30",
             "--run-dir", str(run), "--log-interval", "100000"]
@@ -62,7 +62,9 @@ def test_a_job_grows_shrinks_and_grows_again_as_hosts_join_and_leave(tmp_path, n
                                                               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
                           nnodes="2:3", hosts=[0, 1],
                           launcher_args=["--max-restarts", "5", "--rdzv-id", "elastic-grow", "--monitor-interval", "1"],
-                          rdzv_conf={"last_call_timeout": 2, "close_timeout": 5}, on_line=on_line)
+                          # a dead host leaves the rendezvous after 3 missed 1 s keep-alives (default 3 x 5 s)
+                          rdzv_conf={"last_call_timeout": 2, "close_timeout": 5, "keep_alive_interval": 1,
+                                     "keep_alive_max_attempt": 3}, on_line=on_line)
         codes = job.wait(300)
     out = job.output()
     assert len(done) == len(script), (done, out[-4000:])
