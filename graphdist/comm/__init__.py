@@ -50,7 +50,7 @@ from graphdist.comm.counters import (
     reset_byte_counts,
     time_counts,
 )
-from graphdist.comm.ddp import ddp_wrap, torch_compress_wrapper
+from graphdist.comm.ddp import ddp_unwrap, ddp_wrap, torch_compress_wrapper
 from graphdist.comm.hostcopy import HostCopy
 from graphdist.comm.loader_groups import LoaderGroups, join_loader_group, loader_rendezvous
 from graphdist.comm.p2p import AlgorithmThread, channel
@@ -95,6 +95,7 @@ __all__ = [
     "byte_counts",
     "call_counts",
     "comm_failure",
+    "ddp_unwrap",
     "ddp_wrap",
     "discover_topology",
     "get_rank",

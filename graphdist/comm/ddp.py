@@ -76,6 +76,22 @@ def ddp_wrap(
     return ddp
 
 
+def ddp_unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """The module a :func:`ddp_wrap` wrapper holds (``module`` itself when it is no wrapper).
+
+    Dropping every reference to the wrapper drops its reducer and the autograd hooks it put on the
+    parameters (the caller collects the cycles it sits in), so the module can train under another sync.
+
+    Example:
+        >>> lin = torch.nn.Linear(2, 2)
+        >>> ddp_unwrap(lin) is lin
+        True
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    return module.module if isinstance(module, DistributedDataParallel) else module
+
+
 def torch_compress_wrapper(wrapper: str, hook: Callable[..., Any]) -> Callable[..., Any]:
     """torch's DDP hook wrapper named ``wrapper`` (``fp16_compress_wrapper``, ``bf16_compress_wrapper``: what
     ``graphdist.sync.modes.COMPRESSIONS`` declares as each compression's ``ddp_wrapper``) around ``hook``.
@@ -92,4 +108,4 @@ def torch_compress_wrapper(wrapper: str, hook: Callable[..., Any]) -> Callable[.
     return getattr(default_hooks, wrapper)(hook)
 
 
-__all__ = ["ddp_wrap", "torch_compress_wrapper"]
+__all__ = ["ddp_unwrap", "ddp_wrap", "torch_compress_wrapper"]

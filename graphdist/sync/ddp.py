@@ -91,10 +91,8 @@ class DdpSync(GradientSync):
         can train on under another sync (``--sync auto``'s re-check)."""
         import gc
 
-        from torch.nn.parallel import DistributedDataParallel
-
-        if isinstance(self._model, DistributedDataParallel):
-            self._model = self._model.module
+        if self._model is not None and comm.ddp_unwrap(self._model) is not self._model:
+            self._model = comm.ddp_unwrap(self._model)
             gc.collect()  # the wrapper sits in reference cycles: its reducer (and hooks) go now, not later
 
     def begin_step(self, num_seeds: int) -> None:

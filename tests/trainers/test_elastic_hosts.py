@@ -28,7 +28,8 @@ def needs_cluster():
 
 
 def test_a_job_grows_shrinks_and_grows_again_as_hosts_join_and_leave(tmp_path, needs_cluster):
-    """2 -> 3 -> 2 -> 3 hosts: host 2 joins, dies, joins again; every change resumes on the new count.
+    """2 -> 3 -> 2 -> 3 hosts: host 2 joins, dies, joins again; every change resumes on the new count, and every
+    epoch is recorded once with all its seeds.
 
     A job that grows needs ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in torchrun's environment (torch 2.13's
     shared store gives a joining host no address for the new round: docs/multi-node.md).
@@ -37,13 +38,16 @@ def test_a_job_grows_shrinks_and_grows_again_as_hosts_join_and_leave(tmp_path, n
 
     parts = partition("synthetic-2000", 6, method="metis", out=tmp_path / "p6", seed=0)
     run = tmp_path / "run"
-    epochs = 50  # ~0.2-0.3 s each; the changes came by epoch 20 of 80 in 56 s: a join takes about 10 epochs
+    # More epochs than the test lets it train: how many pass during a join depends on the machine's load
+    # (11 here, 23 on a loaded CI machine). Once the third formation has trained an epoch, the test stops
+    # every host, and checks what was recorded up to there.
     args = ["-m", "graphdist.cli.train", "--partitions", str(parts), "--hidden", "16", "--fanouts", "5,5",
-            "--batch-size", "64", "--epochs", str(epochs), "--eval-every", "0", "--timeout", "30",
+            "--batch-size", "64", "--epochs", "1000", "--eval-every", "0", "--timeout", "30",
             "--run-dir", str(run), "--log-interval", "100000"]
     # (what to wait for in host 0's output, then what to do)
     script = [(r"epoch \d+ done", "join"), (r"on 3 workers \(was 2\)", None), (r"epoch \d+ done", "kill"),
-              (r"on 2 workers \(was 3\)", None), (r"epoch \d+ done", "join"), (r"on 3 workers \(was 2\)", None)]
+              (r"on 2 workers \(was 3\)", None), (r"epoch \d+ done", "join"), (r"on 3 workers \(was 2\)", None),
+              (r"epoch \d+ done", "stop")]
     done: list[str] = []
 
     def on_line(host: int, line: str) -> None:
@@ -56,6 +60,9 @@ def test_a_job_grows_shrinks_and_grows_again_as_hosts_join_and_leave(tmp_path, n
                 job.start_host(2)
             elif action == "kill":
                 job.kill_host(2)
+            elif action == "stop":
+                for h in (2, 1, 0):
+                    job.kill_host(h)
 
     with EmulatedCluster(hosts=3, rate="1gbit") as c:
         job = TorchrunJob(c, 1, args, cwd=str(tmp_path), env={"OMP_NUM_THREADS": "1",
@@ -65,14 +72,15 @@ def test_a_job_grows_shrinks_and_grows_again_as_hosts_join_and_leave(tmp_path, n
                           # a dead host leaves the rendezvous after 3 missed 1 s keep-alives (default 3 x 5 s)
                           rdzv_conf={"last_call_timeout": 2, "close_timeout": 5, "keep_alive_interval": 1,
                                      "keep_alive_max_attempt": 3}, on_line=on_line)
-        codes = job.wait(300)
+        job.wait(300)
     out = job.output()
     assert len(done) == len(script), (done, out[-4000:])
-    assert codes == [0, 0, 0], out[-4000:]  # host 2's second agent ran to the end with the others
     changes = re.findall(r"resumed after epoch \d+ on (\d) workers \(was (\d)\): 6 parts regrouped", out)
     assert changes == [("3", "2"), ("2", "3"), ("3", "2")], out[-4000:]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     train = sum(int(p["num_train"]) for p in read_meta(parts)["parts"])
-    assert [r["epoch"] for r in records] == list(range(1, epochs + 1)) and all(r["seeds"] == train for r in records)
-    assert {len(r["batch_share"]) for r in records} == {2, 3}
+    # Every epoch up to the stop recorded once, with all its train seeds, on 2 and on 3 workers.
+    assert [r["epoch"] for r in records] == list(range(1, len(records) + 1)) and all(r["seeds"] == train
+                                                                                   for r in records)
+    assert {len(r["batch_share"]) for r in records} == {2, 3} and len(records[-1]["batch_share"]) == 3
     assert sorted(p.name for p in run.iterdir() if p.name.startswith("metrics")) == ["metrics.jsonl"]
