@@ -33,7 +33,8 @@ Run book:
     python bench/check_cuda.py --only loaders,device-sampling --nodes 1000000 --epochs 3  # issue 50's GPU figures
 Exit code 0 when every case that could run passed; 2 when there is no CUDA device at all (and
 no ``--as-cpu``, which runs the same cases with each ``cuda:N`` replaced by ``cpu``: it checks the
-commands themselves before scarce GPU time is spent on them, not the CUDA paths).
+commands themselves before scarce GPU time is spent on them, not the CUDA paths; its cases run in
+this process, one after the other, sharing the imports and the workers' fork server).
 Writes bench/results/cuda.json (``--out``).
 """
 
@@ -57,17 +58,21 @@ def run_case(devices: str, workers: int, args: argparse.Namespace, run: Path, ex
     # fan-outs only where the strategy samples (full-graph training refuses them)
     fanouts = [] if "fullgraph" in map(str, extra) else ["--fanouts", "15,10,5"]
     batch = batch if batch is not None else 1024 * workers
-    cmd = [sys.executable, "-m", "graphdist.cli.train", *map(str, extra), "--dataset", f"synthetic-{args.nodes}",
-           "--num-workers", str(workers), "--devices", devices, "--epochs", str(args.epochs),
-           "--layers", "3", *fanouts, "--hidden", "256", "--batch-size", str(batch),
-           "--run-dir", str(run), "--log-interval", "100000", "--timeout", "120"]
+    argv = [*map(str, extra), "--dataset", f"synthetic-{args.nodes}",
+            "--num-workers", str(workers), "--devices", devices, "--epochs", str(args.epochs),
+            "--layers", "3", *fanouts, "--hidden", "256", "--batch-size", str(batch),
+            "--run-dir", str(run), "--log-interval", "100000", "--timeout", "120"]
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, **(env or {})})
-    row = {"devices": devices, "workers": workers, "extra": list(extra), "batch": batch, "ok": done.returncode == 0,
+    if args.as_cpu:  # a rehearsal has no CUDA to isolate: in this process, its imports and fork server shared
+        code, stderr = train_in_process(argv, env or {})
+    else:
+        done = subprocess.run([sys.executable, "-m", "graphdist.cli.train", *argv], cwd=REPO, capture_output=True,
+                              text=True, timeout=1800, env={**os.environ, **(env or {})})
+        code, stderr = done.returncode, done.stderr
+    row = {"devices": devices, "workers": workers, "extra": list(extra), "batch": batch, "ok": code == 0,
            "wall_s": round(time.perf_counter() - start, 1)}
-    if done.returncode != 0:
-        row["error"] = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+    if code != 0:
+        row["error"] = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}"
         return row
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     row.update(seeds_per_s=round(last["seeds_per_s"]), test_acc=last.get("test_acc"),
@@ -84,6 +89,28 @@ def run_case(devices: str, workers: int, args: argparse.Namespace, run: Path, ex
         if not row["ok"]:
             row["error"] = f"shares {last.get('batch_share')} -> {end}: the GPU worker did not get the larger share"
     return row
+
+
+def train_in_process(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """``graphdist-train argv`` in this process under ``env`` (restored after); its exit code and stderr."""
+    import contextlib
+    import io
+
+    from graphdist.cli.train import main as train_main
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = train_main(argv)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return code, err.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
