@@ -260,18 +260,11 @@ def make_partitions(root: Path, nodes: int = NODES) -> dict[str, Path]:
                                    eval_negatives=5))}
 
 
-@contextlib.contextmanager
-def _environ(changes: dict[str, str]) -> Iterator[None]:
-    before = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def _environ(changes: dict[str, str]) -> Any:
+    """The process environment with ``changes`` while the context lasts (``unittest.mock.patch.dict``)."""
+    from unittest import mock
+
+    return mock.patch.dict(os.environ, changes)
 
 
 def _train(args: Sequence[str]) -> tuple[int, list[str], float]:

@@ -98,18 +98,11 @@ def train_in_process(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
 
     from graphdist.cli.train import main as train_main
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    from unittest import mock
+
     err = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-            code = train_main(argv)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with mock.patch.dict(os.environ, env), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = train_main(argv)
     return code, err.getvalue()
 
 

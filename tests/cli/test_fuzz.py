@@ -14,6 +14,7 @@ import os
 import string
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -64,19 +65,12 @@ def _stub_launch(monkeypatch):
 
 def _run(argv: list[str], capsys, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
     """``main(argv)`` under ``env``; (exit status, stderr lines). 0 = it got as far as the launch."""
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
     capsys.readouterr()
-    try:
-        rc = main(argv)
-    except Launched:
-        rc = 0
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with mock.patch.dict(os.environ, env or {}):
+        try:
+            rc = main(argv)
+        except Launched:
+            rc = 0
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     return rc, err
 
