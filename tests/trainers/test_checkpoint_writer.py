@@ -60,13 +60,18 @@ def test_submit_returns_before_the_write_and_the_file_holds_the_state_as_handed_
     assert recorded == ["status"] and not writer.busy and plugins.hook("before_exit") is None
 
 
-def test_a_second_checkpoint_waits_for_the_first_so_they_land_in_order(tmp_path, gated):
-    gate, started = gated
-    path = tmp_path / "checkpoint.pt"
+def _held_write(gated, path, epoch: int) -> CheckpointWriter:
+    """A writer whose write of epoch ``epoch``'s checkpoint has started and is held at the gate."""
     writer = CheckpointWriter()
-    writer.submit(_model_and_state(1.0, epoch=1)[1], path)
-    assert started.wait(10)
-    threading.Timer(0.2, gate.set).start()
+    writer.submit(_model_and_state(1.0, epoch=epoch)[1], path)
+    assert gated[1].wait(10)
+    return writer
+
+
+def test_a_second_checkpoint_waits_for_the_first_so_they_land_in_order(tmp_path, gated):
+    path = tmp_path / "checkpoint.pt"
+    writer = _held_write(gated, path, epoch=1)
+    threading.Timer(0.2, gated[0].set).start()
     writer.submit(_model_and_state(2.0, epoch=2)[1], path)  # blocks until the first landed
     writer.wait()
     assert load_checkpoint(path)["epoch"] == 2
@@ -91,14 +96,11 @@ def test_a_failed_write_is_raised_at_the_next_wait_and_the_previous_checkpoint_s
 
 
 def test_a_process_ending_at_once_finishes_the_write_in_flight_within_a_bound(tmp_path, gated):
-    gate, started = gated
     path = tmp_path / "checkpoint.pt"
-    writer = CheckpointWriter()
-    writer.submit(_model_and_state(1.0, epoch=4)[1], path)
-    assert started.wait(10)
+    writer = _held_write(gated, path, epoch=4)
     writer._finish_quietly(timeout_s=0.1)  # a hung file system: the dying rank waits no longer than the bound
     assert writer.busy and not path.exists()
-    threading.Timer(0.2, gate.set).start()
+    threading.Timer(0.2, gated[0].set).start()
     plugins.call("before_exit")  # what comm's peer watch calls before os._exit
     assert load_checkpoint(path)["epoch"] == 4
     writer.wait()
