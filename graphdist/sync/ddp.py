@@ -75,6 +75,9 @@ class DdpSync(GradientSync):
         self._active = False
         self._num_seeds = 0
         if comm.is_initialized():
+            # Gradients live in DDP's buckets (the per-layer sync does the same): without it every gradient is
+            # held twice, which for a typed graph's embedding table is its whole size again.
+            ddp_kwargs.setdefault("gradient_as_bucket_view", True)
             self._model = comm.ddp_wrap(model, group=group, find_unused_parameters=find_unused_parameters,
                                         comm_hook=hook, hook_state=self.hook_state, **ddp_kwargs)
         else:
