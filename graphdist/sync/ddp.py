@@ -94,8 +94,9 @@ class DdpSync(GradientSync):
         can train on under another sync (``--sync auto``'s re-check)."""
         import gc
 
-        if self._model is not None and comm.ddp_unwrap(self._model) is not self._model:
-            self._model = comm.ddp_unwrap(self._model)
+        inner = comm.ddp_unwrap(self._model)
+        if inner is not self._model:
+            self._model = inner
             gc.collect()  # the wrapper sits in reference cycles: its reducer (and hooks) go now, not later
 
     def begin_step(self, num_seeds: int) -> None:

@@ -140,8 +140,13 @@ class MinibatchStrategy(Strategy):
 
     def _build_sync(self) -> Any:
         # --sync auto decides here, before the sync exists (across hosts: probe steps of each candidate)
+        return job_sync(self.ctx, self.model, probe=self._sync_probe())
+
+    def _sync_probe(self) -> Any:
+        """``--sync auto``'s probe: ``probe(modes)`` times steps of each mode (``time_syncs``); None without a
+        probe target."""
         target = self.probe_target()
-        return job_sync(self.ctx, self.model, probe=(lambda modes: time_syncs(target, modes)) if target else None)
+        return (lambda modes: time_syncs(target, modes)) if target else None
 
     def _log_setup(self) -> None:
         if comm.is_main_process():
@@ -318,8 +323,7 @@ class MinibatchStrategy(Strategy):
             return
         slowest = float(comm.all_reduce(torch.tensor([step_s], dtype=torch.float64), op="max")[0])
         before = self.ctx.decisions["sync"]
-        target = self.probe_target()
-        chosen = recheck_sync(self.ctx, slowest, (lambda modes: time_syncs(target, modes)) if target else None)
+        chosen = recheck_sync(self.ctx, slowest, self._sync_probe())
         if chosen is None:
             return
         if chosen != before:
