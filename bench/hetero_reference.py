@@ -1,7 +1,7 @@
 """What ``bench_hetero.py`` compares graphdist against: a single-process R-GCN in plain PyG, and the DGL export.
 
 - :func:`reference_run`: ``graphdist.models.hetero.RGCN``'s ``TypedEncoder`` and PyG ``RGCNConv`` layers
-  (basis decomposition, per-relation mean, root weight) on full neighbourhoods: no sampling, one process,
+  on its parameters (``RGCNLayer.to_pyg``; basis decomposition, per-relation mean, root weight) on full neighbourhoods: no sampling, one process,
   one thread, Adam. Every step computes the full-graph R-GCN exactly where the loss reads it: the
   batch's seeds, through their whole L-hop in-neighbourhood (:func:`receptive_field`). Computing every
   node of synthetic-hetero-100k at every step costs ~2 s here (RGCNConv aggregates and transforms all
@@ -76,7 +76,7 @@ def receptive_field(indptr: Tensor, indices: Tensor, edge_type: Tensor, seeds: T
 def _layers(model: Any, h: Tensor, graphs: list[tuple[Tensor, Tensor, int]]) -> Tensor:
     """The R-GCN layers after the encoder, ReLU and dropout between them (``ReLUDropoutGNN``'s order)."""
     for i, (conv, (edge_index, relation, num_dst)) in enumerate(zip(model.layers, graphs)):
-        h = conv((h, h[:num_dst]), edge_index, relation)
+        h = conv.to_pyg()((h, h[:num_dst]), edge_index, relation)  # PyG's RGCNConv on graphdist's parameters
         if i < model.num_layers - 1:
             h = F.dropout(F.relu(h), model.dropout, model.training)
     return h

@@ -23,7 +23,7 @@ def _encoded(model, g):
 def _rgcn_full(model: RGCN, g) -> torch.Tensor:
     h = _encoded(model, g)
     for i, conv in enumerate(model.layers):
-        h = conv(h, g.edge_index(), g.edge_type.to(torch.int64))
+        h = conv.to_pyg()(h, g.edge_index(), g.edge_type.to(torch.int64))
         h = torch.relu(h) if i < model.num_layers - 1 else h
     return h
 

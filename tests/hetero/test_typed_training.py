@@ -41,7 +41,7 @@ def _one_process(graph, cfg: TrainConfig) -> list[torch.Tensor]:
         opt.zero_grad()
         h = model.encoder(graph.x, graph.schema.node_type(ids), graph.schema.type_index(ids))
         for i, conv in enumerate(model.layers):
-            h = conv(h, graph.edge_index(), graph.edge_type.to(torch.int64))
+            h = conv.to_pyg()(h, graph.edge_index(), graph.edge_type.to(torch.int64))
             h = torch.relu(h) if i < model.num_layers - 1 else h
         torch.nn.functional.cross_entropy(h[train], graph.y[train]).backward()
         opt.step()
