@@ -7,7 +7,7 @@ in ``graphdist.sync.hooks``; this module only builds the wrapper, since it is a
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -20,6 +20,7 @@ def ddp_wrap(
     find_unused_parameters: bool = False,
     comm_hook: Optional[Callable[..., Any]] = None,
     hook_state: Any = None,
+    ignore: Sequence[str] = (),
     **kwargs: Any,
 ) -> torch.nn.Module:
     """Wraps ``module`` in torch ``DistributedDataParallel`` over ``group`` (CPU or one device).
@@ -36,6 +37,7 @@ def ddp_wrap(
         comm_hook: a hook ``hook(state, bucket) -> Future[Tensor]`` registered with
             ``register_comm_hook`` (e.g. ``graphdist.sync.hooks.seed_weighted_allreduce``).
         hook_state: the hook's state object.
+        ignore: names of parameters DDP leaves alone (neither broadcast nor reduced; the caller syncs them).
         **kwargs: passed to ``DistributedDataParallel`` (e.g. ``bucket_cap_mb``).
 
     Returns:
@@ -55,6 +57,8 @@ def ddp_wrap(
     """
     from torch.nn.parallel import DistributedDataParallel
 
+    if ignore:  # torch's documented way to keep parameters out of DDP's buckets (pytorch issue 43690)
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, list(ignore))
     device_ids = None
     devices = {p.device for p in module.parameters()}
     if len(devices) == 1:

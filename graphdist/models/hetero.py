@@ -47,7 +47,7 @@ def require_typed(block: Any) -> None:
 
 class TypedEncoder(nn.Module):
     """Maps every node type to ``out_dim`` features: ``Linear(F_t, out_dim)`` per featured type, an
-    ``nn.Embedding(N_t, out_dim)`` per featureless one.
+    ``nn.Embedding(N_t, out_dim, sparse=True)`` per featureless one.
 
     Args:
         schema: the graph's ``Schema`` (types, widths, node counts).
@@ -67,12 +67,14 @@ class TypedEncoder(nn.Module):
         self.out_dim = int(out_dim)
         # Keyed by position: type names may not be valid module names.
         self.encoders = nn.ModuleList(
-            nn.Linear(w, out_dim) if w else nn.Embedding(schema.num_nodes(t), out_dim)
+            nn.Linear(w, out_dim) if w else nn.Embedding(schema.num_nodes(t), out_dim, sparse=True)
             for t, w in zip(schema.node_types, self.widths))
         for enc in self.encoders:
             if isinstance(enc, nn.Embedding):
                 nn.init.normal_(enc.weight, std=1.0 / out_dim ** 0.5)
-                enc.weight.row_wise = True  # the trainers' Adam moves only the rows a step touched (trainers/row_adam.py)
+                # Sparse gradients: only the looked-up rows are exchanged (sync/tables.py) and moved by the
+                # trainers' Adam (trainers/row_adam.py); a dense one would be the whole table every step.
+                enc.weight.row_wise = True
 
     def forward(self, x: Optional[Tensor], node_type: Tensor, type_index: Tensor) -> Tensor:
         """``[len(node_type), out_dim]``: each row encoded by its type's module.

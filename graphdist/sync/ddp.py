@@ -27,6 +27,7 @@ from torch import nn
 from graphdist import comm
 from graphdist.sync.base import GradientSync
 from graphdist.sync.hooks import AllreduceState, seed_weighted_allreduce
+from graphdist.sync.tables import TableExchange
 from graphdist.sync.modes import COMPRESSIONS, SYNC_MODES
 from graphdist.sync.stats import StepStats
 
@@ -74,12 +75,14 @@ class DdpSync(GradientSync):
         self._t_begin = 0.0
         self._active = False
         self._num_seeds = 0
+        self.tables = TableExchange(model, group, tag)  # sparse tables: their rows travel in finish()
         if comm.is_initialized():
             # Gradients live in DDP's buckets (the per-layer sync does the same): without it every gradient is
             # held twice, which for a typed graph's embedding table is its whole size again.
             ddp_kwargs.setdefault("gradient_as_bucket_view", True)
             self._model = comm.ddp_wrap(model, group=group, find_unused_parameters=find_unused_parameters,
-                                        comm_hook=hook, hook_state=self.hook_state, **ddp_kwargs)
+                                        comm_hook=hook, hook_state=self.hook_state, ignore=self.tables.names,
+                                        **ddp_kwargs)
         else:
             warnings.warn("DdpSync without a process group: nothing to synchronise; the model runs unwrapped",
                           stacklevel=2)
@@ -107,12 +110,14 @@ class DdpSync(GradientSync):
         self._active, self._num_seeds, self._t_begin = True, int(num_seeds), time.perf_counter()
 
     def finish(self) -> StepStats:
-        """DDP synced inside backward; this only closes the step (the count is for the stats)."""
+        """DDP synced inside backward; this exchanges the sparse tables' rows and closes the step."""
         if not self._active:
             raise RuntimeError("finish() without begin_step(num_seeds); call it before backward")
         t0 = time.perf_counter()
         count_wait = self.hook_state.weights.wait_s  # in backward's hooks (a wait here is in t1 - t0)
         total = self.hook_state.weights.total()
+        if self.tables:
+            self.tables.exchange(self.hook_state.weights.scale())
         t1 = time.perf_counter()
         self._active = False
         # DDP's overlap is not observable from here: backward is begin_step..finish, comm unmeasured.

@@ -19,8 +19,10 @@ from graphdist.sync.stats import Layer
 LayerSpec = Sequence[Union[nn.Module, nn.Parameter, Sequence[Union[nn.Module, nn.Parameter]]]]
 
 
-def discover_layers(model: nn.Module) -> list[Layer]:
+def discover_layers(model: nn.Module, skip: frozenset[int] = frozenset()) -> list[Layer]:
     """Layers in forward (registration) order: every module owning trainable parameters directly.
+
+    ``skip``: ids of parameters synced elsewhere (sparse tables: ``graphdist.sync.tables``).
 
     A container such as PyG's ``GraphSAGE.convs`` owns none and is not a layer; each conv's
     ``Linear`` is. A parameter shared by two modules belongs to the first.
@@ -29,7 +31,7 @@ def discover_layers(model: nn.Module) -> list[Layer]:
         >>> [l.name for l in discover_layers(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()))]
         ['0']
     """
-    seen: set[int] = set()
+    seen: set[int] = set(skip)
     layers = []
     for name, module in model.named_modules():
         params = [p for p in module.parameters(recurse=False) if p.requires_grad and id(p) not in seen]
@@ -39,8 +41,9 @@ def discover_layers(model: nn.Module) -> list[Layer]:
     return layers
 
 
-def explicit_layers(model: nn.Module, spec: LayerSpec) -> list[Layer]:
-    """Layers as the caller grouped them (forward order); every trainable parameter exactly once.
+def explicit_layers(model: nn.Module, spec: LayerSpec, skip: frozenset[int] = frozenset()) -> list[Layer]:
+    """Layers as the caller grouped them (forward order); every trainable parameter exactly once, but those
+    in ``skip`` (synced elsewhere), which are left out.
 
     Raises:
         ValueError: a parameter in two layers, or in none.
@@ -57,7 +60,7 @@ def explicit_layers(model: nn.Module, spec: LayerSpec) -> list[Layer]:
         for item in items:
             found = [item] if isinstance(item, nn.Parameter) else list(item.parameters())
             for p in found:
-                if not p.requires_grad:
+                if not p.requires_grad or id(p) in skip:
                     continue
                 if id(p) in seen:
                     raise ValueError(f"Expected every parameter in one layer only (got a repeat in layer {i})")
@@ -67,7 +70,7 @@ def explicit_layers(model: nn.Module, spec: LayerSpec) -> list[Layer]:
             name = _module_name(model, entry) or f"group{i}"
             modules = tuple(item for item in items if isinstance(item, nn.Module))
             layers.append(Layer(name, params, sum(p.numel() for p in params), modules))
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in seen]
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in seen and id(p) not in skip]
     if missing:
         raise ValueError(
             f"Expected every trainable parameter in exactly one layer (got {len(missing)} in none: "

@@ -47,6 +47,7 @@ from graphdist.sync.hooks import AllreduceState, Bucket, CommHook, seed_weighted
 from graphdist.sync.layering import LayerSpec, discover_layers, explicit_layers
 from graphdist.sync.reorder import WeightFirst
 from graphdist.sync.stats import Layer, LayerTiming, StepStats, backward_per_layer
+from graphdist.sync.tables import TableExchange
 from graphdist.sync.timing import dwbp_timing
 
 logger = logging.getLogger(__name__)
@@ -133,7 +134,9 @@ class LayerwiseSync(GradientSync):
         self.hook = hook
         self.hook_state = (hook_state if hook_state is not None
                            else AllreduceState.create(algorithm, group, tag, seed_weighted))
-        forward_order = discover_layers(model) if layers is None else explicit_layers(model, layers)
+        self.tables = TableExchange(model, group, tag)  # sparse tables form no layer: their rows travel in finish()
+        skip = frozenset(id(p) for p in self.tables.params)
+        forward_order = discover_layers(model, skip) if layers is None else explicit_layers(model, layers, skip)
         self.layers: list[Layer] = list(reversed(forward_order))  # launch in backward order
         self._owner = self._owner_of(self.layers)
         self._model = model
@@ -206,6 +209,8 @@ class LayerwiseSync(GradientSync):
             self._flush_and_wait()
             if self._step == 1 and self.mode == "dwbp":
                 self._learn_order()
+            if self.tables:
+                self.tables.exchange(self.weights.scale())
         t1 = time.perf_counter()
         s.active = False
         self._event("finish", "")

@@ -7,9 +7,10 @@ marked ``row_wise`` (:func:`mark_row_wise`) moves only its rows with a non-zero 
 own step count for the bias correction, as TensorFlow's LazyAdam and DGL's sparse Adam do. After the
 gradient sync the non-zero rows are those any rank touched, so every rank updates the same rows.
 
-Why not ``torch.optim.SparseAdam``: it needs sparse gradients (``nn.Embedding(sparse=True)``), which the
-layer-wise gradient sync does not carry; the table's gradient here stays dense (and structure-aware sync
-sends only its touched rows: ``graphdist.sync.sacp``).
+The gradient may be dense or sparse: graphdist's own tables are ``nn.Embedding(sparse=True)``, whose
+touched rows every gradient sync exchanges as they are (``graphdist.sync.tables``); a user's dense table
+works too. Why not ``torch.optim.SparseAdam``: it takes sparse gradients only, and keeps no weight
+decay; one optimizer here serves the dense parameters and the tables alike.
 
 Example:
     >>> table = mark_row_wise(torch.nn.Parameter(torch.zeros(4, 2)))
@@ -63,7 +64,7 @@ class RowAdam(torch.optim.Adam):
         return loss
 
     def _row_step(self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor) -> None:
-        rows = grad.ne(0).any(dim=1).nonzero().view(-1)
+        rows, g = _nonzero_rows(grad)
         state = self.state[p]
         if not state:
             state["exp_avg"] = torch.zeros_like(p)
@@ -74,7 +75,6 @@ class RowAdam(torch.optim.Adam):
         if not rows.numel():
             return
         beta1, beta2 = group["betas"]
-        g = grad.index_select(0, rows)
         w = p.index_select(0, rows)
         if group["weight_decay"]:
             g = g.add(w, alpha=group["weight_decay"])
@@ -88,3 +88,15 @@ class RowAdam(torch.optim.Adam):
         bias2 = (1 - beta2 ** step).unsqueeze(1)
         update = (m / bias1) / ((v / bias2).sqrt_().add_(group["eps"]))
         p.index_copy_(0, rows, w.sub_(update, alpha=group["lr"]))
+
+
+def _nonzero_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)``: the rows of ``grad`` (dense, or sparse as an ``nn.Embedding(sparse=True)`` gives)
+    with a non-zero entry, and their gradient."""
+    if grad.is_sparse:
+        grad = grad.coalesce()
+        rows, values = grad.indices()[0], grad.values()
+        keep = values.ne(0).any(dim=1)
+        return (rows, values) if bool(keep.all()) else (rows[keep], values[keep])
+    rows = grad.ne(0).any(dim=1).nonzero().view(-1)
+    return rows, grad.index_select(0, rows)

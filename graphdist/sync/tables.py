@@ -1,0 +1,113 @@
+"""Embedding tables with sparse gradients: only the rows a step looked up travel, and only they are summed.
+
+A typed graph's featureless node type is an ``nn.Embedding(sparse=True)`` of one row per node
+(``graphdist.models.hetero.TypedEncoder``): millions of rows, of which a step looks up a few thousand.
+Its gradient is a sparse tensor of those rows. A dense sync would turn it into the whole table: a
+``rows x dim`` gradient per rank (held beside the table, its two Adam moments and a transient copy in
+backward) and an all-reduce of it every step. Measured on synthetic-hetero-3m's 750,000 x 64 table, 2
+workers: peak memory 7.26 -> 6.39 GiB and 2,375 -> 4,243 seeds/s against the dense path.
+
+So every gradient sync leaves these tables out of its own exchange (DDP ignores them; the per-layer
+syncs form no layer of them) and calls :meth:`TableExchange.exchange` in ``finish``: each rank sends its
+touched rows, scaled by its seed share, to every peer (one variable-size all-to-all per table), and
+every rank sums every rank's rows in rank order, so all replicas stay equal. The optimizer
+(``trainers/row_adam.py``) then moves those rows only.
+
+Why not DDP's own sparse gradients: they are summed by the backend's sparse all-reduce (gloo only, and
+not under graphdist's hooks or the per-layer syncs); here one path serves every sync mode and backend.
+
+Example:
+    >>> emb = torch.nn.Embedding(10, 2, sparse=True)
+    >>> emb(torch.tensor([3, 3, 7])).sum().backward()
+    >>> ex = TableExchange(emb)
+    >>> ex.names, ex.exchange(scale=1.0)
+    (['weight'], 0)
+    >>> emb.weight.grad.coalesce().indices().tolist(), emb.weight.grad.coalesce().values()[:, 0].tolist()
+    ([[3, 7]], [2.0, 1.0])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from graphdist import comm
+
+__all__ = ["TableExchange", "is_sparse_table", "sparse_table_names"]
+
+
+def is_sparse_table(module: nn.Module) -> bool:
+    """An ``nn.Embedding(sparse=True)`` whose table trains."""
+    return isinstance(module, nn.Embedding) and module.sparse and module.weight.requires_grad
+
+
+def sparse_table_names(model: nn.Module) -> list[str]:
+    """The parameter names (``encoder.encoders.3.weight``) of ``model``'s sparse tables.
+
+    Example:
+        >>> sparse_table_names(torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Embedding(4, 2, sparse=True)]))
+        ['1.weight']
+    """
+    return [f"{name}.weight" if name else "weight" for name, m in model.named_modules() if is_sparse_table(m)]
+
+
+class TableExchange:
+    """Sums the sparse tables' gradients over ranks, row by row (see the module docstring).
+
+    Args:
+        model: the model whose sparse tables are exchanged (found once, here).
+        group: process group (default: the default group).
+        tag: byte-counter tag.
+    """
+
+    def __init__(self, model: nn.Module, group: Any = None, tag: str = "grad") -> None:
+        self.names = sparse_table_names(model)
+        self.params = [p for n, p in model.named_parameters() if n in set(self.names)]
+        self.group, self.tag = group, tag
+
+    def __bool__(self) -> bool:
+        return bool(self.params)
+
+    def exchange(self, scale: float) -> int:
+        """Replaces each table's gradient by every rank's rows, each scaled by ``scale`` on its rank, summed.
+
+        Without a process group (or on one rank) the gradient is only coalesced and scaled. A table this
+        rank did not look up sends no rows. Returns the bytes this rank sent.
+        """
+        size = comm.group_size(self.group) if comm.is_initialized() else 1
+        sent = 0
+        for p in self.params:
+            rows, values = _rows(p)
+            if scale != 1.0:
+                values = values * scale
+            if size > 1:
+                packed = torch.cat([rows.view(-1, 1).view(torch.uint8), values.float().view(torch.uint8)], dim=1)
+                host = packed.cpu()
+                sent += host.numel() * (size - 1)
+                got = torch.cat(comm.all_to_all_v([host] * size, group=self.group, tag=self.tag)).to(p.device)
+                dim = p.shape[1]
+                rows = got[:, :8].contiguous().view(torch.int64).view(-1)
+                values = got[:, 8:].contiguous().view(torch.float32).view(-1, dim).to(p.dtype)
+            p.grad = _summed(rows, values, p.shape)
+        return sent
+
+
+def _rows(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)`` of ``p``'s gradient, coalesced; empty when it has none."""
+    grad = p.grad
+    if grad is None:
+        return torch.empty(0, dtype=torch.int64, device=p.device), p.new_empty((0, p.shape[1]))
+    if not grad.is_sparse:  # a dense gradient (a table used outside its Embedding): its non-zero rows
+        rows = grad.ne(0).any(dim=1).nonzero().view(-1)
+        return rows, grad.index_select(0, rows)
+    grad = grad.coalesce()
+    return grad.indices()[0], grad.values()
+
+
+def _summed(rows: torch.Tensor, values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A coalesced sparse ``shape`` gradient: ``values`` added up per row (in the order given)."""
+    unique, inverse = torch.unique(rows, return_inverse=True)
+    summed = values.new_zeros((unique.numel(), shape[1])).index_add_(0, inverse, values)
+    return torch.sparse_coo_tensor(unique.view(1, -1), summed, shape, is_coalesced=True)
