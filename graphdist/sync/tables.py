@@ -5,7 +5,7 @@ A typed graph's featureless node type is an ``nn.Embedding(sparse=True)`` of one
 Its gradient is a sparse tensor of those rows. A dense sync would turn it into the whole table: a
 ``rows x dim`` gradient per rank (held beside the table, its two Adam moments and a transient copy in
 backward) and an all-reduce of it every step. Measured on synthetic-hetero-3m's 750,000 x 64 table, 2
-workers: peak memory 7.26 -> 6.39 GiB and 2,375 -> 4,243 seeds/s against the dense path.
+workers: peak memory 7.26 -> 6.17 GiB and 2,375 -> 4,254 seeds/s against the dense path.
 
 So every gradient sync leaves these tables out of its own exchange (DDP ignores them; the per-layer
 syncs form no layer of them) and calls :meth:`TableExchange.exchange` in ``finish``: each rank sends its
