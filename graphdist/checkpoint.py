@@ -138,10 +138,13 @@ def save_checkpoint(
 
 
 def checkpoint_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, epoch: int,
-                     extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """What :func:`save_checkpoint` writes: model, optimizer, ``epoch``, this process's RNG states and ``extra``
-    (live tensors: :func:`snapshot` copies them for a write that outlives the step)."""
-    return {"format": 1, "epoch": int(epoch), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                     extra: Optional[dict[str, Any]] = None,
+                     optimizer_state: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """What :func:`save_checkpoint` writes: model, optimizer (``optimizer_state`` if given, e.g. a sharded
+    optimizer's gathered state, else ``optimizer.state_dict()``), ``epoch``, this process's RNG states and
+    ``extra`` (live tensors: :func:`snapshot` copies them for a write that outlives the step)."""
+    return {"format": 1, "epoch": int(epoch), "model": model.state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer_state is None else optimizer_state,
             "rng": rng_state(), "extra": extra or {}}
 
 

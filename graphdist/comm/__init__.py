@@ -30,7 +30,7 @@ from graphdist.comm.algorithms import (
     all_reduce_async,
     allreduce_algorithm,
 )
-from graphdist.comm.alltoall import all_to_all_counts_async, all_to_all_v, all_to_all_v_async, joined_rows
+from graphdist.comm.alltoall import all_to_all_counts_async, all_to_all_v, all_to_all_v_async, exchange_rows, joined_rows
 from graphdist.comm.collectives import (
     Handle,
     all_gather_object,
@@ -88,6 +88,7 @@ __all__ = [
     "all_to_all_counts_async",
     "all_to_all_v",
     "all_to_all_v_async",
+    "exchange_rows",
     "allreduce_algorithm",
     "barrier",
     "broadcast",

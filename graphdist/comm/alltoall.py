@@ -27,7 +27,7 @@ import torch.distributed as dist
 from graphdist.comm.collectives import Group, _backend, _fail, _route, _run, _staged, injection_point
 from graphdist.comm.counters import COUNTER, byte_counts  # noqa: F401 - byte_counts: all_to_all_v's example
 
-__all__ = ["all_to_all_v", "all_to_all_v_async", "all_to_all_counts_async", "joined_rows", "PendingAllToAll",
+__all__ = ["all_to_all_v", "all_to_all_v_async", "all_to_all_counts_async", "exchange_rows", "joined_rows", "PendingAllToAll",
            "PendingCounts", "DUPLEX_MIN_BYTES"]
 
 
@@ -85,6 +85,34 @@ class PendingAllToAll:
         self._payload = None
         out = self._out if self._out.device == self._device else self._out.to(self._device)
         return list(torch.split(out, self._recv_rows))
+
+
+def exchange_rows(index: torch.Tensor, values: torch.Tensor, send_to: Optional[Sequence[int]] = None,
+                  group: Group = None, tag: str = "other") -> tuple[torch.Tensor, torch.Tensor]:
+    """Sends this rank's rows (an int64 ``index`` and float ``values[k, D]``, one message) to ``send_to``
+    (default: every rank); returns every sender's ``(index, values)`` joined in rank order.
+
+    What sparse tables move: their touched rows' gradients and their updated rows. ``D`` must be the same
+    on every rank; values travel as float32 and come back in ``values``' dtype and device.
+
+    Example (one rank, a real gloo group):
+        >>> from graphdist.testing import one_rank_group
+        >>> with one_rank_group():
+        ...     index, values = exchange_rows(torch.tensor([4, 1]), torch.tensor([[1.0], [2.0]]), tag="doc")
+        >>> index.tolist(), values.view(-1).tolist()
+        ([4, 1], [1.0, 2.0])
+    """
+    dim = values.shape[1]
+    size = dist.get_world_size(_route(group, values))
+    packed = torch.cat([index.to(torch.int64).reshape(-1, 1).view(torch.uint8),
+                        values.float().contiguous().view(torch.uint8)], dim=1).cpu()
+    empty = packed[:0]
+    targets = range(size) if send_to is None else set(send_to)
+    got = torch.cat(all_to_all_v([packed if r in targets else empty for r in range(size)], group=group, tag=tag))
+    if not got.shape[0]:  # nothing came (an empty slice's strides would not view as int64)
+        return index.new_empty(0, dtype=torch.int64), values.new_empty((0, dim))
+    rows = got[:, :8].contiguous().view(torch.int64).view(-1)
+    return rows.to(index.device), got[:, 8:].contiguous().view(torch.float32).view(-1, dim).to(values.device, values.dtype)
 
 
 def joined_rows(parts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:

@@ -83,13 +83,8 @@ class TableExchange:
             if scale != 1.0:
                 values = values * scale
             if size > 1:
-                packed = torch.cat([rows.view(-1, 1).view(torch.uint8), values.float().view(torch.uint8)], dim=1)
-                host = packed.cpu()
-                sent += host.numel() * (size - 1)
-                got = torch.cat(comm.all_to_all_v([host] * size, group=self.group, tag=self.tag)).to(p.device)
-                dim = p.shape[1]
-                rows = got[:, :8].contiguous().view(torch.int64).view(-1)
-                values = got[:, 8:].contiguous().view(torch.float32).view(-1, dim).to(p.dtype)
+                sent += rows.numel() * (8 + 4 * p.shape[1]) * (size - 1)
+                rows, values = comm.exchange_rows(rows, values, group=self.group, tag=self.tag)
             p.grad = _summed(rows, values, p.shape)
         return sent
 

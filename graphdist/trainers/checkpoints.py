@@ -40,13 +40,14 @@ def save(strategy: Strategy, run_dir: RunDir, epoch: int, progress: Optional[dic
     from graphdist.checkpoint import CHECKPOINT_NAME, atomic_torch_save, checkpoint_state
 
     ranks = comm.all_gather_object(_rank_state(strategy))
+    optimizer = _whole_optimizer_state(strategy.optimizer)  # a collective where the tables' Adam state is sharded
     if not comm.is_main_process():
         return
     extra = {"ranks": ranks, "world_size": strategy.ctx.world_size, "strategy": strategy.name,
              "decisions": strategy.ctx.decisions, "plan": strategy.plan.to_dict()}
     if progress is not None:
         extra["progress"] = progress
-    state = checkpoint_state(strategy.model, strategy.optimizer, epoch, extra)
+    state = checkpoint_state(strategy.model, strategy.optimizer, epoch, extra, optimizer_state=optimizer)
     step = progress["step"] if progress else None
 
     def recorded() -> None:
@@ -58,6 +59,15 @@ def save(strategy: Strategy, run_dir: RunDir, epoch: int, progress: Optional[dic
     _WRITER.wait()  # the one in flight lands first, then this one, in place (no copy)
     atomic_torch_save(state, run_dir.path / CHECKPOINT_NAME)
     recorded()
+
+
+def _whole_optimizer_state(optimizer: Any) -> Optional[dict[str, Any]]:
+    """The optimizer's whole state on rank 0: a sharded ``RowAdam`` gathers its ranks' shares (every rank
+    calls this); other optimizers' ``state_dict()`` is the same everywhere, so only rank 0 reads it."""
+    gather = getattr(optimizer, "gathered_state_dict", None)
+    if gather is not None and getattr(optimizer, "shard", None) is not None:
+        return gather()
+    return optimizer.state_dict() if comm.is_main_process() else None
 
 
 def finish_writes(failed: bool = False) -> None:

@@ -30,6 +30,7 @@ from graphdist.trainers.evaluate import exact_inference
 from graphdist.trainers.kit import broadcast_parameters, build_model, emulated_slowdown, predictions
 from graphdist.trainers.precision import loss_scaler
 from graphdist.trainers.probes import ProbeTarget, time_syncs
+from graphdist.trainers.row_adam import RowShard
 from graphdist.trainers.steps import reporter, train_steps
 
 if TYPE_CHECKING:
@@ -62,7 +63,8 @@ class MinibatchStrategy(Strategy):
                                           replicate=cfg.replicate, sampler=cfg.sampler, device=self.device)
         self.model = self.task.wrap_model(model).to(self.device)
         broadcast_parameters(self.model)
-        self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay)
+        # Every rank steps on the same synced gradients: each keeps 1/world of the tables' Adam state.
+        self.optimizer = adam(self.model.parameters(), cfg.lr, cfg.weight_decay, shard=RowShard(rank, ctx.world_size))
         self.scalers = {"train": loss_scaler(cfg.precision, self.device)}
         self.sync = self._build_sync()
         self._warm_epochs = 1  # epochs before the sync choice's re-check reads the step time

@@ -22,11 +22,14 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["RowAdam", "is_row_wise", "mark_row_wise"]
+from graphdist import comm
+
+__all__ = ["RowAdam", "RowShard", "is_row_wise", "mark_row_wise"]
 
 
 def mark_row_wise(param: torch.nn.Parameter) -> torch.nn.Parameter:
@@ -39,17 +42,53 @@ def is_row_wise(param: torch.nn.Parameter) -> bool:
     return bool(getattr(param, "row_wise", False)) and param.dim() == 2
 
 
+@dataclass(frozen=True)
+class RowShard:
+    """Which rows of each table this rank keeps Adam state for and updates: the ``rank``-th of ``size``
+    contiguous shares of ``ceil(rows / size)`` (ZeRO's stage 1, for tables only).
+
+    Every rank must step on the same summed gradient (after a gradient sync's table exchange); the owners'
+    updated rows are then sent to every rank, so the tables stay equal everywhere while each rank holds
+    ``1 / size`` of the moments.
+
+    Example:
+        >>> RowShard(1, 2).bounds(5), RowShard(1, 4).bounds(3)
+        ((3, 5), (1, 2))
+    """
+
+    rank: int
+    size: int
+    group: Any = None
+
+    def bounds(self, num_rows: int) -> tuple[int, int]:
+        per = -(-num_rows // self.size)
+        lo = min(self.rank * per, num_rows)
+        return lo, min(lo + per, num_rows)
+
+
+_SHARDED = ("exp_avg", "exp_avg_sq", "row_step")  # a table's per-row state: what a shard holds a share of
+
+
 class RowAdam(torch.optim.Adam):
     """``torch.optim.Adam`` (fused where it can be) whose ``rows`` groups step row-wise and lazily.
 
-    A ``rows`` group's parameter keeps ``exp_avg``, ``exp_avg_sq``, ``row_step`` (per-row step counts) and
-    ``step`` (the table's) in its state; its rows with an all-zero gradient are left as they are, moments
-    included.
+    A ``rows`` group's parameter keeps ``exp_avg``, ``exp_avg_sq``, ``row_step`` (per-row step counts),
+    ``step`` (the table's) and ``rows`` (the ``(lo, hi)`` rows those are of) in its state; its rows with an
+    all-zero gradient are left as they are, moments included. With ``shard`` (:class:`RowShard`) a rank
+    holds its share of the per-row state only; :meth:`gathered_state_dict` puts the whole state together
+    for a checkpoint, and :meth:`load_state_dict` keeps this rank's share of a whole one.
     """
 
+    def __init__(self, params: Any, shard: Optional[RowShard] = None, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self.shard = shard if shard is not None and shard.size > 1 else None
+
+    def _tables(self) -> list[tuple[dict[str, Any], torch.Tensor]]:
+        return [(group, p) for group in self.param_groups if group.get("rows") for p in group["params"]]
+
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        lazy = [(group, p) for group in self.param_groups if group.get("rows") for p in group["params"]
-                if p.grad is not None]
+        # Sharded, every table steps on every rank, with a gradient or not: the owners' rows are gathered.
+        lazy = [(group, p) for group, p in self._tables() if p.grad is not None or self.shard]
         grads = [p.grad for _, p in lazy]
         for _, p in lazy:  # the dense Adam skips parameters without a gradient
             p.grad = None
@@ -63,31 +102,107 @@ class RowAdam(torch.optim.Adam):
                 self._row_step(group, p, g)
         return loss
 
-    def _row_step(self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor) -> None:
-        rows, g = _nonzero_rows(grad)
+    def _row_step(self, group: dict[str, Any], p: torch.Tensor, grad: Optional[torch.Tensor]) -> None:
+        rows, g = _nonzero_rows(grad) if grad is not None else (p.new_empty(0, dtype=torch.int64), p[:0])
+        lo, hi = self.shard.bounds(p.shape[0]) if self.shard else (0, p.shape[0])
         state = self.state[p]
         if not state:
-            state["exp_avg"] = torch.zeros_like(p)
-            state["exp_avg_sq"] = torch.zeros_like(p)
-            state["row_step"] = torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+            state["exp_avg"] = p.new_zeros((hi - lo, p.shape[1]))
+            state["exp_avg_sq"] = p.new_zeros((hi - lo, p.shape[1]))
+            state["row_step"] = torch.zeros(hi - lo, dtype=torch.float32, device=p.device)
             state["step"] = torch.tensor(0.0)  # the table's steps, as torch's Adam keeps them (its load reads it)
+            state["rows"] = (lo, hi)
         state["step"] += 1
-        if not rows.numel():
-            return
+        if self.shard:
+            own = (rows >= lo) & (rows < hi)
+            rows, g = rows[own], g[own]
+        if rows.numel():
+            new = self._moved(group, state, p, rows, g, lo)
+        else:
+            new = p[:0]
+        if self.shard:
+            rows, new = comm.exchange_rows(rows, new, group=self.shard.group, tag="grad")
+        if rows.numel():
+            p.index_copy_(0, rows, new)
+
+    @staticmethod
+    def _moved(group: dict[str, Any], state: dict[str, Any], p: torch.Tensor, rows: torch.Tensor, g: torch.Tensor,
+               lo: int) -> torch.Tensor:
+        """The new values of table rows ``rows`` (gradient ``g``); their state (at ``rows - lo``) updated."""
         beta1, beta2 = group["betas"]
+        at = rows - lo if lo else rows
         w = p.index_select(0, rows)
         if group["weight_decay"]:
             g = g.add(w, alpha=group["weight_decay"])
-        step = state["row_step"].index_select(0, rows).add_(1)
-        state["row_step"].index_copy_(0, rows, step)
-        m = state["exp_avg"].index_select(0, rows).mul_(beta1).add_(g, alpha=1 - beta1)
-        v = state["exp_avg_sq"].index_select(0, rows).mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        state["exp_avg"].index_copy_(0, rows, m)
-        state["exp_avg_sq"].index_copy_(0, rows, v)
+        step = state["row_step"].index_select(0, at).add_(1)
+        state["row_step"].index_copy_(0, at, step)
+        m = state["exp_avg"].index_select(0, at).mul_(beta1).add_(g, alpha=1 - beta1)
+        v = state["exp_avg_sq"].index_select(0, at).mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        state["exp_avg"].index_copy_(0, at, m)
+        state["exp_avg_sq"].index_copy_(0, at, v)
         bias1 = (1 - beta1 ** step).unsqueeze(1)
         bias2 = (1 - beta2 ** step).unsqueeze(1)
         update = (m / bias1) / ((v / bias2).sqrt_().add_(group["eps"]))
-        p.index_copy_(0, rows, w.sub_(update, alpha=group["lr"]))
+        return w.sub_(update, alpha=group["lr"])
+
+    def gathered_state_dict(self) -> Optional[dict[str, Any]]:
+        """The whole optimizer state on rank 0 (None on the others): sharded, every rank sends its share of each
+        table's per-row state to rank 0 (a collective: every rank calls it); else :meth:`state_dict`."""
+        if not self.shard:
+            return self.state_dict()
+        shares = {}
+        for _, p in self._tables():
+            state = self.state.get(p) or {}
+            for key in _SHARDED:
+                mine = state[key] if key in state else p.new_zeros((0, p.shape[1]) if key != "row_step" else (0,))
+                at = torch.arange(mine.shape[0], dtype=torch.int64) + state.get("rows", (0, 0))[0]
+                rows, values = comm.exchange_rows(at, mine.view(mine.shape[0], -1), send_to=[0],
+                                                  group=self.shard.group, tag="checkpoint")
+                shares[(id(p), key)] = (rows, values)
+        if self.shard.rank != 0:
+            return None
+        out = self.state_dict()
+        for index, (_, p) in zip(_table_indices(self), self._tables()):
+            if index not in out["state"]:
+                continue
+            entry = out["state"][index] = dict(out["state"][index])  # torch's dict is the live state: not in place
+            for key in _SHARDED:
+                rows, values = shares[(id(p), key)]
+                whole = values.new_zeros((p.shape[0], values.shape[1])).index_copy_(0, rows, values)
+                entry[key] = whole.view(-1) if key == "row_step" else whole
+            entry["rows"] = (0, p.shape[0])
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Torch's load, then each table's per-row state cut to this rank's share.
+
+        Raises:
+            ValueError: a table's saved state is one rank's share (``best.pt`` of a sharded run), not the whole.
+        """
+        super().load_state_dict(state_dict)
+        for _, p in self._tables():
+            state = self.state.get(p)
+            if not state:
+                continue
+            saved = tuple(state.get("rows", (0, p.shape[0])))
+            if saved != (0, p.shape[0]):
+                raise ValueError(f"the optimizer state holds rows {saved[0]}..{saved[1]} of a {p.shape[0]}-row table: one "
+                                 "rank's share (best.pt of a sharded run); resume from the run's checkpoint.pt")
+            lo, hi = self.shard.bounds(p.shape[0]) if self.shard else saved
+            for key in _SHARDED:
+                state[key] = state[key][lo:hi].clone() if (lo, hi) != saved else state[key]
+            state["rows"] = (lo, hi)
+
+
+def _table_indices(opt: torch.optim.Optimizer) -> list[int]:
+    """The ``state_dict`` indices of ``opt``'s ``rows`` groups' parameters (torch numbers them in group order)."""
+    out, index = [], 0
+    for group in opt.param_groups:
+        for _ in group["params"]:
+            if group.get("rows"):
+                out.append(index)
+            index += 1
+    return out
 
 
 def _nonzero_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""Sparse embedding tables under every gradient sync: only looked-up rows travel, and 2 ranks train as one process."""
+"""Sparse embedding tables under every gradient sync: only looked-up rows travel, 2 ranks train as one process, and
+a sharded optimizer state gathers to the one-process state."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out.sum() * 0.0 if out.shape[0] == 0 else nn.functional.mse_loss(out, y)
 
 
-def _train(ranks: list[int], sync_for=None) -> _Net:
+def _train(ranks: list[int], sync_for=None, shard=None):  # noqa: ANN202
     """STEPS steps of graphdist's Adam; ``ranks`` take their shares of each batch (one process: both)."""
     from graphdist.trainers.base import adam
 
@@ -50,7 +51,7 @@ def _train(ranks: list[int], sync_for=None) -> _Net:
     net = _Net()
     sync = sync_for(net) if sync_for else None
     model = sync.model if sync else net
-    opt = adam(net.parameters(), lr=0.05)
+    opt = adam(net.parameters(), lr=0.05, shard=shard)
     for step, (ids, y) in enumerate(_data()):
         cut = [0, _shares(step)[0], len(ids)]
         rows = torch.cat([torch.arange(cut[r], cut[r + 1]) for r in ranks])
@@ -63,13 +64,15 @@ def _train(ranks: list[int], sync_for=None) -> _Net:
         opt.step()
     if sync:
         sync.close()
-    return net
+    return net, opt
 
 
-def _body(rank: int, world_size: int, want: dict[str, torch.Tensor]) -> None:
+def _body(rank: int, world_size: int, want: dict[str, torch.Tensor], want_opt: dict) -> None:
     from graphdist.sync import make_sync
+    from graphdist.trainers.row_adam import RowShard
 
-    for mode, sacp in (("ddp", False), ("dwbp", False), ("dwbp", True), ("blocking", False)):
+    for mode, sacp, shard in (("ddp", False, False), ("ddp", False, True), ("dwbp", False, True), ("dwbp", True, False),
+                              ("blocking", False, True)):
         seen = {}
 
         def sync_for(net: nn.Module):  # noqa: ANN202
@@ -79,7 +82,7 @@ def _body(rank: int, world_size: int, want: dict[str, torch.Tensor]) -> None:
             seen["sync"] = sync
             return sync
 
-        net = _train([rank], sync_for)
+        net, opt = _train([rank], sync_for, RowShard(rank, world_size) if shard else None)
         sync = seen["sync"]
         if mode == "ddp":
             assert getattr(net.table.weight, "_ddp_ignored", False), "DDP must leave the table to the row exchange"
@@ -87,12 +90,42 @@ def _body(rank: int, world_size: int, want: dict[str, torch.Tensor]) -> None:
             assert all(p is not net.table.weight for layer in sync.layers for p in layer.params)
         for name, p in net.named_parameters():
             torch.testing.assert_close(p.detach(), want[name], rtol=1e-5, atol=1e-6,
-                                       msg=lambda m: f"--sync {mode} (sacp {sacp}), {name}: {m}")
+                                       msg=lambda m: f"--sync {mode} (sacp {sacp}, shard {shard}), {name}: {m}")
+        if shard:
+            _check_sharded_state(rank, opt, net, want_opt)
+
+
+def _check_sharded_state(rank: int, opt, net: nn.Module, want_opt: dict) -> None:
+    """Each rank holds its half of the table's moments; rank 0 gathers the whole (a one-process run's), which
+    a sharded optimizer loads back as its half; one rank's half is refused."""
+    from graphdist.trainers.row_adam import RowAdam, RowShard
+
+    table = net.table.weight
+    lo, hi = RowShard(rank, 2).bounds(ROWS)
+    assert opt.state[table]["exp_avg"].shape == (hi - lo, 4) and opt.state[table]["rows"] == (lo, hi)
+    whole = opt.gathered_state_dict()
+    assert (whole is None) == (rank != 0)
+    if rank == 0:
+        for index, entry in want_opt["state"].items():
+            for key, value in entry.items():
+                got = whole["state"][index][key]
+                torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(value), rtol=1e-5, atol=1e-6,
+                                           msg=lambda m: f"state {index} {key}: {m}")
+        index = 2  # the table's: adam() puts the dense parameters (the head's two) first
+
+        def table_only(state: dict) -> dict:
+            return {"state": {0: state["state"][index]}, "param_groups": [{**state["param_groups"][1], "params": [0]}]}
+
+        again = RowAdam([{"params": [table], "rows": True}], shard=RowShard(1, 2), lr=0.05)
+        again.load_state_dict(table_only(whole))
+        assert torch.equal(again.state[table]["exp_avg_sq"], whole["state"][index]["exp_avg_sq"][RowShard(1, 2).bounds(ROWS)[0]:])
+        with pytest.raises(ValueError, match="one rank's share"):
+            RowAdam([{"params": [table], "rows": True}], lr=0.05).load_state_dict(table_only(opt.state_dict()))
 
 
 def test_two_ranks_with_a_sparse_table_train_as_one_process_under_every_sync() -> None:
-    ref = _train([0, 1])
-    launch(_body, 2, {n: p.detach().clone() for n, p in ref.named_parameters()}, timeout=120)
+    ref, opt = _train([0, 1])
+    launch(_body, 2, {n: p.detach().clone() for n, p in ref.named_parameters()}, opt.state_dict(), timeout=120)
 
 
 def _exchange_body(rank: int, world_size: int) -> None:
