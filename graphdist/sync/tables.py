@@ -105,4 +105,4 @@ def _summed(rows: torch.Tensor, values: torch.Tensor, shape: torch.Size) -> torc
     """A coalesced sparse ``shape`` gradient: ``values`` added up per row (in the order given)."""
     unique, inverse = torch.unique(rows, return_inverse=True)
     summed = values.new_zeros((unique.numel(), shape[1])).index_add_(0, inverse, values)
-    return torch.sparse_coo_tensor(unique.view(1, -1), summed, shape, is_coalesced=True)
+    return torch.sparse_coo_tensor(unique.view(1, -1), summed, shape, is_coalesced=True, check_invariants=False)
