@@ -27,8 +27,9 @@ Three sections; none named runs ``--accuracy``:
   (``load_graph``), partition (``random``, ``stream``; 2 parts) and train one epoch (``--scale-steps``
   steps, 2 workers; R-GCN and GraphSAGE), each phase in its own process, its tree's peak PSS sampled
   as ``bench_scale.py`` does (a graph already generated into ``$GRAPHDIST_CACHE/graphs`` is only
-  mapped, and said so: ``--regenerate`` removes it first). Target: hetero / homogeneous <= 1.2x in
-  every phase.
+  mapped, and said so: ``--regenerate`` removes it first). Training runs ``--rounds`` times, hetero and
+  homogeneous alternating, sampled every 0.2 s (a 3M homogeneous epoch lasts ~11 s: one run read
+  4.65 to 5.25 GiB); its row is the medians. Target: hetero / homogeneous <= 1.2x in every phase.
 
 Run book (2 CPU cores, shared; GRAPHDIST_DATA must hold cora.npz for typed-cora):
     .venv/bin/python bench/bench_hetero.py                                   # accuracy, ~15 min
@@ -297,22 +298,27 @@ def print_speed(res: dict[str, Any]) -> list[dict[str, Any]]:
 # -------------------------------------------------------------------- scale
 
 
-def scale_phase(code: str, timeout: float) -> dict[str, Any]:
+def scale_phase(code: str, timeout: float, sample_s: float = 0.5) -> dict[str, Any]:
     from bench_scale import run_phase
 
-    res = run_phase([sys.executable, "-c", code], timeout)
+    res = run_phase([sys.executable, "-c", code], timeout, sample_s)
     res.pop("output")
     return res
 
 
+TRAIN_SAMPLE_S = 0.2  # a homogeneous 3M epoch's peak lasts about a second
+
+
 def bench_scale(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    """generate, partition (random, stream) and one epoch of 2 workers for each graph; peak tree PSS of each."""
+    """generate and partition (random, stream) each graph, then ``--rounds`` alternating rounds of one epoch on 2
+    workers per graph and method; peak tree PSS of each phase (training: the median of the rounds)."""
     from graphdist.data.loaders import cache_dir
     from graphdist.data.readers.registry import claim
 
     graphs = {"hetero": (f"synthetic-hetero-{args.scale_nodes}", "rgcn"),
               "homogeneous": (f"synthetic-{args.scale_nodes}", "sage")}
-    out: dict[str, Any] = {"nodes": args.scale_nodes, "graphs": {}, "skipped": {}}
+    out: dict[str, Any] = {"nodes": args.scale_nodes, "graphs": {}, "skipped": {}, "rounds": args.rounds}
+    methods = ("random", "stream")
     for kind, (name, model) in graphs.items():
         if claim(name, is_name=True)[0] is None:  # asks the name only: a 3M graph is generated in its phase
             out["skipped"][kind] = f"load_graph does not know {name!r} yet"
@@ -326,21 +332,40 @@ def bench_scale(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         print(f"  scale: {name} {'map (generated before)' if cached else 'generate'}", flush=True)
         phases["generate"] = {**scale_phase(f"from graphdist.data import load_graph; load_graph({name!r})",
                                             args.timeout), "cached": cached}
-        for method in ("random", "stream"):
-            parts = cache_dir() / "bench" / f"scale-{name}-{method}-2"
+        for method in methods:
             print(f"  scale: {name} partition {method}", flush=True)
             phases[f"partition/{method}"] = scale_phase(
-                f"from partition.api import partition; partition({name!r}, 2, method={method!r}, out={str(parts)!r}, "
-                "force=True)", args.timeout)
-            print(f"  scale: {name} train {model} on {method} parts", flush=True)
-            run = tmp / f"scale-{kind}-{method}"
-            phases[f"train/{method}"] = scale_phase(
-                f"import graphdist; r = graphdist.train({model!r}, partitions={str(parts)!r}, num_workers=2, epochs=1, "
-                f"max_steps={args.scale_steps}, eval_every=0, threads=1, batch_size=2048, hidden={RECIPE['hidden']}, "
-                f"run_dir={str(run)!r}, log_interval=100000); print(r.final['seeds_per_s'])", args.timeout)
-            shutil.rmtree(parts, ignore_errors=True)  # ~1 GiB each at 3M nodes; the generated graph stays cached
+                f"from partition.api import partition; partition({name!r}, 2, method={method!r}, "
+                f"out={str(_scale_parts(name, method))!r}, force=True)", args.timeout)
         out["graphs"][kind] = {"name": name, "model": model, "phases": phases}
+    try:
+        runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for i in range(args.rounds):
+            for method in methods:
+                for kind, d in (out["graphs"].items() if i % 2 == 0 else reversed(out["graphs"].items())):
+                    print(f"  scale: round {i + 1} {d['name']} train {d['model']} on {method} parts", flush=True)
+                    runs.setdefault((kind, method), []).append(scale_phase(
+                        f"import graphdist; r = graphdist.train({d['model']!r}, partitions="
+                        f"{str(_scale_parts(d['name'], method))!r}, num_workers=2, epochs=1, max_steps={args.scale_steps}, "
+                        f"eval_every=0, threads=1, batch_size=2048, hidden={RECIPE['hidden']}, "
+                        f"run_dir={str(tmp / f'scale-{kind}-{method}-{i}')!r}, log_interval=100000)",
+                        args.timeout, TRAIN_SAMPLE_S))
+        for (kind, method), rows in runs.items():
+            peaks = [r["peak_pss_bytes"] for r in rows]
+            out["graphs"][kind]["phases"][f"train/{method}"] = {
+                "peak_pss_bytes": statistics.median(peaks), "wall_s": statistics.median(r["wall_s"] for r in rows),
+                "rounds_peak_pss_bytes": peaks}
+    finally:
+        for d in out["graphs"].values():
+            for method in methods:  # ~1 GiB each at 3M nodes; the generated graphs stay cached
+                shutil.rmtree(_scale_parts(d["name"], method), ignore_errors=True)
     return out
+
+
+def _scale_parts(name: str, method: str) -> Path:
+    from graphdist.data.loaders import cache_dir
+
+    return cache_dir() / "bench" / f"scale-{name}-{method}-2"
 
 
 def print_scale(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -365,6 +390,10 @@ def print_scale(res: dict[str, Any]) -> list[dict[str, Any]]:
             line += f"{ratio:>7.2f}x  target <= 1.2x: {'ok' if ratio <= 1.2 else 'MISSED'}"
             checks.append({"check": f"{p} peak PSS hetero / homogeneous", "ratio": ratio, "ok": ratio <= 1.2})
         print(line)
+        rounds = {k: d["phases"].get(p, {}).get("rounds_peak_pss_bytes") for k, d in g.items()}
+        if all(rounds.values()) and len(next(iter(rounds.values()))) > 1:
+            print(f"{'':<18}rounds: " + "; ".join(f"{k} " + " / ".join(f"{v / gib:.2f}" for v in r)
+                                                 for k, r in rounds.items()))
     return checks
 
 
@@ -389,7 +418,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     g = p.add_argument_group("speed")
     g.add_argument("--speed-dataset", default=None, help="default synthetic-hetero-100k")
     g.add_argument("--steps", type=int, default=None, help="steps per epoch (default 20; DGL times twice as many)")
-    g.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3)")
+    g.add_argument("--rounds", type=int, default=None, help="alternating rounds of --speed and of --scale's training (default 3)")
     g.add_argument("--no-peer", dest="peer", action="store_false", help="leave DGL out")
     g = p.add_argument_group("scale")
     g.add_argument("--scale-nodes", default=None, help="N of synthetic-hetero-N and synthetic-N (default 3m)")
