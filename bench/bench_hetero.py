@@ -344,12 +344,13 @@ def bench_scale(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             for method in methods:
                 for kind, d in (out["graphs"].items() if i % 2 == 0 else reversed(out["graphs"].items())):
                     print(f"  scale: round {i + 1} {d['name']} train {d['model']} on {method} parts", flush=True)
+                    run_dir = tmp / f"scale-{kind}-{method}-{i}"
                     runs.setdefault((kind, method), []).append(scale_phase(
                         f"import graphdist; r = graphdist.train({d['model']!r}, partitions="
                         f"{str(_scale_parts(d['name'], method))!r}, num_workers=2, epochs=1, max_steps={args.scale_steps}, "
                         f"eval_every=0, threads=1, batch_size=2048, hidden={RECIPE['hidden']}, "
-                        f"run_dir={str(tmp / f'scale-{kind}-{method}-{i}')!r}, log_interval=100000)",
-                        args.timeout, TRAIN_SAMPLE_S))
+                        f"run_dir={str(run_dir)!r}, log_interval=100000)", args.timeout, TRAIN_SAMPLE_S))
+                    shutil.rmtree(run_dir, ignore_errors=True)  # its checkpoint holds the model and Adam state
         for (kind, method), rows in runs.items():
             peaks = [r["peak_pss_bytes"] for r in rows]
             out["graphs"][kind]["phases"][f"train/{method}"] = {

@@ -30,7 +30,8 @@ from graphdist.comm.algorithms import (
     all_reduce_async,
     allreduce_algorithm,
 )
-from graphdist.comm.alltoall import all_to_all_counts_async, all_to_all_v, all_to_all_v_async, exchange_rows, joined_rows
+from graphdist.comm.alltoall import (all_to_all_counts_async, all_to_all_v, all_to_all_v_async, exchange_rows, joined_rows,
+                                     pack_rows, unpack_rows)
 from graphdist.comm.collectives import (
     Handle,
     all_gather_object,
@@ -110,6 +111,8 @@ __all__ = [
     "is_main_process",
     "join_loader_group",
     "joined_rows",
+    "pack_rows",
+    "unpack_rows",
     "loader_rendezvous",
     "new_group",
     "reset_byte_counts",

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from graphdist.comm.collectives import Group, _backend, _fail, _route, _run, _staged, injection_point
 from graphdist.comm.counters import COUNTER, byte_counts  # noqa: F401 - byte_counts: all_to_all_v's example
 
-__all__ = ["all_to_all_v", "all_to_all_v_async", "all_to_all_counts_async", "exchange_rows", "joined_rows", "PendingAllToAll",
+__all__ = ["all_to_all_v", "all_to_all_v_async", "all_to_all_counts_async", "exchange_rows", "joined_rows", "pack_rows", "unpack_rows", "PendingAllToAll",
            "PendingCounts", "DUPLEX_MIN_BYTES"]
 
 
@@ -87,6 +87,26 @@ class PendingAllToAll:
         return list(torch.split(out, self._recv_rows))
 
 
+def pack_rows(index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Rows as one byte table for one message: each row's int64 index (8 bytes), then its values as float32.
+
+    Example:
+        >>> index, values = unpack_rows(pack_rows(torch.tensor([7]), torch.tensor([[0.5, 2.0]])), dim=2)
+        >>> index.tolist(), values.tolist()
+        ([7], [[0.5, 2.0]])
+    """
+    return torch.cat([index.to(torch.int64).reshape(-1, 1).view(torch.uint8),
+                      values.float().contiguous().view(torch.uint8)], dim=1)
+
+
+def unpack_rows(packed: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(index, float32 values [k, dim])`` from :func:`pack_rows`' byte table (or several joined)."""
+    if not packed.shape[0]:  # an empty slice's strides would not view as int64
+        return torch.empty(0, dtype=torch.int64), torch.empty((0, dim), dtype=torch.float32)
+    return (packed[:, :8].contiguous().view(torch.int64).view(-1),
+            packed[:, 8:].contiguous().view(torch.float32).view(-1, dim))
+
+
 def exchange_rows(index: torch.Tensor, values: torch.Tensor, send_to: Optional[Sequence[int]] = None,
                   group: Group = None, tag: str = "other") -> tuple[torch.Tensor, torch.Tensor]:
     """Sends this rank's rows (an int64 ``index`` and float ``values[k, D]``, one message) to ``send_to``
@@ -102,17 +122,12 @@ def exchange_rows(index: torch.Tensor, values: torch.Tensor, send_to: Optional[S
         >>> index.tolist(), values.view(-1).tolist()
         ([4, 1], [1.0, 2.0])
     """
-    dim = values.shape[1]
     size = dist.get_world_size(_route(group, values))
-    packed = torch.cat([index.to(torch.int64).reshape(-1, 1).view(torch.uint8),
-                        values.float().contiguous().view(torch.uint8)], dim=1).cpu()
-    empty = packed[:0]
+    packed = pack_rows(index, values).cpu()
     targets = range(size) if send_to is None else set(send_to)
-    got = torch.cat(all_to_all_v([packed if r in targets else empty for r in range(size)], group=group, tag=tag))
-    if not got.shape[0]:  # nothing came (an empty slice's strides would not view as int64)
-        return index.new_empty(0, dtype=torch.int64), values.new_empty((0, dim))
-    rows = got[:, :8].contiguous().view(torch.int64).view(-1)
-    return rows.to(index.device), got[:, 8:].contiguous().view(torch.float32).view(-1, dim).to(values.device, values.dtype)
+    got = torch.cat(all_to_all_v([packed if r in targets else packed[:0] for r in range(size)], group=group, tag=tag))
+    rows, got_values = unpack_rows(got, values.shape[1])
+    return rows.to(index.device), got_values.to(values.device, values.dtype)
 
 
 def joined_rows(parts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:

@@ -153,7 +153,9 @@ class RGCNLayer(nn.Module):
     GEMM with ``[W_1; ...; W_R; W_0]``. PyG's ``RGCNConv`` gathers every edge's source row per relation (an
     ``E x F`` tensor forward and another backward); on synthetic-hetero-3m's blocks those dominated a step's
     memory. The parameters are ``RGCNConv``'s (names, shapes, initialisation), so its checkpoints load and
-    :meth:`to_pyg` gives the oracle.
+    :meth:`to_pyg` gives the oracle. The means take ``num_dst x (R + 1) x in_dim`` floats whatever the edges:
+    less than PyG's per-edge rows while a destination has more than ``R + 1`` sampled edges, more on a graph
+    of hundreds of sparse relations (a knowledge graph), where ``RGCNConv`` is the leaner layer.
 
     Args:
         in_dim, out_dim: widths.

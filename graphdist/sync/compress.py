@@ -39,6 +39,7 @@ import torch
 from graphdist import comm
 from graphdist.sync.hooks import CommHook, SeedWeights, seed_weighted_allreduce
 from graphdist.sync.modes import AUTO_CANDIDATES, COMPRESSIONS, Compression
+from graphdist.sync.tables import dense_parameters
 
 # name -> the dtype a cast compression sends (fp16, bf16)
 CAST_DTYPES = {name: getattr(torch, c.cast) for name, c in COMPRESSIONS.items() if c.cast}
@@ -254,7 +255,7 @@ def choose_compression(model: torch.nn.Module, algorithm: Any = None, repeats: i
     """
     if not comm.is_initialized() or comm.get_world_size() < 2:
         return CompressionChoice("fp16", {}, 0)
-    largest = max((p.numel() for p in model.parameters()), default=PROBE_MIN_VALUES)
+    largest = max((p.numel() for p in dense_parameters(model)), default=PROBE_MIN_VALUES)  # tables go as rows
     values = int(min(max(largest, PROBE_MIN_VALUES), PROBE_MAX_VALUES))
     state = Int8State(error_feedback=False, tag="probe")
     key = (id(state._group), comm.get_world_size(), values)

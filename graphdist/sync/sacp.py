@@ -283,8 +283,7 @@ def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN2
     scale = state.weights.scale()
     if scale == 0.0:
         values = torch.zeros_like(values)
-    packed = torch.cat([index.view(-1, 1).contiguous().view(torch.uint8).view(-1, 8),
-                        (values * scale).float().contiguous().view(torch.uint8).view(-1, 4 * dim)], dim=1)
+    packed = comm.pack_rows(index, values * scale)
     host = comm.HostCopy(packed)  # a CUDA rank's copy starts here; the exchange's thread waits for it
     size = group_size()
     state.scheme_bytes[(bucket.name, "sparse")] += packed.numel() * (size - 1)
@@ -293,8 +292,7 @@ def _sparse_rows(state: SacpState, bucket: Any, table: nn.Module):  # noqa: ANN2
         packed_host = host.wait()
         got = torch.cat(comm.all_to_all_v([packed_host] * size, group=state._group, tag=state.tag, recv_rows=rows,
                                            duplex=True))
-        every_index = got[:, :8].contiguous().view(torch.int64).view(-1)
-        every_value = got[:, 8:].contiguous().view(torch.float32).view(-1, dim)
+        every_index, every_value = comm.unpack_rows(got, dim)
         summed = torch.zeros(num_rows, dim, dtype=torch.float32).index_add_(0, every_index, every_value)
         flat.copy_(summed.view(-1))
         return flat

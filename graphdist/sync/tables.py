@@ -28,14 +28,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from graphdist import comm
 
-__all__ = ["TableExchange", "is_sparse_table", "sparse_table_names"]
+__all__ = ["TableExchange", "dense_parameters", "is_sparse_table", "sparse_table_names", "touched_rows"]
 
 
 def is_sparse_table(module: nn.Module) -> bool:
@@ -79,8 +79,10 @@ class TableExchange:
         size = comm.group_size(self.group) if comm.is_initialized() else 1
         sent = 0
         for p in self.params:
-            rows, values = _rows(p)
-            if scale != 1.0:
+            rows, values = touched_rows(p.grad, p)
+            if scale == 0.0:  # no seeds here: this rank's mean is no gradient (it may even be NaN), as the dense hook's
+                rows, values = rows[:0], values[:0]
+            elif scale != 1.0:
                 values = values * scale
             if size > 1:
                 sent += rows.numel() * (8 + 4 * p.shape[1]) * (size - 1)
@@ -89,16 +91,41 @@ class TableExchange:
         return sent
 
 
-def _rows(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, values)`` of ``p``'s gradient, coalesced; empty when it has none."""
-    grad = p.grad
+def touched_rows(grad: Optional[torch.Tensor], table: torch.Tensor, nonzero: bool = False) -> tuple[torch.Tensor,
+                                                                                                  torch.Tensor]:
+    """``(rows, values)`` of a table's gradient: a sparse one's rows, coalesced (``nonzero``: without the rows
+    whose values are all zero), a dense one's non-zero rows; empty rows of ``table``'s width for None.
+
+    Example:
+        >>> g = torch.sparse_coo_tensor([[2, 0, 2]], torch.tensor([[1.0], [0.0], [2.0]]), (4, 1))
+        >>> [t.view(-1).tolist() for t in touched_rows(g, torch.zeros(4, 1))]
+        [[0, 2], [0.0, 3.0]]
+        >>> [t.view(-1).tolist() for t in touched_rows(g, torch.zeros(4, 1), nonzero=True)]
+        [[2], [3.0]]
+    """
     if grad is None:
-        return torch.empty(0, dtype=torch.int64, device=p.device), p.new_empty((0, p.shape[1]))
-    if not grad.is_sparse:  # a dense gradient (a table used outside its Embedding): its non-zero rows
+        return torch.empty(0, dtype=torch.int64, device=table.device), table.new_empty((0, table.shape[1]))
+    if not grad.is_sparse:  # a dense gradient (a user's dense table): its non-zero rows
         rows = grad.ne(0).any(dim=1).nonzero().view(-1)
         return rows, grad.index_select(0, rows)
     grad = grad.coalesce()
-    return grad.indices()[0], grad.values()
+    rows, values = grad.indices()[0], grad.values()
+    if nonzero:
+        keep = values.ne(0).any(dim=1)
+        if not bool(keep.all()):
+            return rows[keep], values[keep]
+    return rows, values
+
+
+def dense_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """``model``'s parameters but its sparse tables: what a dense gradient exchange carries (and its probes size).
+
+    Example:
+        >>> len(dense_parameters(torch.nn.Sequential(torch.nn.Embedding(9, 2, sparse=True), torch.nn.Linear(2, 2))))
+        2
+    """
+    tables = set(sparse_table_names(model))
+    return [p for n, p in model.named_parameters() if n not in tables]
 
 
 def _summed(rows: torch.Tensor, values: torch.Tensor, shape: torch.Size) -> torch.Tensor:

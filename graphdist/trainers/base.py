@@ -254,8 +254,8 @@ def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module", mode: Optio
     import warnings
 
     from graphdist import comm
-
     from graphdist.sync.modes import SYNC_MODES
+    from graphdist.sync.tables import dense_parameters
 
     name = ctx.cfg.allreduce
     mode = mode if mode is not None else ctx.cfg.sync
@@ -268,7 +268,7 @@ def gradient_allreduce(ctx: WorkerContext, model: "torch.nn.Module", mode: Optio
     if name == "auto" and "allreduce" in ctx.decisions:  # decided at the run's start: not timed again
         name = ctx.decisions["allreduce"]
     elif name == "auto":
-        largest = max((p.numel() * p.element_size() for p in model.parameters()), default=4)
+        largest = max((p.numel() * p.element_size() for p in dense_parameters(model)), default=4)
         kwargs["probe_bytes"] = int(min(max(largest, 1 << 16), 16 << 20))
     algorithm = comm.allreduce_algorithm(name, ctx.topology, **kwargs)
     if name == "auto":

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 
 from graphdist import comm
+from graphdist.sync.tables import dense_parameters
+from graphdist.trainers.row_adam import is_row_wise, mark_row_wise
 from placement.shares import LinearCost, fit_cost
 
 PROBE_STEPS = 4  # timed steps per batch size (after one untimed warm-up each)
@@ -71,12 +73,14 @@ class ProbeTarget:
 
 
 def model_shape(model: torch.nn.Module) -> dict[str, Any]:
-    """The simulator's model shape: its Linear layers ``[name, out, in]`` and all parameter bytes."""
+    """The simulator's model shape: its Linear layers ``[name, out, in]`` and the bytes of the parameters a
+    dense gradient exchange carries."""
     from graphdist.sync.sacp import is_linear
 
     return {"linears": [[name, int(m.weight.shape[0]), int(m.weight.shape[1])] for name, m in model.named_modules()
                         if is_linear(m)],
-            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
+            # A sparse table's rows travel as touched rows, not as a dense gradient (sync/tables.py).
+            "param_bytes": sum(p.numel() * p.element_size() for p in dense_parameters(model))}
 
 
 def probe(target: ProbeTarget, share: int) -> tuple[dict[str, LinearCost], dict[str, Any]]:
@@ -374,6 +378,9 @@ def probe_copy(model: torch.nn.Module) -> torch.nn.Module:
     clone = copy.deepcopy(model, memo)
     for d, k, h in kept:
         d[k] = copy.deepcopy(h, memo)  # bound to the copy's module: the memo maps each module to its copy
+    for p, q in zip(model.parameters(), clone.parameters()):  # a Parameter's deep copy drops its attributes
+        if is_row_wise(p):
+            mark_row_wise(q)
     return clone.train()
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphdist import comm
+from graphdist.sync.tables import touched_rows
 
 __all__ = ["RowAdam", "RowShard", "is_row_wise", "mark_row_wise"]
 
@@ -97,13 +98,23 @@ class RowAdam(torch.optim.Adam):
         finally:
             for (_, p), g in zip(lazy, grads):
                 p.grad = g
+        # A fused Adam takes the loss scale from a GradScaler as these two attributes instead of unscaled
+        # gradients; the rows must unscale themselves, and skip a step with an inf as the dense kernel does
+        # (every rank holds the same synced gradients, so all skip alike and no exchange is left unmatched).
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
+        if found_inf is not None and bool(found_inf.item()):
+            return loss
+        unscale = None if grad_scale is None else 1.0 / float(grad_scale)
         with torch.no_grad():
             for (group, p), g in zip(lazy, grads):
-                self._row_step(group, p, g)
+                self._row_step(group, p, g, unscale)
         return loss
 
-    def _row_step(self, group: dict[str, Any], p: torch.Tensor, grad: Optional[torch.Tensor]) -> None:
-        rows, g = _nonzero_rows(grad) if grad is not None else (p.new_empty(0, dtype=torch.int64), p[:0])
+    def _row_step(self, group: dict[str, Any], p: torch.Tensor, grad: Optional[torch.Tensor],
+                  unscale: Optional[float] = None) -> None:
+        rows, g = touched_rows(grad, p, nonzero=True)
+        if unscale is not None:
+            g = g * unscale
         lo, hi = self.shard.bounds(p.shape[0]) if self.shard else (0, p.shape[0])
         state = self.state[p]
         if not state:
@@ -149,9 +160,10 @@ class RowAdam(torch.optim.Adam):
         """The whole optimizer state on rank 0 (None on the others): sharded, every rank sends its share of each
         table's per-row state to rank 0 (a collective: every rank calls it); else :meth:`state_dict`.
 
-        The shares are consecutive row ranges in rank order, so rank 0's receive buffer is the whole tensor
-        (no index travels, nothing is copied again): rank 0 holds one whole copy of the per-row state while
-        the checkpoint is written.
+        The shares are consecutive row ranges in rank order, so rank 0's receive buffer (host memory) is the
+        whole tensor: no index travels and the shares are not joined by another copy. Rank 0 holds that whole
+        copy beside its own share while the checkpoint is written (a mid-epoch checkpoint's writer copies it
+        once more, as it copies every state).
         """
         if not self.shard:
             return self.state_dict()
@@ -162,6 +174,7 @@ class RowAdam(torch.optim.Adam):
                 mine = state.get(key)
                 if mine is None:  # never stepped (then on no rank): nothing to gather
                     continue
+                mine = mine.cpu()  # a checkpoint is written from host memory: no GPU holds the whole state
                 parts = comm.all_to_all_v([mine if r == 0 else mine[:0] for r in range(self.shard.size)],
                                           group=self.shard.group, tag="checkpoint")
                 if self.shard.rank == 0:
@@ -189,18 +202,29 @@ class RowAdam(torch.optim.Adam):
         Raises:
             ValueError: a table's saved state is one rank's share (``best.pt`` of a sharded run), not the whole.
         """
-        super().load_state_dict(state_dict)
-        for _, p in self._tables():
-            state = self.state.get(p)
-            if not state:
+        # Torch's load casts every state tensor to its parameter's dtype and device: the per-row state is kept
+        # out of it, cut to this rank's share on the host, and moved after (row_step stays float32).
+        state_dict = {**state_dict, "state": dict(state_dict["state"])}
+        rows_state = {}
+        for index, (_, p) in zip(_table_indices(self), self._tables()):
+            entry = state_dict["state"].get(index)
+            if entry is None:
                 continue
-            saved = tuple(state.get("rows", (0, p.shape[0])))
+            saved = tuple(entry.get("rows", (0, p.shape[0])))
             if saved != (0, p.shape[0]):
                 raise ValueError(f"the optimizer state holds rows {saved[0]}..{saved[1]} of a {p.shape[0]}-row table: one "
                                  "rank's share (best.pt of a sharded run); resume from the run's checkpoint.pt")
-            lo, hi = self.shard.bounds(p.shape[0]) if self.shard else saved
-            for key in _SHARDED:
-                state[key] = state[key][lo:hi].clone() if (lo, hi) != saved else state[key]
+            rows_state[index] = {key: entry[key] for key in _SHARDED}
+            state_dict["state"][index] = {k: v for k, v in entry.items() if k not in _SHARDED}
+        super().load_state_dict(state_dict)
+        for index, (_, p) in zip(_table_indices(self), self._tables()):
+            if index not in rows_state:
+                continue
+            lo, hi = self.shard.bounds(p.shape[0]) if self.shard else (0, p.shape[0])
+            state = self.state[p]
+            for key, value in rows_state[index].items():
+                dtype = torch.float32 if key == "row_step" else p.dtype
+                state[key] = value[lo:hi].to(device=p.device, dtype=dtype, copy=True)
             state["rows"] = (lo, hi)
 
 
@@ -213,15 +237,3 @@ def _table_indices(opt: torch.optim.Optimizer) -> list[int]:
                 out.append(index)
             index += 1
     return out
-
-
-def _nonzero_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, values)``: the rows of ``grad`` (dense, or sparse as an ``nn.Embedding(sparse=True)`` gives)
-    with a non-zero entry, and their gradient."""
-    if grad.is_sparse:
-        grad = grad.coalesce()
-        rows, values = grad.indices()[0], grad.values()
-        keep = values.ne(0).any(dim=1)
-        return (rows, values) if bool(keep.all()) else (rows[keep], values[keep])
-    rows = grad.ne(0).any(dim=1).nonzero().view(-1)
-    return rows, grad.index_select(0, rows)

@@ -36,3 +36,42 @@ def test_touched_rows_follow_adam_and_untouched_rows_and_moments_stay() -> None:
     again = adam([dense, table], lr=0.05, weight_decay=0.01)
     again.load_state_dict(opt.state_dict())
     assert again.state[table]["row_step"].tolist() == [0, 0, 4, 0, 2, 0]
+
+
+def _table_model() -> torch.nn.Module:
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Embedding(8, 3, sparse=True), torch.nn.Linear(3, 2))
+    mark_row_wise(net[0].weight)
+    return net
+
+
+def test_a_loss_scaler_unscales_the_rows_and_an_overflow_leaves_them() -> None:
+    """torch's GradScaler hands a fused Adam the scale instead of unscaled gradients: the rows unscale too,
+    and skip a step with an inf as the dense kernel does."""
+    ids = torch.tensor([1, 5, 5])
+    plain, scaled = _table_model(), _table_model()
+    opt_plain, opt_scaled = adam(plain.parameters(), lr=0.1), adam(scaled.parameters(), lr=0.1)
+    assert opt_scaled.defaults["fused"] and opt_scaled._step_supports_amp_scaling
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for _ in range(3):
+        opt_plain.zero_grad(), opt_scaled.zero_grad()
+        plain(ids).sum().backward()
+        opt_plain.step()
+        scaler.scale(scaled(ids).sum()).backward()
+        scaler.step(opt_scaled)
+        scaler.update()
+    for a, b in zip(plain.parameters(), scaled.parameters()):
+        torch.testing.assert_close(a, b)
+    before = scaled[0].weight.detach().clone()
+    opt_scaled.zero_grad()
+    scaler.scale(scaled(ids).sum() * float("inf")).backward()
+    scaler.step(opt_scaled)
+    assert torch.equal(scaled[0].weight.detach(), before)
+
+
+def test_a_probe_copy_keeps_its_tables_row_wise() -> None:
+    from graphdist.trainers.probes import probe_copy
+
+    copy = probe_copy(_table_model())
+    copy[0](torch.tensor([2])).sum().backward()
+    assert isinstance(adam(copy.parameters(), lr=0.1), RowAdam)  # torch's Adam would refuse the sparse gradient

@@ -139,6 +139,12 @@ def _exchange_body(rank: int, world_size: int) -> None:
     assert grad.indices().tolist() == [[1, 4, 5]]
     # row 1: rank 0 twice x 0.5; row 4: rank 0 x 0.5 + rank 1 x 2.0; row 5: rank 1 x 2.0
     assert grad.values()[:, 0].tolist() == [1.0, 2.5, 2.0]
+    # a rank without seeds (share 0) sends nothing, even a NaN its empty mean made
+    emb.weight.grad = None
+    (emb(ids) * (float("nan") if rank == 1 else 1.0)).sum().backward()
+    TableExchange(emb).exchange(scale=1.0 if rank == 0 else 0.0)
+    assert emb.weight.grad.coalesce().indices().tolist() == [[1, 4]]
+    assert emb.weight.grad.coalesce().values()[:, 0].tolist() == [2.0, 1.0]
 
 
 def test_the_exchange_sums_every_ranks_scaled_rows_and_sends_only_those() -> None:
