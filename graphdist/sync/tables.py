@@ -86,8 +86,10 @@ class TableExchange:
                 values = values * scale
             if size > 1:
                 sent += rows.numel() * (8 + 4 * p.shape[1]) * (size - 1)
-                rows, values = comm.exchange_rows(rows, values, group=self.group, tag=self.tag)
-            p.grad = _summed(rows, values, p.shape)
+                # Summed on the host, where the rows arrive: a CUDA index_add_ adds in no fixed order, and the
+                # ranks must sum alike.
+                rows, values = comm.exchange_rows(rows.cpu(), values.cpu(), group=self.group, tag=self.tag)
+            p.grad = _summed(rows, values, p.shape).to(p.device)
         return sent
 
 
