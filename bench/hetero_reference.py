@@ -22,7 +22,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -73,10 +73,12 @@ def receptive_field(indptr: Tensor, indices: Tensor, edge_type: Tensor, seeds: T
     return dst, hops[::-1]
 
 
-def _layers(model: Any, h: Tensor, graphs: list[tuple[Tensor, Tensor, int]]) -> Tensor:
-    """The R-GCN layers after the encoder, ReLU and dropout between them (``ReLUDropoutGNN``'s order)."""
-    for i, (conv, (edge_index, relation, num_dst)) in enumerate(zip(model.layers, graphs)):
-        h = conv.to_pyg()((h, h[:num_dst]), edge_index, relation)  # PyG's RGCNConv on graphdist's parameters
+def _layers(model: Any, h: Tensor, graphs: list[tuple[Tensor, Tensor, int]], convs: Optional[list[Any]] = None) -> Tensor:
+    """The R-GCN layers after the encoder, ReLU and dropout between them (``ReLUDropoutGNN``'s order): ``convs``,
+    PyG's ``RGCNConv`` on graphdist's parameters (``RGCNLayer.to_pyg``; made here when not given)."""
+    convs = convs if convs is not None else [layer.to_pyg() for layer in model.layers]
+    for i, (conv, (edge_index, relation, num_dst)) in enumerate(zip(convs, graphs)):
+        h = conv((h, h[:num_dst]), edge_index, relation)
         if i < model.num_layers - 1:
             h = F.dropout(F.relu(h), model.dropout, model.training)
     return h
@@ -105,6 +107,7 @@ def reference_run(graph: Any, seed: int, r: dict[str, Any]) -> dict[str, Any]:
         if isinstance(enc, torch.nn.Embedding):
             enc.sparse = False
     opt = torch.optim.Adam(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
+    convs = [layer.to_pyg() for layer in model.layers]
     ids = torch.arange(graph.num_nodes)
     node_type, type_index = schema.node_type(ids), schema.type_index(ids)
     edge_type = graph.edge_type.to(torch.int64)
@@ -121,14 +124,14 @@ def reference_run(graph: Any, seed: int, r: dict[str, Any]) -> dict[str, Any]:
         for seeds in batches:
             nodes, hops = receptive_field(graph.indptr, graph.indices, edge_type, seeds, r["layers"], scratch)
             h = model.encoder(graph.x[nodes], node_type[nodes], type_index[nodes])
-            loss = F.cross_entropy(_layers(model, h, hops), graph.y[seeds])
+            loss = F.cross_entropy(_layers(model, h, hops, convs), graph.y[seeds])
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(loss.item())
         model.eval()
         with torch.no_grad():
-            pred = _layers(model, model.encoder(graph.x, node_type, type_index), whole).argmax(1)
+            pred = _layers(model, model.encoder(graph.x, node_type, type_index), whole, convs).argmax(1)
         acc = {f"{m}_acc": float((pred[mask] == graph.y[mask]).float().mean())
                for m, mask in (("val", graph.val_mask), ("test", graph.test_mask))}
         history.append({"epoch": epoch, "loss": sum(losses) / len(losses), "steps": len(batches), **acc})

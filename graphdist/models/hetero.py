@@ -202,7 +202,8 @@ class RGCNLayer(nn.Module):
         """PyG's ``RGCNConv`` holding this layer's own parameters (gradients reach them): the oracle."""
         from torch_geometric.nn import RGCNConv
 
-        conv = RGCNConv(self.in_channels, self.out_channels, self.num_relations, num_bases=self.num_bases)
+        with torch.random.fork_rng(devices=[]):  # its own initialisation, replaced below, must not move the seed stream
+            conv = RGCNConv(self.in_channels, self.out_channels, self.num_relations, num_bases=self.num_bases)
         for name in ("weight", "comp", "root", "bias"):
             setattr(conv, name, getattr(self, name))
         return conv
