@@ -91,9 +91,6 @@ def test_a_typed_npz_trains_from_the_command_line_with_rgcn_and_resumes_bit_iden
         return re.search(r"loss (\S+)", line).group(1), re.search(r"val (\S+)", line).group(1)
 
     assert last_epoch(resumed) == last_epoch(whole), (resumed, whole)
-    # 2 workers kept half the table's Adam state each; the checkpoint holds the whole, which 1 worker takes
-    one = run(3, "resumed", "--resume", str(tmp_path / "half"), "--num-workers", "1")
-    assert "epoch 3 done" in one
     # --predict: every node of every type, keyed by its type and its id within the type
     out = subprocess.run([sys.executable, "-m", "graphdist.cli.train", "--predict", str(tmp_path / "whole")],
                          capture_output=True, text=True, timeout=300)
