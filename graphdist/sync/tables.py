@@ -64,7 +64,8 @@ class TableExchange:
 
     def __init__(self, model: nn.Module, group: Any = None, tag: str = "grad") -> None:
         self.names = sparse_table_names(model)
-        self.params = [p for n, p in model.named_parameters() if n in set(self.names)]
+        names = set(self.names)
+        self.params = [p for n, p in model.named_parameters() if n in names]
         self.group, self.tag = group, tag
 
     def __bool__(self) -> bool:
