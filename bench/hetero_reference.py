@@ -1,10 +1,10 @@
 """What ``bench_hetero.py`` compares graphdist against: a single-process R-GCN in plain PyG, and the DGL export.
 
 - :func:`reference_run`: ``graphdist.models.hetero.RGCN``'s ``TypedEncoder`` and PyG ``RGCNConv`` layers
-  on its parameters (``RGCNLayer.to_pyg``; basis decomposition, per-relation mean, root weight) on full neighbourhoods: no sampling, one process,
-  one thread, Adam. Every step computes the full-graph R-GCN exactly where the loss reads it: the
-  batch's seeds, through their whole L-hop in-neighbourhood (:func:`receptive_field`). Computing every
-  node of synthetic-hetero-100k at every step costs ~2 s here (RGCNConv aggregates and transforms all
+  on its parameters (``RGCNLayer.to_pyg``; basis decomposition, per-relation mean, root weight) on full
+  neighbourhoods: no sampling, one process, one thread, Adam. Every step computes the full-graph R-GCN
+  exactly where the loss reads it: the batch's seeds, through their whole L-hop in-neighbourhood
+  (:func:`receptive_field`). Computing every node of synthetic-hetero-100k at every step costs ~2 s here (RGCNConv aggregates and transforms all
   N rows once per relation), ~10x the restricted step, and gives the same numbers up to dropout's draws.
   Steps are graphdist's: the train seeds shuffled every epoch, cut into ``batch_size`` batches, at most
   ``max_steps`` of them. After each epoch every node is evaluated on the whole graph in eval mode, as

@@ -30,8 +30,8 @@ from graphdist.comm.algorithms import (
     all_reduce_async,
     allreduce_algorithm,
 )
-from graphdist.comm.alltoall import (all_to_all_counts_async, all_to_all_v, all_to_all_v_async, exchange_rows, joined_rows,
-                                     pack_rows, unpack_rows)
+from graphdist.comm.alltoall import (all_to_all_counts_async, all_to_all_v, all_to_all_v_async, exchange_rows,
+                                     joined_rows, pack_rows, unpack_rows)
 from graphdist.comm.collectives import (
     Handle,
     all_gather_object,

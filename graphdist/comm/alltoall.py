@@ -27,8 +27,8 @@ import torch.distributed as dist
 from graphdist.comm.collectives import Group, _backend, _fail, _route, _run, _staged, injection_point
 from graphdist.comm.counters import COUNTER, byte_counts  # noqa: F401 - byte_counts: all_to_all_v's example
 
-__all__ = ["all_to_all_v", "all_to_all_v_async", "all_to_all_counts_async", "exchange_rows", "joined_rows", "pack_rows", "unpack_rows", "PendingAllToAll",
-           "PendingCounts", "DUPLEX_MIN_BYTES"]
+__all__ = ["all_to_all_v", "all_to_all_v_async", "all_to_all_counts_async", "exchange_rows", "joined_rows",
+           "pack_rows", "unpack_rows", "PendingAllToAll", "PendingCounts", "DUPLEX_MIN_BYTES"]
 
 
 def all_to_all_v(

@@ -27,9 +27,9 @@ from torch import nn
 from graphdist import comm
 from graphdist.sync.base import GradientSync
 from graphdist.sync.hooks import AllreduceState, seed_weighted_allreduce
-from graphdist.sync.tables import TableExchange
 from graphdist.sync.modes import COMPRESSIONS, SYNC_MODES
 from graphdist.sync.stats import StepStats
+from graphdist.sync.tables import TableExchange
 
 
 class DdpSync(GradientSync):
