@@ -5,16 +5,21 @@ METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs
 (seeds outward), without replacement, one thread per worker.
 
 - local: ``NeighborSampler`` on the whole graph in one process (the per-worker baseline), alone
-  and as 2 processes at once (both cores busy, as the 2 distributed workers have them; their
-  passes start together, and "vs 2 local" divides by the mean of the two);
+  (in the main process) and as 2 processes at once (both cores busy, as the 2 distributed workers
+  have them): each distributed worker also holds the whole graph and samples the same seed
+  batches with the local sampler, so "2 local" and "distributed" run in the same two processes;
 - distributed: 2 workers on localhost (gloo), each ``NeighborSampler(DistNeighborSource(part))``
   on its partition, driven two ways: ``sample`` one batch at a time, and ``sample_stream`` (what
   ``NodeLoader`` calls), which keeps 6 batches in flight (two streams of 3 that share each hop's
   exchanges; ``--pipeline``) so one stream samples while the other's exchanges travel. Per worker:
   sampled edges/s, the share of frontier nodes owned by the other worker, and the time spent
-  waiting in the all-to-alls (what limits it). Within a round each side keeps the best of two
-  passes; the local and the distributed sampler alternate over ``--rounds`` rounds (default 3)
-  and the table shows each one's median;
+  waiting in the all-to-alls.
+- timing: after one untimed pass of each, the three passes (2 local at once, distributed one at a
+  time, distributed pipelined) alternate ``--passes`` times per round (order reversed every other
+  time; both workers start each pass together), over ``--rounds`` rounds. This machine's speed
+  drifts by 20-40% within seconds, so "vs 2 local" is the median over all alternations of a pass's
+  rate divided by the mean rate of the 2 local passes right beside it (paired), and the rates are
+  medians of all passes;
 - features: each worker gathers its batches' input features through ``DistFeatureSource`` with
   the cache off, at 10% of the halo, and holding the whole halo: hit rate and rows fetched;
 - cache policies at ``--cache-sizes`` (shares of the halo): the halo nodes most referenced by the
@@ -24,7 +29,8 @@ METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs
   batches; all scored on the same fresh batches. Target (issue 15): inclusion >= 90% of the
   oracle's hit rate and >= 1.3x degree's at 10% of the halo. A PNG of hit rate against size.
 
-Target (issue 4): distributed per-worker edges/s >= 50% of the local sampler's.
+Targets: distributed per-worker edges/s >= 50% of the local sampler's (issue 4); pipelined >= 0.95x
+of two local samplers at once (issue 47).
 
 Run book:
     OMP_NUM_THREADS=1 python bench/bench_dist_sampler.py                # ~5 min (3 rounds)
@@ -50,6 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 FANOUTS = [15, 10, 5]
+MODES = ("local", "single", "stream")  # 2 local samplers at once; distributed one batch at a time; pipelined
 
 
 def partitions(nodes: int) -> Path:
@@ -62,27 +69,26 @@ def partitions(nodes: int) -> Path:
     return out
 
 
-def local_rate(nodes: int, batches: int, batch_size: int, before_pass: Any = None) -> dict[str, float]:
-    """The local sampler's best of two passes; ``before_pass`` (a barrier) lines up two processes' passes."""
+def local_rate(nodes: int, batches: int, batch_size: int, passes: int) -> dict[str, float]:
+    """The local sampler alone (this process): the median of ``passes`` timed passes after an untimed one."""
     from graphdist.data import load_graph
     from sampling import NeighborSampler
 
     graph = load_graph(f"synthetic-{nodes}")
     sampler = NeighborSampler(graph, FANOUTS, seed=0)
     order = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))
-    for i in range(3):  # warm-up
-        sampler.sample(order[i * batch_size : (i + 1) * batch_size])
-    best = {"edges_per_s": 0.0}
-    for _ in range(2):  # best of two rounds, as for the distributed sampler
-        if before_pass is not None:
-            before_pass()
-        edges, start = 0, time.perf_counter()
-        for i in range(3, 3 + batches):
-            edges += sampler.sample(order[i * batch_size : (i + 1) * batch_size]).num_sampled_edges
-        elapsed = time.perf_counter() - start
-        if edges / elapsed > best["edges_per_s"]:
-            best = {"edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed}
-    return best
+    seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(batches)]
+    rows = [_timed_pass((sampler.sample(s) for s in seeds), batches * batch_size) for _ in range(1 + passes)]
+    return _median_rows(rows[1:])
+
+
+def _timed_pass(stream: Any, num_seeds: int) -> dict[str, float]:
+    """Draws every batch of ``stream``: edges/s and seeds/s."""
+    edges, start = 0, time.perf_counter()
+    for batch in stream:
+        edges += batch.num_sampled_edges
+    elapsed = time.perf_counter() - start
+    return {"edges_per_s": edges / elapsed, "seeds_per_s": num_seeds / elapsed}
 
 
 def bind(rank: int, world_size: int, on: bool) -> None:
@@ -92,18 +98,6 @@ def bind(rank: int, world_size: int, on: bool) -> None:
 
     if on:
         bind_worker(rank, world_size, TrainConfig(num_workers=world_size))
-
-
-def _local_worker(rank: int, world_size: int, nodes: int, batches: int, batch_size: int, out_dir: str,
-                  bound: bool, round_: int) -> None:
-    """The local sampler in each of 2 processes at once: the baseline with both cores busy. Both passes
-    start together (a barrier before each), so neither process runs any of its pass alone."""
-    from graphdist import comm
-
-    bind(rank, world_size, bound)
-    torch.set_num_threads(1)
-    rate = local_rate(nodes, batches, batch_size, before_pass=comm.barrier)
-    Path(out_dir, f"local{rank}_{round_}.json").write_text(json.dumps(rate))
 
 
 def _cache_policies(part: Any, sampler: Any, order: torch.Tensor, fresh: list[torch.Tensor], batch_size: int,
@@ -146,10 +140,11 @@ def _cache_policies(part: Any, sampler: Any, order: torch.Tensor, fresh: list[to
     return out
 
 
-def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size: int, out_dir: str,
-            cache_sizes: list[float], oracle_batches: int, pipeline: int, round_id: int, features: bool,
-            bound: bool) -> None:
+def _worker(rank: int, world_size: int, part_dir: str, nodes: int, batches: int, batch_size: int, out_dir: str,
+            cache_sizes: list[float], oracle_batches: int, pipeline: int, passes: int, round_id: int,
+            features: bool, bound: bool) -> None:
     from graphdist import comm
+    from graphdist.data import load_graph
     from partition.api import load_partition
     from sampling import NeighborSampler
     from sampling.distributed import DistFeatureSource, DistNeighborSource
@@ -159,32 +154,34 @@ def _worker(rank: int, world_size: int, part_dir: str, batches: int, batch_size:
     part = load_partition(part_dir, rank, verify=False)
     source = DistNeighborSource(part, seed=0)
     sampler = NeighborSampler(source, FANOUTS, seed=rank, pipeline=pipeline)
+    local = NeighborSampler(load_graph(f"synthetic-{nodes}"), FANOUTS, seed=rank)  # the same batches, whole graph
     [(lo, hi)] = part.inner_ranges
     order = lo + torch.randperm(hi - lo, generator=torch.Generator().manual_seed(rank))
-    seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(3 + batches)]
-    for s in seeds[:3]:
-        sampler.sample(s)
+    seeds = [order[i * batch_size : (i + 1) * batch_size] for i in range(batches)]
     # The sampler may keep fewer in flight than asked (its mark arrays' memory cap): report what it keeps.
     result: dict[str, Any] = {"rank": rank, "halo_nodes": part.num_local - part.num_inner,
-                              "pipeline": sampler.pipeline}
+                              "pipeline": sampler.pipeline, "passes": []}
     inputs: list[torch.Tensor] = []
-    # Two rounds of each mode, alternating, so that outside load hits both alike; best round kept.
-    for mode in ("single", "stream", "single", "stream"):
+
+    def timed(mode: str) -> dict[str, float]:
+        nonlocal inputs
         source.local_requests = source.remote_requests = 0
-        comm.barrier()
+        comm.barrier()  # both workers start together, whichever pass it is
         comm.reset_byte_counts()
-        stream = (sampler.sample(s) for s in seeds[3:]) if mode == "single" else sampler.sample_stream(seeds[3:])
-        edges, inputs = 0, []
-        start = time.perf_counter()
-        for batch in stream:
-            edges += batch.num_sampled_edges
-            inputs.append(batch.input_nodes)
-        elapsed = time.perf_counter() - start
-        row = {"edges_per_s": edges / elapsed, "seeds_per_s": batches * batch_size / elapsed,
-               "comm_share": comm.time_counts().get("sample", 0.0) / elapsed,
-               "remote_frontier_share": source.remote_requests / max(1, source.remote_requests + source.local_requests)}
-        if row["edges_per_s"] > result.get(mode, {}).get("edges_per_s", 0.0):
-            result[mode] = row
+        if mode == "local":
+            return _timed_pass((local.sample(s) for s in seeds), batches * batch_size)
+        stream = (sampler.sample(s) for s in seeds) if mode == "single" else sampler.sample_stream(seeds)
+        inputs = []
+        row = _timed_pass((inputs.append(b.input_nodes) or b for b in stream), batches * batch_size)
+        elapsed = batches * batch_size / row["seeds_per_s"]
+        return {**row, "comm_share": comm.time_counts().get("sample", 0.0) / elapsed,
+                "remote_frontier_share": source.remote_requests / max(1, source.remote_requests
+                                                                      + source.local_requests)}
+
+    for mode in MODES:  # untimed: the first pass of each faults its memory in
+        timed(mode)
+    for k in range(passes):  # alternating, the order reversed every other time
+        result["passes"].append({mode: timed(mode) for mode in (MODES if k % 2 == 0 else MODES[::-1])})
     if not features:  # the features and cache policies are measured once, in the last round
         Path(out_dir, f"rank{rank}_{round_id}.json").write_text(json.dumps(result))
         return
@@ -255,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pipeline", type=int, default=6, help="batches in flight in sample_stream (default 6, "
                    "NeighborSampler's)")
     p.add_argument("--oracle-batches", type=int, default=200, help="batches the oracle counts inputs of")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of the local and the distributed "
-                   "sampler; the table shows each one's median (default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, each with fresh worker processes (default 3)")
+    p.add_argument("--passes", type=int, default=4, help="alternations of the 2 local and the 2 distributed "
+                   "samplers' passes per round (default 4)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "dist_sampler.json"))
     p.add_argument("--png", default=str(REPO / "bench" / "results" / "cache_policies.png"))
     p.add_argument("--no-bind", dest="bind", action="store_false",
@@ -268,27 +266,31 @@ def main(argv: list[str] | None = None) -> int:
     part_dir = partitions(args.nodes)
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        # The local sampler (alone, then 2 processes at once) and the distributed sampler alternate,
-        # round after round (this machine is shared and noisy): each side's median goes in the table.
+        # The local sampler alone, then the 2 workers, round after round; inside a round the workers
+        # alternate their local and distributed passes (this machine is shared and noisy).
         for i in range(args.rounds):
-            local_i = local_rate(args.nodes, args.batches, args.batch_size)
-            launch(_local_worker, 2, args.nodes, args.batches, args.batch_size, tmp, args.bind, i, timeout=1800)
-            pair_i = [json.loads(Path(tmp, f"local{r}_{i}.json").read_text()) for r in range(2)]
-            launch(_worker, 2, str(part_dir), args.batches, args.batch_size, tmp, args.cache_sizes,
-                   args.oracle_batches, args.pipeline, i, i == args.rounds - 1, args.bind, timeout=1800)
-            rounds.append({"local": local_i, "local_pair": pair_i,
+            local_i = local_rate(args.nodes, args.batches, args.batch_size, args.passes)
+            launch(_worker, 2, str(part_dir), args.nodes, args.batches, args.batch_size, tmp, args.cache_sizes,
+                   args.oracle_batches, args.pipeline, args.passes, i, i == args.rounds - 1, args.bind, timeout=1800)
+            rounds.append({"local": local_i,
                            "ranks": [json.loads(Path(tmp, f"rank{r}_{i}.json").read_text()) for r in range(2)]})
     local = _median_rows([r["local"] for r in rounds])
-    local_pair = [_median_rows([rd["local_pair"][rank] for rd in rounds]) for rank in range(2)]
+    passes = [list(zip(*(r["passes"] for r in rd["ranks"]))) for rd in rounds]  # [round][pass][rank][mode]
+    every = [each for rd in passes for each in rd]
+    local_pair = [_median_rows([each[rank]["local"] for each in every]) for rank in range(2)]
     ranks = [dict(r) for r in rounds[-1]["ranks"]]  # copies: the rounds keep their own figures in the JSON
     for rank, r in enumerate(ranks):
         for mode in ("single", "stream"):
-            r[mode] = _median_rows([rd["ranks"][rank][mode] for rd in rounds])
-    print("rounds (M edges/s, local alone / 2 local at once / distributed pipelined rank 0, 1): " + "; ".join(
+            r[mode] = _median_rows([each[rank][mode] for each in every])
+            # Paired: each pass against the mean of the 2 local passes of the same alternation.
+            r[mode]["vs_pair"] = statistics.median(
+                each[rank][mode]["edges_per_s"] / statistics.mean(x["local"]["edges_per_s"] for x in each)
+                for each in every)
+    print("rounds (M edges/s, medians: local alone / 2 local at once / distributed pipelined rank 0, 1): " + "; ".join(
         f"{rd['local']['edges_per_s'] / 1e6:.2f} / "
-        + ", ".join(f"{x['edges_per_s'] / 1e6:.2f}" for x in rd["local_pair"]) + " / " + ", ".join(f"{x['stream']['edges_per_s'] / 1e6:.2f}"
-                                                                 for x in rd["ranks"]) for rd in rounds))
-    pair_rate = statistics.mean(r["edges_per_s"] for r in local_pair)  # each of two local samplers at once
+        + " / ".join(", ".join(f"{statistics.median(x[rank][mode]['edges_per_s'] for x in rp) / 1e6:.2f}"
+                               for rank in range(2)) for mode in ("local", "stream"))
+        for rd, rp in zip(rounds, passes)))
     print(f"\nsynthetic-{args.nodes}, 2 METIS parts, batch {args.batch_size}, fan-outs {FANOUTS}, 1 thread/worker")
     print(f"{'sampler':<36}{'M edges/s':>10}{'seeds/s':>9}{'vs local':>9}{'vs 2 local':>11}{'remote':>8}"
           f"{'in comm':>9}")
@@ -301,8 +303,10 @@ def main(argv: list[str] | None = None) -> int:
             m = r[mode]
             print(f"{'dist. rank ' + str(r['rank']) + ', ' + label:<36}{m['edges_per_s'] / 1e6:>10.2f}"
                   f"{m['seeds_per_s']:>9,.0f}{m['edges_per_s'] / local['edges_per_s']:>9.2f}"
-                  f"{m['edges_per_s'] / pair_rate:>11.2f}{100 * m['remote_frontier_share']:>7.0f}%"
+                  f"{m['vs_pair']:>11.2f}{100 * m['remote_frontier_share']:>7.0f}%"
                   f"{100 * m['comm_share']:>8.0f}%")
+    print("  vs 2 local: the median, over every alternation, of the pass's rate over the mean of the 2 local passes "
+          "beside it")
     print(f"\nremote features (rank 0, {ranks[0]['halo_nodes']:,} halo nodes):")
     for label in ("off", "10%", "all"):
         c = ranks[0][f"cache_{label}"]

@@ -126,13 +126,16 @@ def test_bench_dist_sampler(tmp_path):
     out = tmp_path / "dist_sampler.json"
     png = tmp_path / "cache.png"
     res = _bench("bench_dist_sampler.py", "--nodes", 5000, "--batches", 3, "--batch-size", 64, "--cache-sizes", 0.1,
-                 1.0, "--oracle-batches", 4, "--rounds", 2, "--out", out, "--png", png)
+                 1.0, "--oracle-batches", 4, "--rounds", 2, "--passes", 2, "--out", out, "--png", png)
     _ok(res)
     assert "M edges/s" in res.stdout and "remote features" in res.stdout and "incl/oracle" in res.stdout
     doc = _read(out, "nodes", "local", "local_pair", "ranks", "rounds")
     assert len(doc["rounds"]) == 2 and all(len(r["ranks"]) == 2 for r in doc["rounds"])
     assert len(doc["local_pair"]) == 2 and doc["local"]["edges_per_s"] > 0
-    assert all(len(r["local_pair"]) == 2 for r in doc["rounds"])  # the pair runs in every round
+    # the 2 local samplers and the distributed ones alternate in every round, every pass paired
+    assert all(len(r["passes"]) == 2 and set(r["passes"][0]) == {"local", "single", "stream"}
+               for rd in doc["rounds"] for r in rd["ranks"])
+    assert all(0 < r[mode]["vs_pair"] for r in doc["ranks"] for mode in ("single", "stream"))
     assert [r["rank"] for r in doc["ranks"]] == [0, 1] and png.exists()
     for r in doc["ranks"]:
         assert r["single"]["edges_per_s"] > 0 and r["stream"]["edges_per_s"] > 0, r
