@@ -13,7 +13,10 @@ METIS into 2 parts; batches of 1024 seeds from each worker's own nodes, fan-outs
   ``NodeLoader`` calls), which keeps 6 batches in flight (two streams of 3 that share each hop's
   exchanges; ``--pipeline``) so one stream samples while the other's exchanges travel. Per worker:
   sampled edges/s, the share of frontier nodes owned by the other worker, and the time spent
-  waiting in the all-to-alls.
+  waiting in the all-to-alls; and the pipelined pass's exchanges alone, recorded and replayed one after
+  another with the same sizes between the same two processes: their CPU against a local pass is
+  the share the transport (gloo over TCP, its threads on the worker's own core) takes before any
+  sampling work, so ``1 / (1 + share)`` bounds what the distributed sampler can reach here.
 - timing: after one untimed pass of each, the three passes (2 local at once, distributed one at a
   time, distributed pipelined) alternate ``--passes`` times per round (order reversed every other
   time; both workers start each pass together), over ``--rounds`` rounds. This machine's speed
@@ -41,6 +44,7 @@ Writes bench/results/dist_sampler.json (git-ignored).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -48,7 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -98,6 +102,50 @@ def bind(rank: int, world_size: int, on: bool) -> None:
 
     if on:
         bind_worker(rank, world_size, TrainConfig(num_workers=world_size))
+
+
+@contextlib.contextmanager
+def _recorded_exchanges() -> Iterator[list[tuple[Any, ...]]]:
+    """Records the sizes of every all-to-all the distributed sampler starts (``graphdist.comm``'s two calls)."""
+    from graphdist import comm
+
+    log: list[tuple[Any, ...]] = []
+    counts_async, v_async = comm.all_to_all_counts_async, comm.all_to_all_v_async
+
+    def counts(send_rows: Any, *args: Any, **kwargs: Any) -> Any:
+        log.append(("counts", [int(r) for r in send_rows]))
+        return counts_async(send_rows, *args, **kwargs)
+
+    def rows(inputs: Any, *args: Any, recv_rows: Any = None, **kwargs: Any) -> Any:
+        log.append(("rows", [int(t.shape[0]) for t in inputs], tuple(inputs[0].shape[1:]), inputs[0].dtype,
+                    None if recv_rows is None else [int(r) for r in recv_rows]))
+        return v_async(inputs, *args, recv_rows=recv_rows, **kwargs)
+
+    comm.all_to_all_counts_async, comm.all_to_all_v_async = counts, rows
+    try:
+        yield log
+    finally:
+        comm.all_to_all_counts_async, comm.all_to_all_v_async = counts_async, v_async
+
+
+def _replay(log: list[tuple[Any, ...]]) -> Any:
+    """A timed pass of the recorded exchanges alone, one after another, with payloads made beforehand: what
+    the transport costs this process (its CPU: the launches, gloo's threads and the socket copies)."""
+    from graphdist import comm
+
+    payloads = [None if kind == "counts" else [torch.zeros((r, *rest[0]), dtype=rest[1]) for r in send]
+                for kind, send, *rest in log]
+
+    def run() -> dict[str, float]:
+        cpu, start = time.process_time(), time.perf_counter()
+        for (kind, send, *rest), payload in zip(log, payloads):
+            if payload is None:
+                comm.all_to_all_counts_async(send, tag="sample").wait()
+            else:
+                comm.all_to_all_v_async(payload, tag="sample", recv_rows=rest[2]).wait()
+        return {"wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu, "exchanges": len(log),
+                "bytes": sum(sum(p.numel() * p.element_size() for p in payload) for payload in payloads if payload)}
+    return run
 
 
 def _cache_policies(part: Any, sampler: Any, order: torch.Tensor, fresh: list[torch.Tensor], batch_size: int,
@@ -178,10 +226,16 @@ def _worker(rank: int, world_size: int, part_dir: str, nodes: int, batches: int,
                 "remote_frontier_share": source.remote_requests / max(1, source.remote_requests
                                                                       + source.local_requests)}
 
-    for mode in MODES:  # untimed: the first pass of each faults its memory in
+    for mode in MODES[:-1]:  # untimed: the first pass of each faults its memory in
         timed(mode)
+    with _recorded_exchanges() as exchanges:  # the pipelined pass's exchanges, replayed below
+        timed("stream")
+    replay = _replay(exchanges)
     for k in range(passes):  # alternating, the order reversed every other time
-        result["passes"].append({mode: timed(mode) for mode in (MODES if k % 2 == 0 else MODES[::-1])})
+        row = {mode: timed(mode) for mode in (MODES if k % 2 == 0 else MODES[::-1])}
+        comm.barrier()
+        row["exchanges"] = replay()
+        result["passes"].append(row)
     if not features:  # the features and cache policies are measured once, in the last round
         Path(out_dir, f"rank{rank}_{round_id}.json").write_text(json.dumps(result))
         return
@@ -305,6 +359,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{m['seeds_per_s']:>9,.0f}{m['edges_per_s'] / local['edges_per_s']:>9.2f}"
                   f"{m['vs_pair']:>11.2f}{100 * m['remote_frontier_share']:>7.0f}%"
                   f"{100 * m['comm_share']:>8.0f}%")
+    # The transport's own cost: the pipelined pass's exchanges replayed alone, beside the local passes.
+    for rank in range(2):
+        share = statistics.median(each[rank]["exchanges"]["cpu_s"] * each[rank]["local"]["seeds_per_s"]
+                                  / (args.batches * args.batch_size) for each in every)
+        ex = _median_rows([each[rank]["exchanges"] for each in every])
+        ranks[rank]["exchanges"] = {**ex, "cpu_share_of_local_pass": share}
+        print(f"{'dist. rank ' + str(rank) + ', its exchanges alone':<36}{int(ex['exchanges']):>10} all-to-alls, "
+              f"{ex['bytes'] / 2**20:.1f} MiB sent, {ex['wall_s']:.3f} s wall, {ex['cpu_s']:.3f} s CPU = "
+              f"{100 * share:.1f}% of a local pass: at most {1 / (1 + share):.2f}x of it with nothing else added")
     print("  vs 2 local: the median, over every alternation, of the pass's rate over the mean of the 2 local passes "
           "beside it")
     print(f"\nremote features (rank 0, {ranks[0]['halo_nodes']:,} halo nodes):")

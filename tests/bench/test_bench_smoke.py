@@ -133,9 +133,10 @@ def test_bench_dist_sampler(tmp_path):
     assert len(doc["rounds"]) == 2 and all(len(r["ranks"]) == 2 for r in doc["rounds"])
     assert len(doc["local_pair"]) == 2 and doc["local"]["edges_per_s"] > 0
     # the 2 local samplers and the distributed ones alternate in every round, every pass paired
-    assert all(len(r["passes"]) == 2 and set(r["passes"][0]) == {"local", "single", "stream"}
+    assert all(len(r["passes"]) == 2 and set(r["passes"][0]) == {"local", "single", "stream", "exchanges"}
                for rd in doc["rounds"] for r in rd["ranks"])
     assert all(0 < r[mode]["vs_pair"] for r in doc["ranks"] for mode in ("single", "stream"))
+    assert all(r["exchanges"]["exchanges"] > 0 and r["exchanges"]["cpu_s"] > 0 for r in doc["ranks"])  # the replay
     assert [r["rank"] for r in doc["ranks"]] == [0, 1] and png.exists()
     for r in doc["ranks"]:
         assert r["single"]["edges_per_s"] > 0 and r["stream"]["edges_per_s"] > 0, r
