@@ -220,7 +220,13 @@ def _worker(rank: int, world_size: int, part_dir: str, nodes: int, batches: int,
             return _timed_pass((local.sample(s) for s in seeds), batches * batch_size)
         stream = (sampler.sample(s) for s in seeds) if mode == "single" else sampler.sample_stream(seeds)
         inputs = []
-        row = _timed_pass((inputs.append(b.input_nodes) or b for b in stream), batches * batch_size)
+
+        def keeping_inputs() -> Iterator[Any]:  # the last pass's input nodes feed the feature measurements
+            for batch in stream:
+                inputs.append(batch.input_nodes)
+                yield batch
+
+        row = _timed_pass(keeping_inputs(), batches * batch_size)
         elapsed = batches * batch_size / row["seeds_per_s"]
         return {**row, "comm_share": comm.time_counts().get("sample", 0.0) / elapsed,
                 "remote_frontier_share": source.remote_requests / max(1, source.remote_requests
