@@ -123,7 +123,9 @@ class RuntimeSection(Section):
     checkpoint_interval: Optional[str] = None
     log_interval: int = 20  # steps between progress lines (and between reads of the loss: a read syncs a GPU)
     verbose: bool = False  # the console's diagnostics: resolved config, topology and plan, sync wiring, cores
-    tensorboard: bool = False  # off: tensorboard is an optional package; metrics.jsonl and the plots are always written
+    tensorboard: bool = False  # off: tensorboard is an optional package; metrics.jsonl is always written
+    # rank 0 draws the run directory's PNGs after the last epoch (matplotlib: about 1.2 s of CPU, import included)
+    plots: bool = True
     run_dir: Optional[str] = None  # default runs/<timestamp>
     resume: Optional[str] = None
     predict: Optional[str] = None

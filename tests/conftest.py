@@ -25,6 +25,14 @@ def _numba_cache(tmp_path_factory):
     os.environ.setdefault("NUMBA_CACHE_DIR", str(tmp_path_factory.mktemp("numba")))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_plots():
+    """Training runs skip the run directory's PNGs (``GRAPHDIST_PLOTS=0``, as ``--no-plots``): drawing them costs
+    rank 0 ~1.2 s of CPU (matplotlib) at the end of each of the suite's hundreds of runs. The tests of the
+    plots ask for them (``--plots``: tests/trainers/test_train_e2e.py, test_multihost.py; test_runlog_plots.py)."""
+    os.environ.setdefault("GRAPHDIST_PLOTS", "0")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test writes derived files under its own GRAPHDIST_CACHE, never ~/.cache."""

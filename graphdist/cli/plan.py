@@ -45,7 +45,7 @@ MAX_AGGREGATION_TVD = 0.1
 # graphdist-train flags that cannot change a step's time: refused when given here (a --config or
 # --from-run file may hold them: a run's whole config is read, these keys are not used).
 NOT_A_STEP = ("epochs", "lr", "weight_decay", "eval_every", "run_dir", "resume", "overwrite", "inexact_resume",
-              "predict", "checkpoint", "checkpoint_every", "log_interval", "tensorboard", "dry_run",
+              "predict", "checkpoint", "checkpoint_every", "log_interval", "tensorboard", "plots", "dry_run",
               "rebalance_every", "rebalance_eps", "dropout")
 
 

@@ -69,7 +69,8 @@ def test_torchrun_2x2_over_a_shaped_link_equals_local_4_workers_on_pubmed(needs_
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     with EmulatedCluster(hosts=HOSTS, rate="1gbit", tcp_retries2=5) as c:
         tx0 = _tx_total(c)
-        job = TorchrunJob(c, PER_HOST, [*TRAIN, *common, "--run-dir", str(tmp_path / "multi")], cwd=str(REPO))
+        job = TorchrunJob(c, PER_HOST, [*TRAIN, *common, "--plots", "--run-dir", str(tmp_path / "multi")],
+                          cwd=str(REPO))
         assert job.wait(JOB_LIMIT_S) == [0, 0], job.output()[-5000:]
         tx = _tx_total(c) - tx0
     assert (tmp_path / "multi" / "checkpoint.pt").exists() and (tmp_path / "multi" / "loss_acc.png").exists()

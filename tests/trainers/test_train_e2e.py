@@ -49,7 +49,7 @@ def test_cli_two_workers_writes_run_dir(tmp_path, cora_parts):
     run = tmp_path / "run"
     # --sync dwbp: the per-layer sync whose records (hidden fraction, SACP's bytes per layer) this reads
     assert _main("--partitions", cora_parts[2], "--num-workers", "2", "--epochs", "2", "--run-dir", run,
-                 "--sync", "dwbp", *FAST) == 0
+                 "--sync", "dwbp", "--plots", *FAST) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2]
     for key in ("loss", "val_acc", "test_acc", "epoch_time_s", "seeds_per_s", "bytes_sent", "hidden_fraction"):
@@ -76,11 +76,14 @@ def test_resume_is_bit_identical(tmp_path, cora_parts, workers):
         assert torch.equal(a[k], b[k]), k
     epochs = [json.loads(l)["epoch"] for l in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert epochs == [1, 2]
+    assert not list(straight.glob("*.png"))  # the suite's GRAPHDIST_PLOTS=0 (tests/conftest.py) reaches the config
 
 
 def test_predict_keyed_by_original_ids(tmp_path, cora_parts):
     run = tmp_path / "run"
-    assert _main("--partitions", cora_parts[2], "--num-workers", "2", "--epochs", "1", "--run-dir", run, *FAST) == 0
+    assert _main("--partitions", cora_parts[2], "--num-workers", "2", "--epochs", "1", "--run-dir", run, "--no-plots",
+                 *FAST) == 0
+    assert not list(run.glob("*.png"))  # --no-plots
     assert _main("--predict", run) == 0
     out = np.load(run / "predictions.npz")
     assert out["orig_id"].tolist() == list(range(2708))
