@@ -30,7 +30,7 @@ def _no_plots():
     """Training runs skip the run directory's PNGs (``GRAPHDIST_PLOTS=0``, as ``--no-plots``): drawing them costs
     rank 0 ~1.2 s of CPU (matplotlib) at the end of each of the suite's hundreds of runs. The tests of the
     plots ask for them (``--plots``: tests/trainers/test_train_e2e.py, test_multihost.py; test_runlog_plots.py)."""
-    os.environ.setdefault("GRAPHDIST_PLOTS", "0")
+    os.environ["GRAPHDIST_PLOTS"] = "0"
 
 
 @pytest.fixture(autouse=True)

@@ -303,8 +303,35 @@ def _resolve_with_origin(argv: Optional[Sequence[str]]):
     from graphdist import runlog
 
     ns = build_parser().parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    refuse_outside_predict(ns)
     base = runlog.read_config(ns.resume) if ns.resume else None
     return resolve_with_origin(_cli_values(ns), ns.config, base=base)
+
+
+# What --predict reads besides the run directory: which checkpoint, and how much the console says.
+PREDICT_FLAGS = frozenset({"predict", "checkpoint", "verbose"})
+
+
+def refuse_outside_predict(ns: argparse.Namespace) -> None:
+    """``--predict`` predicts with the run's own config.yaml and model, so a training flag given with it would
+    change nothing: refused, as is ``--checkpoint`` (what ``--predict`` loads) without it.
+
+    Example:
+        >>> refuse_outside_predict(build_parser().parse_args(["--predict", "runs/a", "--epochs", "3"]))
+        Traceback (most recent call last):
+        ...
+        graphdist.cli.args.UsageError: --epochs does not apply to --predict, which predicts with the run's own ...
+    """
+    from graphdist.cli.args import UsageError
+
+    # named as given: a switch's False came from its --no- form
+    given = [("--no-" if v is False else "--") + k.replace("_", "-") for k, v in _cli_values(ns).items()
+             if k not in PREDICT_FLAGS] + (["--config"] if ns.config else [])
+    if ns.predict and given:
+        raise UsageError(f"{given[0]} does not apply to --predict, which predicts with the run's own config and "
+                         "model: give only --checkpoint or --verbose with it")
+    if not ns.predict and ns.checkpoint is not None:
+        raise UsageError("--checkpoint chooses the checkpoint --predict loads: give it with --predict RUN_DIR")
 
 
 def dry_run(cfg) -> None:

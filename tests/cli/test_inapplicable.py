@@ -182,3 +182,19 @@ def test_strategy_declarations_are_what_the_code_reads(tmp_path):
         own, declared = read[strategy] - common, set(spec.reads) - common
         assert own == declared, (f"--strategy {strategy}: read but not declared: {sorted(own - declared)}; "
                                  f"declared, not read: {sorted(declared - own)}")
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--predict", "RUN", "--epochs", "3"], "--epochs"),
+    (["--predict", "RUN", "--no-plots"], "--no-plots"),
+    (["--predict", "RUN", "--num-workers", "4"], "--num-workers"),
+    (["--predict", "RUN", "--config", "c.yaml"], "--config"),
+    (["--checkpoint", "last", "--dataset", "cora"], "--checkpoint"),
+])
+def test_predict_takes_only_its_own_flags_and_checkpoint_needs_predict(argv, named, capsys):
+    """--predict runs the run's own config and model: a training flag beside it would change nothing."""
+    from graphdist.cli.train import main
+
+    assert main(argv) == 2  # refused before anything is read: RUN and c.yaml need not exist
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"graphdist-train: error: {named} ") and "--predict" in line, line
